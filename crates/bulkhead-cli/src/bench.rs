@@ -1,0 +1,215 @@
+//! `bulkhead bench ...`: measurements side by side with the tools people use today.
+
+use crate::{report, Cli};
+use bulkhead::cgroup::{Backend, CgroupFs, Layout};
+use bulkhead::error::{Diagnostic, Error, Result};
+use bulkhead::host::Host;
+use bulkhead::plan::Plan;
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Subcommand)]
+pub enum BenchCmd {
+    /// The cost of `bulkhead run` over a plain exec of the same command
+    Run(RunBench),
+}
+
+#[derive(Args)]
+pub struct RunBench {
+    /// Rounds; each round runs every peer once, in rotating order
+    #[arg(long, default_value_t = 300)]
+    runs: usize,
+    /// Write the results as JSON to this file
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+pub fn dispatch(cli: &Cli, b: &BenchCmd) -> Result<i32> {
+    match b {
+        BenchCmd::Run(a) => run_overhead(cli, a),
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn pct(v: &[f64], p: f64) -> f64 {
+    // v sorted
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn time_once(cmd: &mut Command) -> std::io::Result<Duration> {
+    let t = Instant::now();
+    let st = cmd.stdin(Stdio::null()).stdout(Stdio::null()).status()?;
+    let d = t.elapsed();
+    if !st.success() {
+        return Err(std::io::Error::other(format!("{cmd:?} exited with {st}")));
+    }
+    Ok(d)
+}
+
+/// Times `/bin/true` alone, under `bulkhead run`, and under the by-hand cgroup join people
+/// script today (and `cgexec` where cgroup-tools is installed), interleaved round by round.
+fn run_overhead(cli: &Cli, a: &RunBench) -> Result<i32> {
+    if a.runs == 0 {
+        return Err(Error::invalid(Diagnostic::error(
+            "--runs must be at least 1",
+        )));
+    }
+    let layout = Layout::detect().map_err(|e| Error::failed(e.to_string()))?;
+    let fs = CgroupFs::new(layout, &cli.cgroup_root)?;
+    let name = format!("bulkhead_bench_run_{}", std::process::id());
+    let plan = Plan::parse(&format!("[slice.{name}]\nCPUWeight = 100\n"), None)?
+        .resolve(&Host::detect())?;
+    let slice = plan.slices[0].name().clone();
+    fs.execute(&fs.plan_apply(&plan)?)?;
+    // Everything below must remove the slice again, whatever happens.
+    let result = (|| -> Result<serde_json::Value> {
+        let exe = std::env::current_exe().map_err(|e| Error::failed(e.to_string()))?;
+        let truth = which("true").ok_or_else(|| Error::failed("no `true` binary in PATH"))?;
+        let procs: Vec<String> = fs
+            .existing_dirs(&slice)
+            .iter()
+            .map(|(_, d)| d.join("cgroup.procs").display().to_string())
+            .collect();
+        let join_script = format!(
+            "for f in {}; do echo $$ > $f; done; exec {}",
+            procs.join(" "),
+            truth.display()
+        );
+        let cgexec = which("cgexec");
+        type Peer = (&'static str, Box<dyn Fn() -> Command>);
+        let mut peers: Vec<Peer> = vec![
+            (
+                "plain exec of true",
+                Box::new({
+                    let t = truth.clone();
+                    move || Command::new(&t)
+                }),
+            ),
+            (
+                "bulkhead run -- true",
+                Box::new({
+                    let (exe, t, s, root) = (
+                        exe.clone(),
+                        truth.clone(),
+                        slice.to_string(),
+                        cli.cgroup_root.clone(),
+                    );
+                    move || {
+                        let mut c = Command::new(&exe);
+                        c.args(["--cgroup-root", &root, "run", "--slice", &s, "--"])
+                            .arg(&t);
+                        c
+                    }
+                }),
+            ),
+            (
+                "sh: echo $$ > cgroup.procs; exec true",
+                Box::new(move || {
+                    let mut c = Command::new("/bin/sh");
+                    c.args(["-c", &join_script]);
+                    c
+                }),
+            ),
+        ];
+        if let Some(cg) = cgexec {
+            let controllers: Vec<String> = fs
+                .existing_dirs(&slice)
+                .iter()
+                .filter(|(h, _)| h.version == bulkhead::cgroup::Version::V1)
+                .map(|(h, _)| h.controllers.join(","))
+                .collect();
+            let path = slice.cgroup_path().display().to_string();
+            let t = truth.clone();
+            peers.push((
+                "cgexec (cgroup-tools) true",
+                Box::new(move || {
+                    let mut c = Command::new(&cg);
+                    c.arg("-g")
+                        .arg(format!("{}:/{path}", controllers.join(",")))
+                        .arg(&t);
+                    c
+                }),
+            ));
+        }
+        let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(a.runs); peers.len()];
+        // Warm up caches once.
+        for (_, mk) in &peers {
+            time_once(&mut mk()).map_err(|e| Error::failed(e.to_string()))?;
+        }
+        for round in 0..a.runs {
+            for k in 0..peers.len() {
+                let i = (round + k) % peers.len();
+                let d = time_once(&mut (peers[i].1)())
+                    .map_err(|e| Error::failed(format!("{}: {e}", peers[i].0)))?;
+                samples[i].push(d.as_secs_f64() * 1e3);
+            }
+            if !cli.quiet && (round + 1) % 50 == 0 {
+                eprint!("\rbench run: {}/{} rounds", round + 1, a.runs);
+            }
+        }
+        if !cli.quiet {
+            eprintln!();
+        }
+        let base = median(&mut samples[0].clone());
+        let mut rows = Vec::new();
+        println!(
+            "{:<40} {:>10} {:>10} {:>10} {:>12}",
+            "peer", "median ms", "p90 ms", "x plain", "over plain"
+        );
+        for (i, (label, _)) in peers.iter().enumerate() {
+            let mut v = samples[i].clone();
+            let m = median(&mut v);
+            let p90 = pct(&v, 0.9);
+            println!(
+                "{label:<40} {m:>10.3} {p90:>10.3} {:>10.2} {:>9.3} ms",
+                m / base,
+                m - base
+            );
+            rows.push(serde_json::json!({"peer": label, "median_ms": m, "p90_ms": p90, "ratio_to_plain": m / base, "overhead_ms": m - base, "runs": v.len()}));
+        }
+        Ok(serde_json::json!({
+            "benchmark": "run",
+            "runs": a.runs,
+            "host": {"cpus": Host::detect().cpu_count(), "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(), "layout": fs.layout.describe()},
+            "results": rows,
+        }))
+    })();
+    let cleanup = fs
+        .plan_destroy(std::slice::from_ref(&slice), true)
+        .and_then(|c| fs.execute(&c));
+    if let Err(e) = &cleanup {
+        report(&e.diagnostics());
+    }
+    let json = result?;
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&json).unwrap())
+            .map_err(|e| bulkhead::error::io_failed("cannot write", p, e))?;
+    }
+    cleanup?;
+    Ok(0)
+}
+
+fn which(prog: &str) -> Option<PathBuf> {
+    std::env::var("PATH")
+        .ok()?
+        .split(':')
+        .map(|d| PathBuf::from(d).join(prog))
+        .find(|p| p.is_file())
+}

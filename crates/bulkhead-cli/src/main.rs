@@ -1,0 +1,544 @@
+//! The `bulkhead` command: a thin layer over the library that parses arguments, prints
+//! results for people (or JSON for machines) and maps errors to exit codes.
+
+mod bench;
+mod show;
+
+use bulkhead::cgroup::{Backend, CgroupFs, Changes, Layout};
+use bulkhead::error::{Diagnostic, Error, Result, Severity};
+use bulkhead::host::Host;
+use bulkhead::plan::{Plan, SliceName};
+use bulkhead::run::{RunSpec, EXIT_RUN_FAILED};
+use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Isolate the workloads of a database host: slices (cgroups) for the server and its
+/// helpers, without Docker.
+#[derive(Parser)]
+#[command(
+    name = "bulkhead",
+    version,
+    about,
+    long_about = "bulkhead isolates the workloads of a database host. A plan file names slices \
+(cgroups nested like systemd's: db-server is inside db) with systemd's resource directives; \
+`apply` creates them, `run` and `move` put processes into them, and `status` shows what each \
+slice uses and how much it stalls.",
+    after_help = "Exit status: 0 on success, 1 when acting on the system failed, 2 for bad \
+input (plan, arguments). `run` exits with the command's own status (125: bulkhead could not \
+start it, 126: not executable, 127: not found).\n\nFiles: /etc/bulkhead/bulkhead.toml (the \
+plan; an embedded default is used when it is missing), /run/bulkhead (runtime state)."
+)]
+struct Cli {
+    /// The plan file [default: /etc/bulkhead/bulkhead.toml, else the embedded default plan]
+    #[arg(
+        short = 'c',
+        long = "config",
+        global = true,
+        env = "BULKHEAD_CONFIG",
+        value_name = "FILE"
+    )]
+    config: Option<PathBuf>,
+
+    /// The cgroup under which slices live (a delegated subtree, or a test root)
+    #[arg(
+        long,
+        global = true,
+        env = "BULKHEAD_CGROUP_ROOT",
+        default_value = "/",
+        value_name = "PATH"
+    )]
+    cgroup_root: String,
+
+    /// Only print errors
+    #[arg(short, long, global = true)]
+    quiet: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show or check the plan
+    #[command(subcommand)]
+    Plan(PlanCmd),
+    /// Create or update the plan's slices (idempotent)
+    Apply(ApplyArgs),
+    /// Run a command in a slice
+    Run(RunArgs),
+    /// Move running processes (with all their threads) into a slice
+    Move(MoveArgs),
+    /// Show what each slice uses and how much it stalls
+    Status(StatusArgs),
+    /// Remove the plan's slices, children first
+    Destroy(DestroyArgs),
+    /// Convert systemd .slice files (and their .d/*.conf drop-ins) to plan TOML
+    Import(ImportArgs),
+    /// Benchmarks that measure bulkhead against what people use today
+    #[command(subcommand)]
+    Bench(bench::BenchCmd),
+}
+
+#[derive(Subcommand)]
+enum PlanCmd {
+    /// Print the resolved plan: every slice, every value in bytes and weights, for this host
+    /// (or another one with --memory/--cpus). The output is itself a valid plan.
+    Show(PlanShowArgs),
+}
+
+#[derive(Args)]
+struct PlanShowArgs {
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+    /// Resolve for a host with this much RAM (e.g. 64G) instead of this one
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<String>,
+    /// Resolve for a host with this many CPUs instead of this one
+    #[arg(long, value_name = "N")]
+    cpus: Option<u32>,
+}
+
+#[derive(Args)]
+struct ApplyArgs {
+    /// Print every write apply would make, and make none
+    #[arg(long, short = 'n')]
+    dry_run: bool,
+    /// Treat directives this host cannot honour as errors
+    #[arg(long)]
+    strict: bool,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The slice to run in (as in the plan: db-helper or db-helper.slice)
+    #[arg(long, short = 's', value_name = "SLICE")]
+    slice: String,
+    /// Run as this user (name or UID); the user's groups come with it
+    #[arg(long, value_name = "USER")]
+    uid: Option<String>,
+    /// Run with this group (name or GID) [default: the user's primary group]
+    #[arg(long, value_name = "GROUP")]
+    gid: Option<String>,
+    /// Working directory
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// Set an environment variable (repeatable)
+    #[arg(long = "env", short = 'E', value_name = "KEY=VALUE", value_parser = bulkhead::run::parse_env_assignment)]
+    env: Vec<(String, String)>,
+    /// Read KEY=VALUE lines from a file, as systemd's EnvironmentFile= (repeatable)
+    #[arg(long = "setenv-file", value_name = "FILE")]
+    setenv_file: Vec<PathBuf>,
+    /// The command and its arguments
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+#[derive(Args)]
+struct MoveArgs {
+    /// The slice to move into
+    #[arg(long, short = 's', value_name = "SLICE")]
+    slice: String,
+    /// Process IDs
+    #[arg(required = true, value_name = "PID")]
+    pids: Vec<i32>,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    /// Print JSON (one object; with --watch, one per line)
+    #[arg(long)]
+    json: bool,
+    /// Refresh every SECONDS until interrupted
+    #[arg(long, short = 'w', value_name = "SECONDS")]
+    watch: Option<f64>,
+    /// The interval CPU shares are measured over, in seconds
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    interval: f64,
+}
+
+#[derive(Args)]
+struct DestroyArgs {
+    /// Kill the processes still in the slices
+    #[arg(long)]
+    kill: bool,
+    /// Print what would be removed, and remove nothing
+    #[arg(long, short = 'n')]
+    dry_run: bool,
+    /// Remove these slices (and their children) instead of the plan's
+    #[arg(long = "slice", value_name = "SLICE")]
+    slices: Vec<String>,
+    /// Remove every slice bulkhead created under the cgroup root
+    #[arg(long, conflicts_with = "slices")]
+    all: bool,
+}
+
+#[derive(Args)]
+struct ImportArgs {
+    /// systemd slice unit files
+    #[arg(required = true, value_name = "FILE.slice")]
+    files: Vec<PathBuf>,
+    /// Write the plan here instead of standard output
+    #[arg(long, short = 'o', value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match dispatch(&cli) {
+        Ok(code) => code,
+        Err(e) => {
+            report(&e.diagnostics());
+            e.exit_code()
+        }
+    };
+    std::process::exit(code);
+}
+
+/// Print diagnostics to stderr, prefixed like every Unix tool does.
+fn report(ds: &[Diagnostic]) {
+    for d in ds {
+        eprintln!("bulkhead: {d}");
+    }
+}
+
+fn backend(cli: &Cli) -> Result<CgroupFs> {
+    let layout = Layout::detect()
+        .map_err(|e| Error::failed(format!("cannot read /proc/self/mountinfo: {e}")))?;
+    CgroupFs::new(layout, &cli.cgroup_root)
+}
+
+fn dispatch(cli: &Cli) -> Result<i32> {
+    match &cli.command {
+        Command::Plan(PlanCmd::Show(a)) => plan_show(cli, a),
+        Command::Apply(a) => apply(cli, a),
+        Command::Run(a) => run(cli, a),
+        Command::Move(a) => move_pids(cli, a),
+        Command::Status(a) => status(cli, a),
+        Command::Destroy(a) => destroy(cli, a),
+        Command::Import(a) => import(a),
+        Command::Bench(b) => bench::dispatch(cli, b),
+    }
+}
+
+fn load_resolved(cli: &Cli, host: &Host) -> Result<(Plan, bulkhead::plan::ResolvedPlan)> {
+    let plan = Plan::load(cli.config.as_deref())?;
+    let resolved = plan.resolve(host)?;
+    Ok((plan, resolved))
+}
+
+fn plan_show(cli: &Cli, a: &PlanShowArgs) -> Result<i32> {
+    let mut host = Host::detect();
+    if let Some(m) = &a.memory {
+        host.memory = bulkhead::units::parse_size(m, 1024)
+            .map_err(|e| Error::invalid(Diagnostic::error(format!("--memory {m}: {e}"))))?;
+    }
+    if let Some(n) = a.cpus {
+        if n == 0 {
+            return Err(Error::invalid(Diagnostic::error(
+                "--cpus must be at least 1",
+            )));
+        }
+        host.cpus = bulkhead::units::IdSet((0..n).collect());
+    }
+    let (_, resolved) = load_resolved(cli, &host)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&resolved).unwrap());
+    } else {
+        print!("{}", show::plan_toml(&resolved));
+        if !cli.quiet {
+            report(&resolved.notes);
+        }
+    }
+    Ok(0)
+}
+
+fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
+    let host = Host::detect();
+    let (_, resolved) = load_resolved(cli, &host)?;
+    let fs = backend(cli)?;
+    let changes = fs.plan_apply(&resolved)?;
+    let mut notes = resolved.notes.clone();
+    notes.extend(changes.warnings.iter().cloned());
+    if a.strict {
+        let mut bad: Vec<Diagnostic> = notes
+            .iter()
+            .filter(|d| d.severity == Severity::Warning)
+            .cloned()
+            .map(|mut d| {
+                d.severity = Severity::Error;
+                d
+            })
+            .collect();
+        if !bad.is_empty() {
+            bad.push(Diagnostic::error(
+                "--strict: nothing was changed because the host cannot honour the plan as written",
+            ));
+            return Err(Error::Invalid(bad));
+        }
+    }
+    if a.json {
+        let done = if a.dry_run {
+            None
+        } else {
+            Some(fs.execute(&changes)?)
+        };
+        let out = serde_json::json!({
+            "backend": fs.name(),
+            "layout": fs.layout.describe(),
+            "plan": resolved.source,
+            "dry_run": a.dry_run,
+            "changes": changes.ops,
+            "warnings": notes,
+            "outcome": done,
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap());
+        return Ok(0);
+    }
+    if !cli.quiet {
+        eprintln!("bulkhead: {} ({})", fs.describe(), resolved.source);
+        report(&notes);
+    }
+    print_changes(cli, &changes, a.dry_run, "apply");
+    if a.dry_run || changes.ops.is_empty() {
+        return Ok(0);
+    }
+    let out = fs.execute(&changes)?;
+    if !cli.quiet {
+        println!(
+            "applied: {} slice(s), {} change(s){}",
+            changes.slices.len(),
+            out.done,
+            if out.skipped > 0 {
+                format!(", {} default(s) this kernel has no file for", out.skipped)
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(0)
+}
+
+fn print_changes(cli: &Cli, changes: &Changes, dry_run: bool, verb: &str) {
+    if changes.ops.is_empty() {
+        if !cli.quiet {
+            println!(
+                "nothing to change: {} slice(s) already match the plan",
+                changes.slices.len()
+            );
+        }
+        return;
+    }
+    if dry_run {
+        for op in &changes.ops {
+            println!("{op}");
+        }
+        println!(
+            "dry run: {} change(s) not made (run without --dry-run to {verb})",
+            changes.ops.len()
+        );
+    } else if !cli.quiet {
+        for op in &changes.ops {
+            println!("{op}");
+        }
+    }
+}
+
+fn parse_slice(s: &str) -> Result<SliceName> {
+    SliceName::parse(s)
+        .map_err(|m| Error::invalid(Diagnostic::error(format!("invalid slice name: {m}"))))
+}
+
+/// The slice must exist; otherwise say whether the plan has it (then: apply) or not.
+fn require_slice(cli: &Cli, fs: &dyn Backend, name: &SliceName) -> Result<()> {
+    if fs.slice_exists(name) {
+        return Ok(());
+    }
+    let plan = Plan::load(cli.config.as_deref()).ok();
+    let in_plan = plan.as_ref().is_some_and(|p| p.slices.contains_key(name));
+    let d = if in_plan {
+        Diagnostic::error(format!(
+            "slice '{name}' is in the plan but does not exist yet"
+        ))
+        .hint("create it first: bulkhead apply")
+    } else {
+        let mut known: Vec<String> = fs.slices().iter().map(|s| s.to_string()).collect();
+        if let Some(p) = &plan {
+            for n in p.slices.keys() {
+                if !known.contains(&n.to_string()) {
+                    known.push(n.to_string());
+                }
+            }
+        }
+        let hint = if known.is_empty() {
+            "no slices exist; define them in the plan and run bulkhead apply".to_string()
+        } else {
+            let nearest = bulkhead::plan::nearest(name.as_str(), &known)
+                .map(|k| format!("did you mean {k}? "))
+                .unwrap_or_default();
+            format!("{nearest}known slices: {}", known.join(", "))
+        };
+        Diagnostic::error(format!("unknown slice '{name}'")).hint(hint)
+    };
+    Err(Error::invalid(d))
+}
+
+fn run(cli: &Cli, a: &RunArgs) -> Result<i32> {
+    let fs = match backend(cli) {
+        Ok(f) => f,
+        Err(e) => {
+            report(&e.diagnostics());
+            return Ok(EXIT_RUN_FAILED);
+        }
+    };
+    let slice = match parse_slice(&a.slice).and_then(|s| require_slice(cli, &fs, &s).map(|_| s)) {
+        Ok(s) => s,
+        Err(e) => {
+            report(&e.diagnostics());
+            return Ok(EXIT_RUN_FAILED);
+        }
+    };
+    let spec = RunSpec {
+        slice: Some(slice),
+        uid: a.uid.clone(),
+        gid: a.gid.clone(),
+        cwd: a.cwd.clone(),
+        env: a.env.clone(),
+        env_files: a.setenv_file.clone(),
+        argv: a.command.clone(),
+    };
+    let e = bulkhead::run::exec(&fs, &spec);
+    report(&e.error.diagnostics());
+    Ok(e.code)
+}
+
+fn move_pids(cli: &Cli, a: &MoveArgs) -> Result<i32> {
+    let fs = backend(cli)?;
+    let slice = parse_slice(&a.slice)?;
+    require_slice(cli, &fs, &slice)?;
+    let mut results = Vec::new();
+    for &pid in &a.pids {
+        let r = if pid <= 0 {
+            Err("is not a process ID".to_string())
+        } else {
+            fs.move_pid(&slice, pid)
+        };
+        results.push((pid, r));
+    }
+    let failed = results.iter().filter(|(_, r)| r.is_err()).count();
+    if a.json {
+        let v: Vec<_> = results
+            .iter()
+            .map(|(pid, r)| match r {
+                Ok(()) => serde_json::json!({"pid": pid, "moved": true}),
+                Err(e) => serde_json::json!({"pid": pid, "moved": false, "error": e}),
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"slice": slice, "results": v}))
+                .unwrap()
+        );
+    } else {
+        for (pid, r) in &results {
+            match r {
+                Ok(()) => {
+                    if !cli.quiet {
+                        println!("moved {pid} to {}", slice.unit());
+                    }
+                }
+                Err(e) => eprintln!("bulkhead: error: could not move {pid}: {e}"),
+            }
+        }
+    }
+    Ok(if failed > 0 { 1 } else { 0 })
+}
+
+fn status(cli: &Cli, a: &StatusArgs) -> Result<i32> {
+    let fs = backend(cli)?;
+    let secs = a.watch.unwrap_or(a.interval);
+    if !(secs.is_finite() && secs > 0.0 && secs <= 3600.0) {
+        return Err(Error::invalid(Diagnostic::error(format!(
+            "the interval must be between 0 and 3600 seconds, not {secs}"
+        ))));
+    }
+    let interval = Duration::from_secs_f64(secs);
+    loop {
+        let names = fs.slices_on_system();
+        let st = bulkhead::metrics::status(&fs, &names, interval);
+        if a.json {
+            let text = if a.watch.is_some() {
+                serde_json::to_string(&st).unwrap()
+            } else {
+                serde_json::to_string_pretty(&st).unwrap()
+            };
+            println!("{text}");
+        } else {
+            if a.watch.is_some() {
+                print!("\x1b[H\x1b[2J");
+            }
+            print!("{}", show::status_table(&st));
+        }
+        if a.watch.is_none() {
+            return Ok(0);
+        }
+    }
+}
+
+fn destroy(cli: &Cli, a: &DestroyArgs) -> Result<i32> {
+    let fs = backend(cli)?;
+    let names: Vec<SliceName> = if a.all {
+        fs.slices_on_system()
+    } else if !a.slices.is_empty() {
+        a.slices
+            .iter()
+            .map(|s| parse_slice(s))
+            .collect::<Result<_>>()?
+    } else {
+        let plan = Plan::load(cli.config.as_deref())?;
+        plan.slices.keys().cloned().collect()
+    };
+    let present: Vec<SliceName> = names.into_iter().filter(|n| fs.slice_exists(n)).collect();
+    if present.is_empty() {
+        if !cli.quiet {
+            println!("nothing to remove: none of the slices exist");
+        }
+        return Ok(0);
+    }
+    let changes = fs.plan_destroy(&present, a.kill)?;
+    if a.dry_run {
+        for op in &changes.ops {
+            println!("{op}");
+        }
+        println!("dry run: {} change(s) not made", changes.ops.len());
+        return Ok(0);
+    }
+    if !cli.quiet {
+        for op in &changes.ops {
+            println!("{op}");
+        }
+    }
+    fs.execute(&changes)?;
+    if !cli.quiet {
+        println!("removed: {} slice(s)", changes.slices.len());
+    }
+    Ok(0)
+}
+
+fn import(a: &ImportArgs) -> Result<i32> {
+    let text = bulkhead::plan::import::import(&a.files)?;
+    match &a.output {
+        Some(p) => std::fs::write(p, &text)
+            .map_err(|e| bulkhead::error::io_failed("cannot write", p, e))?,
+        None => print!("{text}"),
+    }
+    Ok(0)
+}

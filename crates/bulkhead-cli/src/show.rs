@@ -1,0 +1,201 @@
+//! Text output for people: the resolved plan as TOML, and the status table.
+
+use bulkhead::metrics::{Pressure, Status};
+use bulkhead::plan::ResolvedPlan;
+use bulkhead::units::human_bytes;
+use std::fmt::Write as _;
+
+fn quote(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| format!("{s:?}"))
+}
+
+/// The resolved plan as a plan file: values in bytes and weights, with how each was derived.
+pub fn plan_toml(p: &ResolvedPlan) -> String {
+    let h = &p.host;
+    let mut out = String::new();
+    let _ = writeln!(out, "# Resolved plan from {}", p.source);
+    let _ = writeln!(
+        out,
+        "# Host: {} RAM, {} CPUs ({}), NUMA nodes {}, huge pages {}, task limit {}",
+        human_bytes(h.memory),
+        h.cpu_count(),
+        h.cpus,
+        h.mem_nodes,
+        h.hugepage_sizes
+            .iter()
+            .map(|s| human_bytes(*s))
+            .collect::<Vec<_>>()
+            .join(" "),
+        h.tasks_max
+    );
+    for s in &p.slices {
+        let _ = writeln!(out);
+        let header = format!("[slice.{}]", s.name());
+        let mut note = format!("# {}", s.cgroup_path);
+        if s.implicit {
+            note.push_str(" (not in the plan: created as a parent)");
+        }
+        let _ = writeln!(out, "{header:<32}{note}");
+        if let Some(d) = &s.description {
+            let _ = writeln!(out, "Description = {}", quote(d));
+        }
+        // Group repeated directives (devices, page sizes) into one line.
+        let mut i = 0;
+        while i < s.settings.len() {
+            let key = &s.settings[i].directive;
+            let group: Vec<_> = s.settings[i..]
+                .iter()
+                .take_while(|x| &x.directive == key)
+                .collect();
+            i += group.len();
+            let value = match key.as_str() {
+                "HugetlbMax" => format!(
+                    "{{ {} }}",
+                    group
+                        .iter()
+                        .map(|g| g.toml.clone())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                _ if group.len() > 1 || key.starts_with("IO") && key != "IOWeight" => {
+                    format!(
+                        "[{}]",
+                        group
+                            .iter()
+                            .map(|g| g.toml.clone())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+                _ => group[0].toml.clone(),
+            };
+            let line = format!("{key} = {value}");
+            let from: Vec<String> = group.iter().filter_map(|g| g.from.clone()).collect();
+            if from.is_empty() {
+                let _ = writeln!(out, "{line}");
+            } else {
+                let _ = writeln!(out, "{line:<32}# {}", from.join("; "));
+            }
+        }
+    }
+    out
+}
+
+fn opt_bytes(v: Option<u64>) -> String {
+    v.map_or("-".into(), human_bytes)
+}
+
+fn limit(v: Option<u64>, known: bool) -> String {
+    match (v, known) {
+        (Some(b), _) => human_bytes(b),
+        (None, true) => "max".into(),
+        (None, false) => "-".into(),
+    }
+}
+
+fn psi(p: Option<Pressure>) -> String {
+    p.map_or("-".into(), |p| format!("{:.2}", p.some.avg10))
+}
+
+fn duration_us(us: u64) -> String {
+    let s = us as f64 / 1e6;
+    if s < 60.0 {
+        format!("{s:.2}s")
+    } else if s < 3600.0 {
+        format!("{}m{:02}s", (s / 60.0) as u64, (s % 60.0) as u64)
+    } else {
+        format!(
+            "{}h{:02}m",
+            (s / 3600.0) as u64,
+            ((s % 3600.0) / 60.0) as u64
+        )
+    }
+}
+
+/// The `status` table.
+pub fn status_table(st: &Status) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "backend: {} ({}); CPU% over {:.1}s",
+        st.backend, st.layout, st.interval_seconds
+    );
+    if st.slices.is_empty() {
+        let _ = writeln!(out, "no slices: create them with `bulkhead apply`");
+        return out;
+    }
+    let header = [
+        "SLICE",
+        "TASKS",
+        "CPU%",
+        "CPU TIME",
+        "THROTTLED",
+        "MEMORY",
+        "HIGH",
+        "MAX",
+        "EVENTS h/m/oom/kill",
+        "IO READ",
+        "IO WRITE",
+        "PSI cpu/mem/io",
+    ];
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for s in &st.slices {
+        let depth = s.name.matches('-').count();
+        let has_mem = s.memory_current.is_some();
+        rows.push(vec![
+            format!("{}{}", "  ".repeat(depth), s.unit),
+            s.processes.to_string(),
+            s.cpu_percent.map_or("-".into(), |p| format!("{p:.1}")),
+            s.cpu_usage_us.map_or("-".into(), duration_us),
+            match (s.cpu_nr_throttled, s.cpu_throttled_us) {
+                (Some(n), Some(us)) => format!("{n} ({})", duration_us(us)),
+                (Some(n), None) => n.to_string(),
+                _ => "-".into(),
+            },
+            opt_bytes(s.memory_current),
+            limit(s.memory_high, s.memory_controller.as_deref() == Some("v2")),
+            limit(s.memory_max, has_mem),
+            s.memory_events.as_ref().map_or("-".into(), |e| {
+                format!("{}/{}/{}/{}", e.high, e.max, e.oom, e.oom_kill)
+            }),
+            opt_bytes(s.io_read_bytes),
+            opt_bytes(s.io_write_bytes),
+            s.psi.as_ref().map_or("-".into(), |p| {
+                format!("{}/{}/{}", psi(p.cpu), psi(p.memory), psi(p.io))
+            }),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<String>| -> String {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i == 0 {
+                    format!("{c:<w$}", w = widths[i])
+                } else {
+                    format!("{c:>w$}", w = widths[i])
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    let _ = writeln!(
+        out,
+        "{}",
+        line(header.iter().map(|h| h.to_string()).collect())
+    );
+    for r in rows {
+        let _ = writeln!(out, "{}", line(r));
+    }
+    let _ = writeln!(out, "PSI: share of time some tasks stalled, avg10 in %. EVENTS on cgroup v1: limit hits / under_oom / oom kills.");
+    out
+}

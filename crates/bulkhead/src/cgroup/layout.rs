@@ -1,0 +1,298 @@
+//! Which cgroup hierarchy holds which controller: pure v2 (unified), pure v1 (legacy), or
+//! hybrid (v1 controllers plus a v2 mount), read from /proc/self/mountinfo.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Version {
+    V1,
+    V2,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Everything on one cgroup2 mount.
+    Unified,
+    /// Only v1 hierarchies.
+    Legacy,
+    /// v1 controllers plus a cgroup2 mount (which may hold some controllers).
+    Hybrid,
+}
+
+/// One mounted hierarchy.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Hierarchy {
+    pub mount: PathBuf,
+    pub version: Version,
+    /// v1: the controllers bound to this mount. v2: the root's cgroup.controllers.
+    pub controllers: Vec<String>,
+}
+
+impl Hierarchy {
+    pub fn has(&self, controller: &str) -> bool {
+        self.controllers.iter().any(|c| c == controller)
+    }
+    /// A short label: `memory (v1)`, `unified (v2)`.
+    pub fn label(&self) -> String {
+        match self.version {
+            Version::V1 => format!("{} (v1)", self.controllers.join(",")),
+            Version::V2 => "unified (v2)".into(),
+        }
+    }
+}
+
+/// The controllers bulkhead manages, by their v2 names.
+pub const CONTROLLERS: &[&str] = &["cpu", "cpuset", "memory", "io", "pids", "hugetlb"];
+
+/// What the kernel can do beyond the bare hierarchy layout.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Caps {
+    /// cpu.idle exists (kernel 5.15+).
+    pub cpu_idle: bool,
+    /// The BFQ scheduler is registered, so *.bfq.weight files exist.
+    pub bfq: bool,
+    /// Disks whose active scheduler is BFQ (weights take effect there).
+    pub bfq_devices: Vec<String>,
+    /// v2 io.cost is available (io.weight works without BFQ).
+    pub io_cost: bool,
+    /// v1 memory.memsw.* exists (swap accounting).
+    pub memsw: bool,
+    /// hugetlb.<size>.rsvd.* exists.
+    pub hugetlb_rsvd: bool,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Layout {
+    pub kind: Kind,
+    /// v1 hierarchies (empty on a unified host).
+    pub v1: Vec<Hierarchy>,
+    /// The cgroup2 mount (/sys/fs/cgroup or /sys/fs/cgroup/unified), if any.
+    pub unified: Option<Hierarchy>,
+    pub caps: Caps,
+}
+
+/// v1 controller names -> the v2 names bulkhead uses.
+fn v2_name(v1: &str) -> &str {
+    match v1 {
+        "blkio" => "io",
+        other => other,
+    }
+}
+
+impl Layout {
+    /// Read this machine's layout.
+    pub fn detect() -> std::io::Result<Layout> {
+        let mountinfo = fs::read_to_string("/proc/self/mountinfo")?;
+        Ok(Layout::from_mountinfo(&mountinfo, Path::new("/")))
+    }
+
+    /// Build the layout from mountinfo text; `root` prefixes every mount point (a fixture
+    /// tree in tests, `/` for the real system).
+    pub fn from_mountinfo(mountinfo: &str, root: &Path) -> Layout {
+        let mut v1: Vec<Hierarchy> = Vec::new();
+        let mut unified = None;
+        for line in mountinfo.lines() {
+            let Some((pre, post)) = line.split_once(" - ") else {
+                continue;
+            };
+            let pre: Vec<&str> = pre.split_whitespace().collect();
+            let post: Vec<&str> = post.split_whitespace().collect();
+            if pre.len() < 5 || post.is_empty() {
+                continue;
+            }
+            let mount = root.join(unescape(pre[4]).trim_start_matches('/'));
+            match post[0] {
+                "cgroup2" => {
+                    let controllers = fs::read_to_string(mount.join("cgroup.controllers"))
+                        .unwrap_or_default()
+                        .split_whitespace()
+                        .map(String::from)
+                        .collect();
+                    unified = Some(Hierarchy {
+                        mount,
+                        version: Version::V2,
+                        controllers,
+                    });
+                }
+                "cgroup" => {
+                    let opts = post.get(2).copied().unwrap_or("");
+                    let controllers: Vec<String> = opts
+                        .split(',')
+                        .filter(|o| {
+                            matches!(
+                                *o,
+                                "cpu"
+                                    | "cpuacct"
+                                    | "cpuset"
+                                    | "memory"
+                                    | "blkio"
+                                    | "pids"
+                                    | "hugetlb"
+                                    | "freezer"
+                                    | "devices"
+                                    | "net_cls"
+                                    | "net_prio"
+                                    | "perf_event"
+                                    | "rdma"
+                                    | "misc"
+                            )
+                        })
+                        .map(String::from)
+                        .collect();
+                    if controllers.is_empty() {
+                        continue; // name=systemd and other named hierarchies are not ours
+                    }
+                    if !v1.iter().any(|h| h.mount == mount) {
+                        v1.push(Hierarchy {
+                            mount,
+                            version: Version::V1,
+                            controllers,
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        let kind = match (&unified, v1.is_empty()) {
+            (Some(_), true) => Kind::Unified,
+            (None, _) => Kind::Legacy,
+            (Some(_), false) => Kind::Hybrid,
+        };
+        let mut layout = Layout {
+            kind,
+            v1,
+            unified,
+            caps: Caps::default(),
+        };
+        layout.caps = layout.probe_caps();
+        layout
+    }
+
+    fn probe_caps(&self) -> Caps {
+        let exists = |ctrl: &str, file: &str| {
+            self.hierarchy(ctrl)
+                .is_some_and(|h| h.mount.join(file).exists())
+        };
+        let cpu_idle = match self.hierarchy("cpu") {
+            Some(h) if h.version == Version::V1 => h.mount.join("cpu.idle").exists(),
+            Some(_) => kernel_at_least(5, 15),
+            None => false,
+        };
+        let bfq_devices = crate::host::bfq_devices();
+        let io_v2 = self
+            .hierarchy("io")
+            .is_some_and(|h| h.version == Version::V2);
+        let hugetlb_rsvd = self.hierarchy("hugetlb").is_some_and(|h| {
+            fs::read_dir(&h.mount)
+                .map(|d| {
+                    d.filter_map(|e| e.ok())
+                        .any(|e| e.file_name().to_string_lossy().contains(".rsvd."))
+                })
+                .unwrap_or(false)
+        });
+        Caps {
+            cpu_idle,
+            bfq: crate::host::bfq_available(),
+            bfq_devices,
+            io_cost: io_v2 && exists("io", "io.cost.qos"),
+            memsw: exists("memory", "memory.memsw.limit_in_bytes"),
+            hugetlb_rsvd,
+        }
+    }
+
+    /// The hierarchy that holds a controller (by its v2 name: `io`, not `blkio`).
+    pub fn hierarchy(&self, controller: &str) -> Option<&Hierarchy> {
+        self.v1
+            .iter()
+            .find(|h| h.controllers.iter().any(|c| v2_name(c) == controller))
+            .or_else(|| self.unified.as_ref().filter(|u| u.has(controller)))
+    }
+
+    /// The hierarchy whose membership bulkhead reads first: the unified one where it exists
+    /// (it has PSI, cgroup.kill and cgroup.events), else the memory or cpu v1 hierarchy.
+    pub fn primary(&self) -> Option<&Hierarchy> {
+        self.unified
+            .as_ref()
+            .or_else(|| self.hierarchy("memory"))
+            .or_else(|| self.hierarchy("cpu"))
+            .or_else(|| self.v1.first())
+    }
+
+    /// The v1 hierarchy with cpuacct (CPU time on v1 hosts).
+    pub fn cpuacct(&self) -> Option<&Hierarchy> {
+        self.v1.iter().find(|h| h.has("cpuacct"))
+    }
+
+    /// A one-line description: `hybrid: cpu,cpuacct,... on v1; hugetlb on v2 (/sys/fs/cgroup/unified)`.
+    pub fn describe(&self) -> String {
+        let v1: Vec<String> = self.v1.iter().flat_map(|h| h.controllers.clone()).collect();
+        let v2 = self
+            .unified
+            .as_ref()
+            .map(|u| {
+                let c = if u.controllers.is_empty() {
+                    "no controllers".to_string()
+                } else {
+                    u.controllers.join(",")
+                };
+                format!("{c} on v2 ({})", u.mount.display())
+            })
+            .unwrap_or_default();
+        match self.kind {
+            Kind::Unified => format!("unified: {v2}"),
+            Kind::Legacy => format!("legacy: {} on v1", v1.join(",")),
+            Kind::Hybrid => format!("hybrid: {} on v1; {v2}", v1.join(",")),
+        }
+    }
+}
+
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let Ok(release) = fs::read_to_string("/proc/sys/kernel/osrelease") else {
+        return false;
+    };
+    let mut it = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    let (a, b) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    (a, b) >= (major, minor)
+}
+
+/// mountinfo escapes spaces and friends as `\040`.
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() {
+            if let Ok(n) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                out.push(n as char);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i] as char);
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_machine_is_detected() {
+        let l = Layout::detect().unwrap();
+        assert!(l.primary().is_some(), "{l:?}");
+    }
+
+    #[test]
+    fn unescape_spaces() {
+        assert_eq!(unescape("/a\\040b"), "/a b");
+        assert_eq!(unescape("/plain"), "/plain");
+    }
+}

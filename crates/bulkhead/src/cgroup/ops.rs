@@ -1,0 +1,273 @@
+//! Backend operations as plain data: printed by `--dry-run`, executed by [`execute`], and
+//! undone in reverse order when one of them fails.
+
+use super::mark;
+use crate::error::{errno_text, Diagnostic, Error, Result};
+use std::fmt;
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// Create a cgroup and mark it as bulkhead's.
+    Mkdir { dir: PathBuf },
+    /// Write a control file.
+    Write {
+        file: PathBuf,
+        value: String,
+        /// The directive this write carries out, e.g. `CPUWeight=1000`.
+        why: String,
+        /// What to write to undo it (`None`: the cgroup is new, removing it undoes it).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        restore: Option<String>,
+        /// A default that may be skipped when the kernel lacks the file.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        optional: bool,
+    },
+    /// Enable a controller for the children of a v2 cgroup.
+    Enable { dir: PathBuf, controller: String },
+    /// Disable a controller for the children of a v2 cgroup.
+    Disable { dir: PathBuf, controller: String },
+    /// Kill every process in these cgroups (all hierarchies of one slice) and wait.
+    Kill { dirs: Vec<PathBuf> },
+    /// Remove a cgroup.
+    Rmdir { dir: PathBuf },
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::Mkdir { dir } => write!(f, "mkdir {}", dir.display()),
+            Op::Write {
+                file, value, why, ..
+            } => write!(f, "write {} = {:?}  # {why}", file.display(), value),
+            Op::Enable { dir, controller } => write!(
+                f,
+                "write {} = \"+{controller}\"",
+                dir.join("cgroup.subtree_control").display()
+            ),
+            Op::Disable { dir, controller } => write!(
+                f,
+                "write {} = \"-{controller}\"",
+                dir.join("cgroup.subtree_control").display()
+            ),
+            Op::Kill { dirs } => write!(
+                f,
+                "kill every process in {}",
+                dirs.first()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default()
+            ),
+            Op::Rmdir { dir } => write!(f, "rmdir {}", dir.display()),
+        }
+    }
+}
+
+/// Write a control file in one write(2), as the kernel expects.
+pub fn write_file(path: &Path, value: &str) -> std::io::Result<()> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .truncate(false)
+        .open(path)?;
+    f.write_all(value.as_bytes())
+}
+
+fn undo(op: &Op) -> Option<Op> {
+    match op {
+        Op::Mkdir { dir } => Some(Op::Rmdir { dir: dir.clone() }),
+        Op::Write {
+            file,
+            restore: Some(r),
+            why,
+            ..
+        } => Some(Op::Write {
+            file: file.clone(),
+            value: r.clone(),
+            why: format!("undo {why}"),
+            restore: None,
+            optional: true,
+        }),
+        Op::Enable { dir, controller } => Some(Op::Disable {
+            dir: dir.clone(),
+            controller: controller.clone(),
+        }),
+        _ => None,
+    }
+}
+
+/// Run one operation.
+pub fn run_op(op: &Op) -> std::io::Result<()> {
+    match op {
+        Op::Mkdir { dir } => {
+            fs::create_dir(dir)?;
+            if let Err(e) = mark::set(dir) {
+                let _ = fs::remove_dir(dir);
+                return Err(e);
+            }
+            Ok(())
+        }
+        Op::Write {
+            file,
+            value,
+            optional,
+            ..
+        } => match write_file(file, value) {
+            Err(e) if *optional && e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        },
+        Op::Enable { dir, controller } => write_file(
+            &dir.join("cgroup.subtree_control"),
+            &format!("+{controller}"),
+        ),
+        Op::Disable { dir, controller } => write_file(
+            &dir.join("cgroup.subtree_control"),
+            &format!("-{controller}"),
+        ),
+        Op::Kill { dirs } => kill_all(dirs),
+        Op::Rmdir { dir } => {
+            // Exiting tasks leave a cgroup a moment after they are reaped.
+            let deadline = Instant::now() + Duration::from_secs(3);
+            loop {
+                match fs::remove_dir(dir) {
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline =>
+                    {
+                        std::thread::sleep(Duration::from_millis(20))
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        mark::clear(dir);
+                        return Ok(());
+                    }
+                    r => {
+                        if r.is_ok() {
+                            mark::clear(dir);
+                        }
+                        return r;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Read the PIDs in a cgroup.
+pub fn procs(dir: &Path) -> Vec<i32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+fn kill_all(dirs: &[PathBuf]) -> std::io::Result<()> {
+    // cgroup.kill (v2, 5.14+) kills the whole subtree atomically; else SIGKILL in a loop, so
+    // that processes forked meanwhile are caught too.
+    for d in dirs {
+        let k = d.join("cgroup.kill");
+        if k.exists() {
+            let _ = write_file(&k, "1");
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let pids: Vec<i32> = dirs.iter().flat_map(|d| procs(d)).collect();
+        if pids.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("processes {pids:?} are still alive 5s after SIGKILL"),
+            ));
+        }
+        for p in pids {
+            // SAFETY: kill(2) has no memory preconditions.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// What an execution did.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Outcome {
+    pub done: usize,
+    pub skipped: usize,
+}
+
+/// Execute `ops` in order. If one fails, every change already made is undone in reverse
+/// order, and the error says what failed, where, and that the system was put back.
+pub fn execute(ops: &[Op]) -> Result<Outcome> {
+    let mut undo_log: Vec<Op> = Vec::new();
+    let mut outcome = Outcome::default();
+    for op in ops {
+        if let Op::Write {
+            file,
+            optional: true,
+            ..
+        } = op
+        {
+            if !file.exists() {
+                outcome.skipped += 1;
+                continue;
+            }
+        }
+        match run_op(op) {
+            Ok(()) => {
+                outcome.done += 1;
+                if let Some(u) = undo(op) {
+                    undo_log.push(u);
+                }
+            }
+            Err(e) => {
+                let mut failed_undo = Vec::new();
+                for u in undo_log.iter().rev() {
+                    if let Err(ue) = run_op(u) {
+                        failed_undo.push(format!("{u}: {}", errno_text(&ue)));
+                    }
+                }
+                let what = match op {
+                    Op::Write { why, .. } => format!(" ({why})"),
+                    _ => String::new(),
+                };
+                let mut d = Diagnostic::error(format!("{op}{what} failed: {}", errno_text(&e)));
+                d = if failed_undo.is_empty() {
+                    d.hint(format!(
+                        "nothing was left changed: the {} change(s) made before it were undone",
+                        undo_log.len()
+                    ))
+                } else {
+                    d.hint(format!(
+                        "undoing the earlier changes failed too, check by hand: {}",
+                        failed_undo.join("; ")
+                    ))
+                };
+                if let Some(h) = explain_errno(op, &e) {
+                    d.message.push_str(&format!(" ({h})"));
+                }
+                return Err(Error::failed_with(d));
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+fn explain_errno(op: &Op, e: &std::io::Error) -> Option<&'static str> {
+    let file = match op {
+        Op::Write { file, .. } => file.file_name()?.to_str()?,
+        _ => return None,
+    };
+    match (e.raw_os_error()?, file) {
+        (libc::EBUSY, f) if f.starts_with("memory.") => {
+            Some("the slice already uses more memory than the new limit and the kernel could not reclaim it")
+        }
+        (libc::EOPNOTSUPP, f) if f.contains("bfq") => {
+            Some("the device does not use the BFQ scheduler")
+        }
+        (libc::EACCES | libc::EPERM, _) => Some("bulkhead needs root to change cgroups"),
+        _ => None,
+    }
+}

@@ -1,0 +1,269 @@
+//! Facts about the machine that a plan resolves against: RAM, CPUs, NUMA nodes, huge page
+//! sizes, task limits and block devices. Everything is read from /proc and /sys, and every
+//! field can be overridden so a plan can be previewed for another host.
+
+use crate::units::IdSet;
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Host {
+    /// MemTotal from /proc/meminfo, in bytes.
+    pub memory: u64,
+    /// Online CPUs.
+    pub cpus: IdSet,
+    /// NUMA nodes with memory.
+    pub mem_nodes: IdSet,
+    /// Huge page sizes the kernel offers, in bytes.
+    pub hugepage_sizes: Vec<u64>,
+    /// The system-wide task limit: min(kernel.pid_max, kernel.threads-max).
+    pub tasks_max: u64,
+    pub page_size: u64,
+}
+
+impl Host {
+    pub fn detect() -> Host {
+        let memory = fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| meminfo_field(&m, "MemTotal"))
+            .unwrap_or(0);
+        let cpus = read_idset("/sys/devices/system/cpu/online").unwrap_or_else(|| {
+            let n = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+            IdSet((0..n).collect())
+        });
+        let mem_nodes = read_idset("/sys/devices/system/node/has_memory")
+            .or_else(|| read_idset("/sys/devices/system/node/online"))
+            .unwrap_or_else(|| IdSet([0].into_iter().collect()));
+        let mut hugepage_sizes: Vec<u64> = fs::read_dir("/sys/kernel/mm/hugepages")
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter_map(|e| {
+                        let n = e.file_name().to_string_lossy().into_owned();
+                        n.strip_prefix("hugepages-")?
+                            .strip_suffix("kB")?
+                            .parse::<u64>()
+                            .ok()
+                            .map(|kb| kb * 1024)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        hugepage_sizes.sort_unstable();
+        let read_u64 = |p: &str| {
+            fs::read_to_string(p)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+        };
+        let tasks_max = match (
+            read_u64("/proc/sys/kernel/pid_max"),
+            read_u64("/proc/sys/kernel/threads-max"),
+        ) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) | (None, Some(a)) => a,
+            _ => 4_194_304,
+        };
+        // SAFETY: sysconf has no preconditions.
+        let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+        Host {
+            memory,
+            cpus,
+            mem_nodes,
+            hugepage_sizes,
+            tasks_max,
+            page_size,
+        }
+    }
+
+    pub fn cpu_count(&self) -> usize {
+        self.cpus.0.len().max(1)
+    }
+}
+
+/// A `Key:   12345 kB` field of /proc/meminfo, in bytes.
+pub fn meminfo_field(meminfo: &str, key: &str) -> Option<u64> {
+    meminfo.lines().find_map(|l| {
+        let rest = l.strip_prefix(key)?.strip_prefix(':')?;
+        let mut it = rest.split_whitespace();
+        let n: u64 = it.next()?.parse().ok()?;
+        Some(match it.next() {
+            Some("kB") => n * 1024,
+            _ => n,
+        })
+    })
+}
+
+fn read_idset(path: &str) -> Option<IdSet> {
+    let s = fs::read_to_string(path).ok()?;
+    IdSet::parse(s.trim()).ok().filter(|s| !s.0.is_empty())
+}
+
+/// `2M` / `2MB` / `2048kB` / `1G` -> bytes, for huge page size names.
+pub fn parse_page_size(s: &str) -> Option<u64> {
+    let t = s.trim();
+    let t = t.strip_suffix("iB").unwrap_or(t);
+    let (num, mult) = if let Some(n) = t.strip_suffix("kB").or_else(|| t.strip_suffix("KB")) {
+        (n, 1u64 << 10)
+    } else if let Some(n) = t.strip_suffix("MB").or_else(|| t.strip_suffix('M')) {
+        (n, 1 << 20)
+    } else if let Some(n) = t.strip_suffix("GB").or_else(|| t.strip_suffix('G')) {
+        (n, 1 << 30)
+    } else if let Some(n) = t.strip_suffix('K') {
+        (n, 1 << 10)
+    } else {
+        return None;
+    };
+    num.parse::<u64>().ok().map(|n| n * mult)
+}
+
+/// The kernel's name for a huge page size in cgroup file names: `2MB`, `1GB`, `64KB`.
+pub fn page_size_cgroup_name(bytes: u64) -> String {
+    if bytes >= 1 << 30 && bytes % (1 << 30) == 0 {
+        format!("{}GB", bytes >> 30)
+    } else if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+        format!("{}MB", bytes >> 20)
+    } else {
+        format!("{}KB", bytes >> 10)
+    }
+}
+
+/// A block device number, `MAJ:MIN`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct DevNum {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl std::fmt::Display for DevNum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+impl DevNum {
+    fn from_raw(rdev: u64) -> DevNum {
+        DevNum {
+            major: libc::major(rdev),
+            minor: libc::minor(rdev),
+        }
+    }
+
+    /// Resolve what systemd accepts for I/O directives: a block device node, or any path on a
+    /// file system (then the device backing it). Partitions resolve to their whole disk,
+    /// because the kernel's I/O controllers only take whole disks.
+    pub fn resolve(path: &Path) -> Result<DevNum, String> {
+        let meta = fs::metadata(path)
+            .map_err(|e| format!("cannot resolve device '{}': {e}", path.display()))?;
+        let dev = if meta.file_type().is_block_device() {
+            DevNum::from_raw(meta.rdev())
+        } else {
+            let d = DevNum::from_raw(meta.dev());
+            if d.major == 0 {
+                return Err(format!(
+                    "'{}' is on a virtual file system (device {d}) with no block device behind it",
+                    path.display()
+                ));
+            }
+            d
+        };
+        Ok(dev.whole_disk())
+    }
+
+    /// The whole disk a partition belongs to (itself when it is one).
+    pub fn whole_disk(self) -> DevNum {
+        let sys = PathBuf::from(format!("/sys/dev/block/{self}"));
+        if sys.join("partition").exists() {
+            if let Ok(parent) = fs::read_to_string(sys.join("../dev")) {
+                if let Some((a, b)) = parent.trim().split_once(':') {
+                    if let (Ok(major), Ok(minor)) = (a.parse(), b.parse()) {
+                        return DevNum { major, minor };
+                    }
+                }
+            }
+        }
+        self
+    }
+
+    /// The kernel name (`vda`, `loop3`) when /sys knows the device.
+    pub fn kernel_name(self) -> Option<String> {
+        let link = fs::read_link(format!("/sys/dev/block/{self}")).ok()?;
+        Some(link.file_name()?.to_string_lossy().into_owned())
+    }
+
+    /// The active I/O scheduler of this disk (`bfq`, `mq-deadline`, `none`).
+    pub fn scheduler(self) -> Option<String> {
+        let s = fs::read_to_string(format!("/sys/dev/block/{self}/queue/scheduler")).ok()?;
+        active_scheduler(&s)
+    }
+}
+
+/// `none [mq-deadline] kyber bfq` -> `mq-deadline`.
+pub fn active_scheduler(line: &str) -> Option<String> {
+    let start = line.find('[')?;
+    let end = line[start..].find(']')? + start;
+    Some(line[start + 1..end].to_string())
+}
+
+/// Block devices whose active scheduler is BFQ, by kernel name.
+pub fn bfq_devices() -> Vec<String> {
+    let Ok(dir) = fs::read_dir("/sys/block") else {
+        return vec![];
+    };
+    let mut out: Vec<String> = dir
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            fs::read_to_string(e.path().join("queue/scheduler"))
+                .ok()
+                .and_then(|s| active_scheduler(&s))
+                .as_deref()
+                == Some("bfq")
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Whether the kernel has the BFQ scheduler at all (built in or loaded).
+pub fn bfq_available() -> bool {
+    fs::read_dir("/sys/block")
+        .map(|d| {
+            d.filter_map(|e| e.ok()).any(|e| {
+                fs::read_to_string(e.path().join("queue/scheduler"))
+                    .map(|s| {
+                        s.split_whitespace()
+                            .any(|w| w.trim_matches(['[', ']']) == "bfq")
+                    })
+                    .unwrap_or(false)
+            })
+        })
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meminfo_and_page_sizes() {
+        let m = "MemTotal:       24576000 kB\nMemFree:  10 kB\n";
+        assert_eq!(meminfo_field(m, "MemTotal"), Some(24576000 * 1024));
+        assert_eq!(meminfo_field(m, "Mem"), None);
+        assert_eq!(parse_page_size("2M"), Some(2 << 20));
+        assert_eq!(parse_page_size("2MB"), Some(2 << 20));
+        assert_eq!(parse_page_size("1G"), Some(1 << 30));
+        assert_eq!(parse_page_size("2048kB"), Some(2 << 20));
+        assert_eq!(parse_page_size("huge"), None);
+        assert_eq!(page_size_cgroup_name(2 << 20), "2MB");
+        assert_eq!(page_size_cgroup_name(1 << 30), "1GB");
+        assert_eq!(active_scheduler("none [bfq] kyber").as_deref(), Some("bfq"));
+    }
+
+    #[test]
+    fn detect_reads_this_machine() {
+        let h = Host::detect();
+        assert!(h.memory > 0);
+        assert!(h.cpu_count() >= 1);
+        assert!(h.page_size >= 4096);
+    }
+}

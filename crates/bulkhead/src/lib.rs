@@ -1,0 +1,16 @@
+//! bulkhead: isolate the workloads of a database host with cgroups, namespaces,
+//! copy-on-write snapshots and huge pages, without Docker.
+//!
+//! Data flows one way: a plan file is parsed and validated ([`plan`]), resolved against the
+//! host ([`host`]), and turned into backend operations ([`cgroup`]) that can be printed as a
+//! dry run or applied. [`run`] puts commands into slices and [`metrics`] reads what they use.
+
+pub mod cgroup;
+pub mod error;
+pub mod host;
+pub mod metrics;
+pub mod plan;
+pub mod run;
+pub mod units;
+
+pub use error::{Diagnostic, Error, Result};

@@ -1,0 +1,157 @@
+//! The plan: a TOML file of slices with systemd's resource directives.
+//!
+//! Data flows one way: [`Plan::load`] parses and type-checks the file (host-independent),
+//! [`Plan::resolve`] turns percentages and device paths into the numbers of one host, and the
+//! cgroup backends turn a [`ResolvedPlan`] into file writes.
+
+mod directives;
+pub mod import;
+mod name;
+mod parse;
+mod resolve;
+
+pub use directives::{directive_names, nearest, CpuWeight, MemSpec, MemValue, TasksSpec, Value};
+pub use name::SliceName;
+pub use resolve::{CpuMax, IoMax, ResolvedPlan, ResolvedSlice, Setting};
+
+use crate::error::{Diagnostic, Error, Result};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Where `-c` points when it is not given.
+pub const DEFAULT_PLAN_PATH: &str = "/etc/bulkhead/bulkhead.toml";
+
+/// The plan used when no file exists at the default path: the seeds' database layout.
+pub const EMBEDDED_DEFAULT: &str = include_str!("default.toml");
+
+/// A line and column in the plan file (1-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Loc {
+    pub line: usize,
+    pub col: usize,
+}
+
+/// A value with the place it came from.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct At<T> {
+    pub value: T,
+    pub loc: Loc,
+    /// The text as written, for messages and `plan show`.
+    pub raw: String,
+}
+
+/// The text of a plan and where it came from.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// The file, or `None` for the embedded default.
+    pub path: Option<PathBuf>,
+    pub text: String,
+}
+
+impl Source {
+    pub fn label(&self) -> String {
+        match &self.path {
+            Some(p) => p.display().to_string(),
+            None => "<embedded default plan>".into(),
+        }
+    }
+    pub fn loc(&self, offset: usize) -> Loc {
+        let before = &self.text[..offset.min(self.text.len())];
+        let line = before.matches('\n').count() + 1;
+        let col = before
+            .rfind('\n')
+            .map_or(before.len(), |i| before.len() - i - 1)
+            + 1;
+        Loc { line, col }
+    }
+    pub fn at(&self, loc: Loc) -> String {
+        format!("{}:{}:{}", self.label(), loc.line, loc.col)
+    }
+}
+
+/// One slice as written in the plan.
+#[derive(Debug, Clone)]
+pub struct SliceSpec {
+    pub name: SliceName,
+    /// Where `[slice.NAME]` stands; `None` for a parent the plan did not name.
+    pub loc: Option<Loc>,
+    pub description: Option<String>,
+    /// Canonical directive name -> value.
+    pub directives: BTreeMap<&'static str, At<Value>>,
+}
+
+impl SliceSpec {
+    pub fn implicit(&self) -> bool {
+        self.loc.is_none()
+    }
+}
+
+/// A parsed, type-checked plan (not yet resolved against a host).
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub source: Source,
+    pub slices: BTreeMap<SliceName, SliceSpec>,
+    /// Warnings and notes found while reading (legacy directives, implicit parents).
+    pub notes: Vec<Diagnostic>,
+}
+
+impl Plan {
+    /// Parse plan text. `path` is only used in messages.
+    pub fn parse(text: &str, path: Option<&Path>) -> Result<Plan> {
+        parse::parse(Source {
+            path: path.map(Path::to_path_buf),
+            text: text.to_string(),
+        })
+    }
+
+    /// Load the plan `-c` names. With no `-c`, the default path is used when it exists and
+    /// the embedded default plan otherwise.
+    pub fn load(path: Option<&Path>) -> Result<Plan> {
+        match path {
+            Some(p) => {
+                let text = read_plan_file(p)?;
+                Plan::parse(&text, Some(p))
+            }
+            None => {
+                let p = Path::new(DEFAULT_PLAN_PATH);
+                if p.exists() {
+                    let text = read_plan_file(p)?;
+                    Plan::parse(&text, Some(p))
+                } else {
+                    Plan::parse(EMBEDDED_DEFAULT, None)
+                }
+            }
+        }
+    }
+
+    pub fn resolve(&self, host: &crate::host::Host) -> Result<ResolvedPlan> {
+        resolve::resolve(self, host)
+    }
+}
+
+fn read_plan_file(p: &Path) -> Result<String> {
+    match std::fs::read_to_string(p) {
+        Ok(t) => Ok(t),
+        Err(e) => {
+            let d = Diagnostic::error(format!(
+                "cannot read the plan file: {}",
+                crate::error::errno_text(&e)
+            ))
+            .at(p.display().to_string());
+            let hint = match e.kind() {
+                std::io::ErrorKind::NotFound => format!(
+                    "create it (`bulkhead plan show > {}` starts from the default plan), or leave out -c to use {DEFAULT_PLAN_PATH}",
+                    p.display()
+                ),
+                std::io::ErrorKind::PermissionDenied => {
+                    "run as root, or make the file readable".to_string()
+                }
+                _ => "check that -c names a readable TOML file".to_string(),
+            };
+            Err(Error::invalid(d.hint(hint)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

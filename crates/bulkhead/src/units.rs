@@ -1,0 +1,267 @@
+//! systemd's value syntax: sizes, percentages, durations, CPU lists.
+//!
+//! Sizes with `K`, `M`, `G`, `T`, `P`, `E` use base 1024 for memory and base 1000 for
+//! bandwidths, exactly as systemd's `parse_size()` does for the same directives.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// A byte count or "no limit".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Limit {
+    Bytes(u64),
+    Infinity,
+}
+
+impl Limit {
+    pub fn bytes(self) -> Option<u64> {
+        match self {
+            Limit::Bytes(b) => Some(b),
+            Limit::Infinity => None,
+        }
+    }
+    /// The cgroup v2 spelling: a number or `max`.
+    pub fn v2(self) -> String {
+        match self {
+            Limit::Bytes(b) => b.to_string(),
+            Limit::Infinity => "max".into(),
+        }
+    }
+    /// The cgroup v1 spelling: a number or `-1`.
+    pub fn v1(self) -> String {
+        match self {
+            Limit::Bytes(b) => b.to_string(),
+            Limit::Infinity => "-1".into(),
+        }
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Limit::Bytes(b) => write!(f, "{}", human_bytes(*b)),
+            Limit::Infinity => f.write_str("infinity"),
+        }
+    }
+}
+
+/// `1258291200` -> `1.17G`; exact multiples print without decimals (`1200M`).
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [(&str, u64); 6] = [
+        ("E", 1 << 60),
+        ("P", 1 << 50),
+        ("T", 1 << 40),
+        ("G", 1 << 30),
+        ("M", 1 << 20),
+        ("K", 1 << 10),
+    ];
+    let Some(i) = UNITS.iter().position(|(_, u)| b >= *u) else {
+        return format!("{b}B");
+    };
+    // An exact multiple of this unit, or of a smaller one below 10000 (1200M, not 1.17G).
+    for (suffix, unit) in &UNITS[i..] {
+        if b % unit == 0 && b / unit < 10_000 {
+            return format!("{}{}", b / unit, suffix);
+        }
+    }
+    let (suffix, unit) = UNITS[i];
+    format!("{:.2}{}", b as f64 / unit as f64, suffix)
+}
+
+/// Parse a number with an optional systemd suffix. `base` is 1024 or 1000.
+pub fn parse_size(s: &str, base: u64) -> Result<u64, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("empty size".into());
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, suffix) = t.split_at(split);
+    let suffix = suffix.trim();
+    if num.is_empty() {
+        return Err(format!(
+            "'{s}' is not a size (expected a number like 512M or 2G)"
+        ));
+    }
+    let power = match suffix {
+        "" | "B" => 0,
+        "K" | "KiB" | "Ki" => 1,
+        "M" | "MiB" | "Mi" => 2,
+        "G" | "GiB" | "Gi" => 3,
+        "T" | "TiB" | "Ti" => 4,
+        "P" | "PiB" | "Pi" => 5,
+        "E" | "EiB" | "Ei" => 6,
+        other => {
+            return Err(format!(
+                "unknown size suffix '{other}' in '{s}' (use K, M, G, T, P or E)"
+            ))
+        }
+    };
+    let mult = (base as f64).powi(power);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (expected a number like 512M or 2G)"))?;
+    let bytes = value * mult;
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(format!("'{s}' is too large"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Parse `"42%"` or `"4.5%"` into a fraction (0.045). Returns `None` when `s` has no `%`.
+pub fn parse_percent(s: &str) -> Option<Result<f64, String>> {
+    let t = s.trim();
+    let num = t.strip_suffix('%')?;
+    Some(match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v / 100.0),
+        _ => Err(format!("'{s}' is not a percentage (expected e.g. \"4%\")")),
+    })
+}
+
+/// Parse a systemd time span: `100ms`, `1s`, `2min`, `1h 30min`, plain numbers are seconds.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("empty time span".into());
+    }
+    let mut total = 0f64;
+    let mut rest = t;
+    while !rest.is_empty() {
+        rest = rest.trim_start();
+        let split = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (num, tail) = rest.split_at(split);
+        if num.is_empty() {
+            return Err(format!(
+                "'{s}' is not a time span (expected e.g. 100ms, 5s, 2min)"
+            ));
+        }
+        let unit_end = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.' || c == ' ')
+            .unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(unit_end);
+        let secs_per = match unit {
+            "" | "s" | "sec" | "second" | "seconds" => 1.0,
+            "us" | "usec" | "µs" => 1e-6,
+            "ms" | "msec" => 1e-3,
+            "ns" | "nsec" => 1e-9,
+            "m" | "min" | "minute" | "minutes" => 60.0,
+            "h" | "hr" | "hour" | "hours" => 3600.0,
+            "d" | "day" | "days" => 86400.0,
+            other => {
+                return Err(format!(
+                    "unknown time unit '{other}' in '{s}' (use us, ms, s, min, h or d)"
+                ))
+            }
+        };
+        let v: f64 = num
+            .parse()
+            .map_err(|_| format!("'{s}' is not a time span"))?;
+        total += v * secs_per;
+        rest = next;
+    }
+    Ok(std::time::Duration::from_secs_f64(total))
+}
+
+/// A set of CPU or NUMA node numbers, as in `0-3,8,10-11`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(into = "String")]
+pub struct IdSet(pub BTreeSet<u32>);
+
+impl IdSet {
+    pub fn parse(s: &str) -> Result<IdSet, String> {
+        let mut set = BTreeSet::new();
+        for part in s.split([',', ' ']).map(str::trim).filter(|p| !p.is_empty()) {
+            let (a, b) = match part.split_once('-') {
+                Some((a, b)) => (a, b),
+                None => (part, part),
+            };
+            let a: u32 = a
+                .trim()
+                .parse()
+                .map_err(|_| format!("'{part}' in '{s}' is not a number or range like 0-3"))?;
+            let b: u32 = b
+                .trim()
+                .parse()
+                .map_err(|_| format!("'{part}' in '{s}' is not a number or range like 0-3"))?;
+            if b < a {
+                return Err(format!("range '{part}' in '{s}' goes backwards"));
+            }
+            if b - a > 65536 {
+                return Err(format!("range '{part}' in '{s}' is too large"));
+            }
+            set.extend(a..=b);
+        }
+        Ok(IdSet(set))
+    }
+    pub fn is_subset(&self, other: &IdSet) -> bool {
+        self.0.is_subset(&other.0)
+    }
+}
+
+impl fmt::Display for IdSet {
+    /// The kernel's compact form: `0-3,8`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = Vec::new();
+        let mut it = self.0.iter().copied().peekable();
+        while let Some(start) = it.next() {
+            let mut end = start;
+            while it.peek() == Some(&(end + 1)) {
+                end = it.next().unwrap();
+            }
+            out.push(if start == end {
+                start.to_string()
+            } else {
+                format!("{start}-{end}")
+            });
+        }
+        f.write_str(&out.join(","))
+    }
+}
+
+impl From<IdSet> for String {
+    fn from(s: IdSet) -> String {
+        s.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_follow_systemd() {
+        assert_eq!(parse_size("1200M", 1024).unwrap(), 1200 << 20);
+        assert_eq!(parse_size("1.5G", 1024).unwrap(), 3 << 29);
+        assert_eq!(parse_size("10M", 1000).unwrap(), 10_000_000);
+        assert_eq!(parse_size("4096", 1024).unwrap(), 4096);
+        assert!(parse_size("12Q", 1024)
+            .unwrap_err()
+            .contains("unknown size suffix"));
+        assert!(parse_size("lots", 1024).is_err());
+    }
+
+    #[test]
+    fn percentages_and_durations() {
+        assert_eq!(parse_percent("4%").unwrap().unwrap(), 0.04);
+        assert!(parse_percent("4").is_none());
+        assert!(parse_percent("x%").unwrap().is_err());
+        assert_eq!(parse_duration("100ms").unwrap().as_millis(), 100);
+        assert_eq!(parse_duration("1min 30s").unwrap().as_secs(), 90);
+        assert_eq!(parse_duration("2").unwrap().as_secs(), 2);
+        assert!(parse_duration("3 fortnights").is_err());
+    }
+
+    #[test]
+    fn id_sets_round_trip() {
+        let s = IdSet::parse("0-3,8,5, 4").unwrap();
+        assert_eq!(s.to_string(), "0-5,8");
+        assert!(IdSet::parse("3-1").is_err());
+        assert!(IdSet::parse("a").is_err());
+        assert_eq!(human_bytes(1200 << 20), "1200M");
+        assert_eq!(human_bytes(1 << 30), "1G");
+    }
+}
