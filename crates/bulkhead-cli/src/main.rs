@@ -399,7 +399,8 @@ fn run(cli: &Cli, a: &RunArgs) -> Result<i32> {
             return Ok(EXIT_RUN_FAILED);
         }
     };
-    let slice = match parse_slice(&a.slice).and_then(|s| require_slice(cli, &fs, &s).map(|_| s)) {
+    // The slice is looked up by join itself; the explanation is only built when it is missing.
+    let slice = match parse_slice(&a.slice) {
         Ok(s) => s,
         Err(e) => {
             report(&e.diagnostics());
@@ -416,7 +417,20 @@ fn run(cli: &Cli, a: &RunArgs) -> Result<i32> {
         argv: a.command.clone(),
     };
     let e = bulkhead::run::exec(&fs, &spec);
-    report(&e.error.diagnostics());
+    let missing = e
+        .error
+        .diagnostics()
+        .iter()
+        .any(|d| d.context.as_deref() == Some(bulkhead::cgroup::MISSING_SLICE));
+    match (missing, &spec.slice) {
+        (true, Some(s)) => report(
+            &require_slice(cli, &fs, s)
+                .err()
+                .unwrap_or(e.error)
+                .diagnostics(),
+        ),
+        _ => report(&e.error.diagnostics()),
+    }
     Ok(e.code)
 }
 

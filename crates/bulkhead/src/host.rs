@@ -118,9 +118,9 @@ pub fn parse_page_size(s: &str) -> Option<u64> {
 
 /// The kernel's name for a huge page size in cgroup file names: `2MB`, `1GB`, `64KB`.
 pub fn page_size_cgroup_name(bytes: u64) -> String {
-    if bytes >= 1 << 30 && bytes % (1 << 30) == 0 {
+    if bytes >= 1 << 30 && bytes.is_multiple_of(1 << 30) {
         format!("{}GB", bytes >> 30)
-    } else if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+    } else if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
         format!("{}MB", bytes >> 20)
     } else {
         format!("{}KB", bytes >> 10)

@@ -61,7 +61,7 @@ pub fn human_bytes(b: u64) -> String {
     };
     // An exact multiple of this unit, or of a smaller one below 10000 (1200M, not 1.17G).
     for (suffix, unit) in &UNITS[i..] {
-        if b % unit == 0 && b / unit < 10_000 {
+        if b.is_multiple_of(*unit) && b / unit < 10_000 {
             return format!("{}{}", b / unit, suffix);
         }
     }

@@ -71,7 +71,9 @@ pub struct Layout {
     pub v1: Vec<Hierarchy>,
     /// The cgroup2 mount (/sys/fs/cgroup or /sys/fs/cgroup/unified), if any.
     pub unified: Option<Hierarchy>,
-    pub caps: Caps,
+    /// Kernel capabilities; `None` until [`Layout::caps`] probes them (only planning needs
+    /// them, so `run` and `move` never pay for the probe). Tests set them explicitly.
+    pub caps: Option<Caps>,
 }
 
 /// v1 controller names -> the v2 names bulkhead uses.
@@ -161,14 +163,17 @@ impl Layout {
             (None, _) => Kind::Legacy,
             (Some(_), false) => Kind::Hybrid,
         };
-        let mut layout = Layout {
+        Layout {
             kind,
             v1,
             unified,
-            caps: Caps::default(),
-        };
-        layout.caps = layout.probe_caps();
-        layout
+            caps: None,
+        }
+    }
+
+    /// The kernel's capabilities: the ones set on the layout, else probed now.
+    pub fn caps(&self) -> Caps {
+        self.caps.clone().unwrap_or_else(|| self.probe_caps())
     }
 
     fn probe_caps(&self) -> Caps {
@@ -185,14 +190,17 @@ impl Layout {
         let io_v2 = self
             .hierarchy("io")
             .is_some_and(|h| h.version == Version::V2);
-        let hugetlb_rsvd = self.hierarchy("hugetlb").is_some_and(|h| {
-            fs::read_dir(&h.mount)
+        // v1 roots carry hugetlb.*.rsvd.* (Linux 5.7+); a v2 root has no hugetlb files at all.
+        let hugetlb_rsvd = match self.hierarchy("hugetlb") {
+            Some(h) if h.version == Version::V1 => fs::read_dir(&h.mount)
                 .map(|d| {
                     d.filter_map(|e| e.ok())
                         .any(|e| e.file_name().to_string_lossy().contains(".rsvd."))
                 })
-                .unwrap_or(false)
-        });
+                .unwrap_or(false),
+            Some(_) => kernel_at_least(5, 7),
+            None => false,
+        };
         Caps {
             cpu_idle,
             bfq: crate::host::bfq_available(),

@@ -57,7 +57,9 @@ pub enum Want {
 /// The value a fresh cgroup has in a file, so that new slices only get the writes they need.
 pub fn fresh_default(file: &str) -> Option<&'static str> {
     Some(match file {
-        "cpu.weight" | "io.bfq.weight" | "blkio.bfq.weight" => "100",
+        "cpu.weight" | "blkio.bfq.weight" => "100",
+        // v2 weight files list the default first: `default 100`.
+        "io.weight" | "io.bfq.weight" => "default 100",
         "cpu.idle" => "0",
         "cpu.max" => "max 100000",
         "cpu.shares" => "1024",

@@ -61,6 +61,10 @@ pub trait Backend {
     fn move_pid(&self, slice: &SliceName, pid: i32) -> std::result::Result<(), String>;
 }
 
+/// The context of the error [`Backend::join`] gives for a slice that does not exist, so
+/// callers can explain it (not in the plan, or not applied yet).
+pub const MISSING_SLICE: &str = "missing slice";
+
 /// Where bulkhead keeps runtime state (gone at reboot, like cgroups).
 pub fn runtime_dir() -> PathBuf {
     PathBuf::from(crate::run::RUNTIME_DIR)
@@ -475,6 +479,7 @@ impl Backend for CgroupFs {
             return Err(Error::Invalid(errors));
         }
 
+        let caps = self.layout.caps();
         let swappiness = fs::read_to_string("/proc/sys/vm/swappiness")
             .ok()
             .and_then(|s| s.trim().parse().ok())
@@ -546,7 +551,7 @@ impl Backend for CgroupFs {
                 }
                 let mut m = Mapper {
                     slice: s,
-                    caps: &self.layout.caps,
+                    caps: &caps,
                     inherited_cpuset: inherited.clone(),
                     swappiness,
                     wants: vec![],
@@ -715,9 +720,9 @@ impl Backend for CgroupFs {
     fn join(&self, slice: &SliceName) -> Result<()> {
         let dirs = self.existing_dirs(slice);
         if dirs.is_empty() {
-            return Err(Error::invalid(Diagnostic::error(format!(
-                "slice '{slice}' does not exist"
-            ))));
+            return Err(Error::invalid(
+                Diagnostic::error(format!("slice '{slice}' does not exist")).context(MISSING_SLICE),
+            ));
         }
         for (h, d) in dirs {
             ops::write_file(&d.join("cgroup.procs"), "0").map_err(|e| {

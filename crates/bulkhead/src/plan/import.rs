@@ -155,9 +155,9 @@ fn toml_value(key: &str, v: &str) -> String {
         key,
         "CPUWeight" | "IOWeight" | "CPUShares" | "BlockIOWeight" | "TasksMax"
     );
-    if numeric && v.parse::<u64>().is_ok() {
-        v.to_string()
-    } else if matches!(v, "true" | "false") && key.ends_with("Accounting") {
+    let plain = (numeric && v.parse::<u64>().is_ok())
+        || (matches!(v, "true" | "false") && key.ends_with("Accounting"));
+    if plain {
         v.to_string()
     } else {
         toml_string(v)

@@ -307,10 +307,7 @@ fn resolve_one(
             });
         }
         (Value::Quota(frac), _) => {
-            let period_us = match r_period(cx, name) {
-                Some(d) => d,
-                None => 100_000,
-            };
+            let period_us = r_period(cx, name).unwrap_or(100_000);
             let quota_us = (frac * period_us as f64).round() as u64;
             if quota_us < 1000 {
                 cx.err(
