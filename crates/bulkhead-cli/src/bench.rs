@@ -103,6 +103,17 @@ fn run_overhead(cli: &Cli, a: &RunBench) -> Result<i32> {
                 }),
             ),
             (
+                "env true (empty wrapper: 1 extra exec)",
+                Box::new({
+                    let t = truth.clone();
+                    move || {
+                        let mut c = Command::new("env");
+                        c.arg(&t);
+                        c
+                    }
+                }),
+            ),
+            (
                 "bulkhead run -- true",
                 Box::new({
                     let (exe, t, s, root) = (
@@ -161,28 +172,32 @@ fn run_overhead(cli: &Cli, a: &RunBench) -> Result<i32> {
                 samples[i].push(d.as_secs_f64() * 1e3);
             }
             if !cli.quiet && (round + 1) % 50 == 0 {
-                eprint!("\rbench run: {}/{} rounds", round + 1, a.runs);
+                eprint!("\rbench run: {}/{} rounds ", round + 1, a.runs);
             }
         }
         if !cli.quiet {
             eprintln!();
         }
+        use std::io::Write as _;
+        let _ = std::io::stderr().flush();
         let base = median(&mut samples[0].clone());
+        let wrapper = median(&mut samples[1].clone());
         let mut rows = Vec::new();
         println!(
-            "{:<40} {:>10} {:>10} {:>10} {:>12}",
-            "peer", "median ms", "p90 ms", "x plain", "over plain"
+            "{:<42} {:>10} {:>10} {:>8} {:>11} {:>13}",
+            "peer", "median ms", "p90 ms", "x plain", "over plain", "over wrapper"
         );
         for (i, (label, _)) in peers.iter().enumerate() {
             let mut v = samples[i].clone();
             let m = median(&mut v);
             let p90 = pct(&v, 0.9);
             println!(
-                "{label:<40} {m:>10.3} {p90:>10.3} {:>10.2} {:>9.3} ms",
+                "{label:<42} {m:>10.3} {p90:>10.3} {:>8.2} {:>8.3} ms {:>10.3} ms",
                 m / base,
-                m - base
+                m - base,
+                m - wrapper
             );
-            rows.push(serde_json::json!({"peer": label, "median_ms": m, "p90_ms": p90, "ratio_to_plain": m / base, "overhead_ms": m - base, "runs": v.len()}));
+            rows.push(serde_json::json!({"peer": label, "median_ms": m, "p90_ms": p90, "ratio_to_plain": m / base, "overhead_ms": m - base, "over_empty_wrapper_ms": m - wrapper, "runs": v.len()}));
         }
         Ok(serde_json::json!({
             "benchmark": "run",
