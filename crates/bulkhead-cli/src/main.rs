@@ -192,6 +192,9 @@ struct ImportArgs {
 }
 
 fn main() {
+    // Die quietly on a closed pipe (`bulkhead status | head`), as Unix tools do.
+    // SAFETY: setting a signal disposition before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let code = match dispatch(&cli) {
         Ok(code) => code,
