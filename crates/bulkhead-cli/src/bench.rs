@@ -14,6 +14,120 @@ use std::time::{Duration, Instant};
 pub enum BenchCmd {
     /// The cost of `bulkhead run` over a plain exec of the same command
     Run(RunBench),
+    /// A real Redis under CPU, I/O and memory hogs: baseline, free and confined, side by side
+    Isolation(IsolationBench),
+    /// The RESP load generator alone (the isolation bench runs it in its own slice)
+    #[command(hide = true)]
+    Loadgen(LoadgenArgs),
+    /// One hog (the isolation bench runs them in slices)
+    #[command(hide = true, subcommand)]
+    Hog(HogCmd),
+}
+
+fn duration(s: &str) -> std::result::Result<Duration, String> {
+    bulkhead::units::parse_duration(s)
+}
+
+fn count(s: &str) -> std::result::Result<u64, String> {
+    // 1M keys means a million, as in redis-benchmark.
+    bulkhead::units::parse_size(s, 1000)
+}
+
+#[derive(Args)]
+pub struct IsolationBench {
+    /// Hogs to run, comma-separated: cpu, io, memory
+    #[arg(long, default_value = "cpu,io,memory", value_delimiter = ',')]
+    hog: Vec<String>,
+    /// Measured time per scenario
+    #[arg(long, default_value = "20s", value_parser = duration)]
+    duration: Duration,
+    /// Load before measuring, per scenario
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    warmup: Duration,
+    /// Client connections
+    #[arg(long, default_value_t = 20)]
+    connections: usize,
+    /// Open loop at this many ops/s (latency from the intended send time); default: closed loop
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Keys loaded into Redis (1M = a million)
+    #[arg(long, default_value = "1M", value_parser = count)]
+    keys: u64,
+    /// Value size in bytes
+    #[arg(long, default_value_t = 128)]
+    value_size: usize,
+    /// Share of GETs in the mix (the rest are SETs)
+    #[arg(long, default_value_t = 0.9)]
+    get_ratio: f64,
+    /// The plan's slice for the database
+    #[arg(long, default_value = "db-server")]
+    server_slice: String,
+    /// The plan's slice for helpers (where the hogs are confined)
+    #[arg(long, default_value = "db-helper")]
+    helper_slice: String,
+    /// Memory of the small host the memory scenarios run in (a cgroup limit around the bench)
+    #[arg(long, default_value = "3G")]
+    host_memory: String,
+    /// Redis port [default: a free one]
+    #[arg(long)]
+    port: Option<u16>,
+    /// Rounds: every scenario runs this often, in rotated order; the report gives medians
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// Write everything as JSON to FILE
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a PNG chart of op rate and p99 per scenario
+    #[arg(long, value_name = "FILE.png")]
+    chart: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct LoadgenArgs {
+    #[arg(long)]
+    addr: std::net::SocketAddr,
+    #[arg(long, default_value_t = 20)]
+    connections: usize,
+    #[arg(long, default_value = "1s", value_parser = duration)]
+    warmup: Duration,
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    duration: Duration,
+    #[arg(long)]
+    rate: Option<u64>,
+    #[arg(long, default_value = "1M", value_parser = count)]
+    keys: u64,
+    #[arg(long, default_value_t = 128)]
+    value_size: usize,
+    #[arg(long, default_value_t = 0.9)]
+    get_ratio: f64,
+}
+
+#[derive(Subcommand)]
+pub enum HogCmd {
+    Cpu {
+        #[arg(long)]
+        pin: Option<usize>,
+        #[arg(long)]
+        seconds: f64,
+    },
+    Io {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value = "512M")]
+        size: String,
+        #[arg(long)]
+        seconds: f64,
+    },
+    Memory {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        max: u64,
+        #[arg(long)]
+        step: u64,
+        #[arg(long)]
+        seconds: f64,
+    },
 }
 
 #[derive(Args)]
@@ -29,7 +143,127 @@ pub struct RunBench {
 pub fn dispatch(cli: &Cli, b: &BenchCmd) -> Result<i32> {
     match b {
         BenchCmd::Run(a) => run_overhead(cli, a),
+        BenchCmd::Isolation(a) => isolation(cli, a),
+        BenchCmd::Loadgen(a) => loadgen(a),
+        BenchCmd::Hog(h) => hog(h),
     }
+}
+
+fn bad(msg: impl Into<String>) -> Error {
+    Error::invalid(Diagnostic::error(msg))
+}
+
+fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
+    use bulkhead::plan::SliceName;
+    use bulkhead_bench::isolation::{self, HogKind, Spec};
+    let mut hogs = Vec::new();
+    for h in &a.hog {
+        let k = HogKind::parse(h).map_err(bad)?;
+        if !hogs.contains(&k) {
+            hogs.push(k);
+        }
+    }
+    if !(0.0..=1.0).contains(&a.get_ratio) {
+        return Err(bad("--get-ratio must be between 0 and 1"));
+    }
+    let host_memory = bulkhead::units::parse_size(&a.host_memory, 1024)
+        .map_err(|e| bad(format!("--host-memory: {e}")))?;
+    let plan = Plan::load(cli.config.as_deref())?.resolve(&Host::detect())?;
+    let parse = |s: &str, flag: &str| SliceName::parse(s).map_err(|e| bad(format!("{flag}: {e}")));
+    let spec = Spec {
+        hogs,
+        warmup: a.warmup,
+        duration: a.duration,
+        connections: a.connections,
+        rate: a.rate,
+        keys: a.keys,
+        value_size: a.value_size,
+        get_ratio: a.get_ratio,
+        server: parse(&a.server_slice, "--server-slice")?,
+        helper: parse(&a.helper_slice, "--helper-slice")?,
+        plan,
+        host_memory,
+        port: a.port,
+        exe: std::env::current_exe().map_err(|e| Error::failed(e.to_string()))?,
+        progress: !cli.quiet,
+        repeat: a.repeat,
+    };
+    if a.repeat == 0 {
+        return Err(bad("--repeat must be at least 1"));
+    }
+    isolation::validate(&spec).map_err(bad)?;
+    let report = isolation::run(&spec).map_err(Error::failed)?;
+    for s in &report.scenarios {
+        println!("{}", bulkhead_bench::report::block(s));
+    }
+    println!(
+        "Database: {}. Load: {}.",
+        report.database, report.load_generator
+    );
+    println!(
+        "Machine: {} CPUs, {} RAM, Linux {}, {}.\n",
+        report.machine.cpus,
+        bulkhead::units::human_bytes(report.machine.memory),
+        report.machine.kernel,
+        report.machine.cgroups
+    );
+    print!("{}", bulkhead_bench::report::summary(&report));
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&report).unwrap())
+            .map_err(|e| bulkhead::error::io_failed("cannot write", p, e))?;
+    }
+    if let Some(p) = &a.chart {
+        bulkhead_bench::report::chart(&report, p).map_err(Error::failed)?;
+        if !cli.quiet {
+            eprintln!("chart: {}", p.display());
+        }
+    }
+    Ok(0)
+}
+
+fn loadgen(a: &LoadgenArgs) -> Result<i32> {
+    let spec = bulkhead_bench::loadgen::LoadSpec {
+        addr: a.addr,
+        connections: a.connections,
+        warmup: a.warmup,
+        duration: a.duration,
+        rate: a.rate,
+        get_ratio: a.get_ratio,
+        keys: a.keys,
+        value_size: a.value_size,
+        timeout: Duration::from_secs(5),
+    };
+    let r = bulkhead_bench::loadgen::run(&spec).map_err(Error::failed)?;
+    println!("{}", serde_json::to_string(&r).unwrap());
+    Ok(0)
+}
+
+fn hog(h: &HogCmd) -> Result<i32> {
+    use bulkhead_bench::hog;
+    hog::install_stop_handler();
+    let secs = |s: f64| {
+        if s.is_finite() && s > 0.0 {
+            Ok(Duration::from_secs_f64(s))
+        } else {
+            Err(bad("--seconds must be above zero"))
+        }
+    };
+    let r = match h {
+        HogCmd::Cpu { pin, seconds } => hog::cpu(*pin, secs(*seconds)?),
+        HogCmd::Io { dir, size, seconds } => {
+            let size = bulkhead::units::parse_size(size, 1024).map_err(bad)?;
+            hog::io(dir, size, secs(*seconds)?)
+        }
+        HogCmd::Memory {
+            dir,
+            max,
+            step,
+            seconds,
+        } => hog::memory(dir, *max, *step, secs(*seconds)?),
+    }
+    .map_err(|e| Error::failed(e.to_string()))?;
+    println!("{}", serde_json::to_string(&r).unwrap());
+    Ok(0)
 }
 
 fn median(v: &mut [f64]) -> f64 {

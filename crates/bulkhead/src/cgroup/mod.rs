@@ -169,6 +169,15 @@ impl CgroupFs {
             .collect()
     }
 
+    /// The `cgroup.procs` files of a slice in every hierarchy it exists in (for
+    /// [`crate::run::spawn_joined`]).
+    pub fn procs_files(&self, name: &SliceName) -> Vec<PathBuf> {
+        self.existing_dirs(name)
+            .into_iter()
+            .map(|(_, d)| d.join("cgroup.procs"))
+            .collect()
+    }
+
     /// Slices bulkhead created that exist now, parents first.
     pub fn slices_on_system(&self) -> Vec<SliceName> {
         let Some(p) = self.layout.primary() else {

@@ -1,0 +1,276 @@
+//! Everything a benchmark creates on the machine — a cgroup root in every hierarchy, a loop
+//! device with a file system, its mount and scheduler — recorded in a state file so that it is
+//! removed at the end, on Ctrl-C, on failure, and by the next run when the last one was
+//! killed with SIGKILL.
+
+use bulkhead::cgroup::Layout;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const STATE_ROOT: &str = "/run/bulkhead/bench";
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct State {
+    pub pid: u32,
+    /// The bench's cgroup root in each hierarchy.
+    pub cgroup_dirs: Vec<PathBuf>,
+    pub image: Option<PathBuf>,
+    pub loop_dev: Option<String>,
+    pub mount: Option<PathBuf>,
+}
+
+pub struct Env {
+    pub state: State,
+    pub dir: PathBuf,
+    /// `/bulkhead-bench-PID`, the cgroup path given to the slice backend.
+    pub cgroup_root: String,
+    pub layout: Layout,
+}
+
+fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+fn procs(d: &Path) -> Vec<i32> {
+    std::fs::read_to_string(d.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+fn subtree(d: &Path, out: &mut Vec<PathBuf>) {
+    out.push(d.to_path_buf());
+    if let Ok(rd) = std::fs::read_dir(d) {
+        for e in rd.flatten() {
+            if e.path().is_dir() {
+                subtree(&e.path(), out);
+            }
+        }
+    }
+}
+
+/// Remove everything a state records. Safe to call twice.
+pub fn tear_down(s: &State, dir: &Path) {
+    let mut all = Vec::new();
+    for d in &s.cgroup_dirs {
+        if d.is_dir() {
+            subtree(d, &mut all);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let pids: Vec<i32> = all.iter().flat_map(|d| procs(d)).collect();
+        if pids.is_empty() || Instant::now() > deadline {
+            break;
+        }
+        for p in pids {
+            // SAFETY: killing processes inside the bench's own cgroups.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    all.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for d in &all {
+        for _ in 0..100 {
+            if !d.exists() || std::fs::remove_dir(d).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    if let Some(m) = &s.mount {
+        let _ = Command::new("umount").arg(m).status();
+        let _ = std::fs::remove_dir(m);
+    }
+    if let Some(l) = &s.loop_dev {
+        let _ = Command::new("losetup").args(["-d", l]).status();
+    }
+    if let Some(i) = &s.image {
+        let _ = std::fs::remove_file(i);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Remove what benchmarks killed without cleaning up left behind. Returns what was cleaned.
+pub fn clean_stale() -> Vec<u32> {
+    let mut cleaned = Vec::new();
+    let Ok(rd) = std::fs::read_dir(STATE_ROOT) else {
+        return cleaned;
+    };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == std::process::id() || alive(pid) {
+            continue;
+        }
+        let s: State = std::fs::read_to_string(e.path().join("state.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        tear_down(&s, &e.path());
+        cleaned.push(pid);
+    }
+    cleaned
+}
+
+fn run(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+impl Env {
+    /// Create the bench's cgroup root (`/bulkhead-bench-PID`) in every hierarchy.
+    pub fn create() -> Result<Env, String> {
+        let layout = Layout::detect().map_err(|e| format!("cannot read mountinfo: {e}"))?;
+        let pid = std::process::id();
+        let dir = PathBuf::from(STATE_ROOT).join(pid.to_string());
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let name = format!("bulkhead-bench-{pid}");
+        let mut env = Env {
+            state: State {
+                pid,
+                ..Default::default()
+            },
+            dir,
+            cgroup_root: format!("/{name}"),
+            layout,
+        };
+        let mounts: Vec<(PathBuf, bool)> = env
+            .layout
+            .v1
+            .iter()
+            .chain(env.layout.unified.iter())
+            .map(|h| (h.mount.clone(), h.has("cpuset")))
+            .collect();
+        for (mount, cpuset) in mounts {
+            let d = mount.join(&name);
+            std::fs::create_dir(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
+            env.state.cgroup_dirs.push(d.clone());
+            env.save();
+            if cpuset {
+                copy_cpuset(&mount, &d)?;
+            }
+        }
+        Ok(env)
+    }
+
+    pub fn save(&self) {
+        let _ = std::fs::write(
+            self.dir.join("state.json"),
+            serde_json::to_string(&self.state).unwrap_or_default(),
+        );
+    }
+
+    /// A plain cgroup `NAME` under the bench root in every hierarchy (no limits): where the
+    /// "free" hogs run, outside any bulkhead slice.
+    pub fn plain_cgroup(&self, name: &str) -> Result<Vec<PathBuf>, String> {
+        let mut files = Vec::new();
+        for d in &self.state.cgroup_dirs {
+            let c = d.join(name);
+            if !c.exists() {
+                std::fs::create_dir(&c).map_err(|e| format!("mkdir {}: {e}", c.display()))?;
+                if d.join("cpuset.cpus").exists() {
+                    copy_cpuset(d, &c)?;
+                }
+            }
+            files.push(c.join("cgroup.procs"));
+        }
+        Ok(files)
+    }
+
+    /// Limit the whole bench (the "small host") to `bytes` of memory, or lift the limit.
+    pub fn limit_memory(&self, bytes: Option<u64>) -> Result<(), String> {
+        let Some(h) = self.layout.hierarchy("memory") else {
+            return Err("no memory controller on this host".into());
+        };
+        let d = self
+            .state
+            .cgroup_dirs
+            .iter()
+            .find(|d| d.starts_with(&h.mount))
+            .ok_or("the bench root is missing in the memory hierarchy")?;
+        let (file, value) = match (h.version, bytes) {
+            (bulkhead::cgroup::Version::V1, Some(b)) => ("memory.limit_in_bytes", b.to_string()),
+            (bulkhead::cgroup::Version::V1, None) => ("memory.limit_in_bytes", "-1".into()),
+            (_, Some(b)) => ("memory.max", b.to_string()),
+            (_, None) => ("memory.max", "max".into()),
+        };
+        std::fs::write(d.join(file), value).map_err(|e| format!("{}: {e}", d.join(file).display()))
+    }
+
+    /// A loop device with an ext4 file system whose scheduler is BFQ (so I/O weights
+    /// apply), mounted under the state directory. Returns the mount point and device name.
+    pub fn loop_fs(&mut self, size: u64) -> Result<(PathBuf, String), String> {
+        let image = PathBuf::from(format!("/var/tmp/bulkhead-bench-{}.img", self.state.pid));
+        self.state.image = Some(image.clone());
+        self.save();
+        let f = std::fs::File::create(&image).map_err(|e| format!("{}: {e}", image.display()))?;
+        f.set_len(size)
+            .map_err(|e| format!("{}: {e}", image.display()))?;
+        drop(f);
+        let dev = run(Command::new("losetup")
+            .args(["--find", "--show", "--direct-io=on"])
+            .arg(&image))?;
+        self.state.loop_dev = Some(dev.clone());
+        self.save();
+        run(Command::new("mkfs.ext4").args([
+            "-q",
+            "-F",
+            "-E",
+            "lazy_itable_init=0,lazy_journal_init=0",
+            &dev,
+        ]))?;
+        let mount = self.dir.join("data");
+        std::fs::create_dir_all(&mount).map_err(|e| e.to_string())?;
+        run(Command::new("mount").arg(&dev).arg(&mount))?;
+        self.state.mount = Some(mount.clone());
+        self.save();
+        let name = Path::new(&dev)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let sched = PathBuf::from(format!("/sys/block/{name}/queue/scheduler"));
+        std::fs::write(&sched, "bfq").map_err(|e| format!("cannot set BFQ on {name}: {e}"))?;
+        Ok((mount, name))
+    }
+
+    /// Remove the loop file system now (before other scenarios).
+    pub fn drop_loop_fs(&mut self) {
+        let s = State {
+            mount: self.state.mount.take(),
+            loop_dev: self.state.loop_dev.take(),
+            image: self.state.image.take(),
+            ..Default::default()
+        };
+        tear_down(&s, Path::new("/nonexistent-bulkhead"));
+        self.save();
+    }
+}
+
+fn copy_cpuset(parent: &Path, child: &Path) -> Result<(), String> {
+    for f in ["cpuset.cpus", "cpuset.mems"] {
+        let v = std::fs::read_to_string(parent.join(f))
+            .map_err(|e| format!("{}: {e}", parent.join(f).display()))?;
+        std::fs::write(child.join(f), v.trim())
+            .map_err(|e| format!("{}: {e}", child.join(f).display()))?;
+    }
+    Ok(())
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        tear_down(&self.state, &self.dir);
+    }
+}

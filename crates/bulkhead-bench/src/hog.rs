@@ -1,0 +1,225 @@
+//! The noisy neighbours: CPU, I/O and memory hogs. Each is bounded in time (and size), stops
+//! on SIGTERM/SIGINT, and reports how much work it got done, because a helper starved to zero
+//! is a bug too.
+
+use serde::{Deserialize, Serialize};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// What a hog did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct HogReport {
+    pub kind: String,
+    /// Units of work done (CPU: million loop iterations; I/O: MiB moved; memory: MiB held).
+    pub work: f64,
+    pub unit: String,
+    pub seconds: f64,
+    /// work / seconds
+    pub rate: f64,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Stop gracefully on SIGTERM/SIGINT, so the report is still printed.
+pub fn install_stop_handler() {
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+    }
+}
+
+fn should_stop(start: Instant, duration: Duration) -> bool {
+    STOP.load(Ordering::Relaxed) || start.elapsed() >= duration
+}
+
+/// Pin the calling thread to one CPU.
+pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// A busy loop, like `taskset -c N sh -c 'while true; do true; done'`, counting iterations.
+pub fn cpu(pin: Option<usize>, duration: Duration) -> std::io::Result<HogReport> {
+    if let Some(c) = pin {
+        pin_to_cpu(c)?;
+    }
+    let start = Instant::now();
+    let mut iterations: u64 = 0;
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    while !should_stop(start, duration) {
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+        }
+        iterations += 100_000;
+        std::hint::black_box(x);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let work = iterations as f64 / 1e6;
+    Ok(HogReport {
+        kind: "cpu".into(),
+        work,
+        unit: "M iterations".into(),
+        seconds: secs,
+        rate: work / secs,
+    })
+}
+
+/// Page-aligned buffer for O_DIRECT.
+struct Aligned {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+impl Aligned {
+    fn new(size: usize) -> Aligned {
+        let layout = std::alloc::Layout::from_size_align(size, 4096).expect("layout");
+        // SAFETY: non-zero size, valid alignment.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null(), "out of memory");
+        Aligned { ptr, layout }
+    }
+    fn slice(&mut self) -> &mut [u8] {
+        // SAFETY: ptr is valid for layout.size() bytes for the buffer's lifetime.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// Direct (uncached) writes and reads on a file in `dir`, so the I/O is issued by this
+/// process and counted against its cgroup on v1 as on v2. The file is at most `size` bytes
+/// and is removed at the end.
+pub fn io(dir: &Path, size: u64, duration: Duration) -> std::io::Result<HogReport> {
+    const CHUNK: usize = 1 << 20;
+    let path = dir.join(format!("io-hog-{}", std::process::id()));
+    let f: File = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)?;
+    let chunks = (size / CHUNK as u64).max(1);
+    let mut buf = Aligned::new(CHUNK);
+    buf.slice()
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, b)| *b = i as u8);
+    let start = Instant::now();
+    let mut moved: u64 = 0;
+    let mut written_chunks = 0u64;
+    let mut i = 0u64;
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let result = (|| -> std::io::Result<()> {
+        while !should_stop(start, duration) {
+            // Two writes, then two random reads of what exists.
+            for _ in 0..2 {
+                f.write_all_at(buf.slice(), (i % chunks) * CHUNK as u64)?;
+                i += 1;
+                written_chunks = written_chunks.max(i.min(chunks));
+                moved += CHUNK as u64;
+            }
+            for _ in 0..2 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let off = (rng % written_chunks.max(1)) * CHUNK as u64;
+                f.read_exact_at(buf.slice(), off)?;
+                moved += CHUNK as u64;
+            }
+        }
+        Ok(())
+    })();
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    result?;
+    let secs = start.elapsed().as_secs_f64();
+    let work = moved as f64 / (1 << 20) as f64;
+    Ok(HogReport {
+        kind: "io".into(),
+        work,
+        unit: "MiB".into(),
+        seconds: secs,
+        rate: work / secs,
+    })
+}
+
+/// Grows anonymous memory (touched, so it is really used) and page cache (a file written in
+/// `dir`) by `step` every 100 ms up to `max` bytes, then holds it. The file is removed at
+/// the end.
+pub fn memory(dir: &Path, max: u64, step: u64, duration: Duration) -> std::io::Result<HogReport> {
+    let path = dir.join(format!("memory-hog-{}", std::process::id()));
+    let mut cache = File::create(&path)?;
+    let mut anon: Vec<Vec<u8>> = Vec::new();
+    let mut held: u64 = 0;
+    let start = Instant::now();
+    let chunk = vec![0x5Au8; 1 << 20];
+    let result = (|| -> std::io::Result<()> {
+        while !should_stop(start, duration) {
+            if held < max {
+                // Half anonymous, half page cache.
+                let half = step / 2;
+                let mut v = vec![0u8; half as usize];
+                for p in v.chunks_mut(4096) {
+                    p[0] = 1;
+                }
+                anon.push(v);
+                let mut left = half;
+                while left > 0 {
+                    let n = left.min(chunk.len() as u64) as usize;
+                    cache.write_all(&chunk[..n])?;
+                    left -= n as u64;
+                }
+                held += step;
+                // Progress, so a hog the kernel kills still tells how far it got.
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "progress {}", held >> 20);
+                let _ = out.flush();
+            } else {
+                // Keep the anonymous memory hot.
+                for v in &mut anon {
+                    for p in v.chunks_mut(4096) {
+                        p[0] = p[0].wrapping_add(1);
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    })();
+    drop(cache);
+    let _ = std::fs::remove_file(&path);
+    result?;
+    let secs = start.elapsed().as_secs_f64();
+    let work = held as f64 / (1 << 20) as f64;
+    Ok(HogReport {
+        kind: "memory".into(),
+        work,
+        unit: "MiB".into(),
+        seconds: secs,
+        rate: work / secs,
+    })
+}

@@ -1,0 +1,115 @@
+//! A real Redis server for the benchmarks, started inside a slice and always stopped.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Redis {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    pub pid: u32,
+}
+
+/// Where Debian (and most distributions) install it.
+pub fn find_server() -> Option<PathBuf> {
+    std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .chain(["/usr/bin", "/usr/sbin", "/usr/local/bin"])
+        .map(|d| Path::new(d).join("redis-server"))
+        .find(|p| p.is_file())
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Whether something already listens on the port.
+pub fn port_busy(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_err()
+}
+
+pub struct Options<'a> {
+    pub port: u16,
+    pub dir: &'a Path,
+    /// Append-only file with an fsync after every write (for the I/O scenario).
+    pub aof_always: bool,
+    /// cgroup.procs files of the slice the server starts in.
+    pub procs_files: &'a [PathBuf],
+}
+
+impl Redis {
+    pub fn start(o: &Options) -> Result<Redis, String> {
+        let server = find_server()
+            .ok_or("redis-server is not installed (Debian: apt-get install redis-server)")?;
+        if port_busy(o.port) {
+            return Err(format!(
+                "port {} on 127.0.0.1 is busy; pick another with --port",
+                o.port
+            ));
+        }
+        let mut cmd = Command::new(server);
+        cmd.args([
+            "--port",
+            &o.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--protected-mode",
+            "no",
+        ])
+        .args(["--daemonize", "no", "--enable-debug-command", "local"])
+        .arg("--dir")
+        .arg(o.dir)
+        .args(["--appendonly", if o.aof_always { "yes" } else { "no" }])
+        .args(["--appendfsync", "always"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        let child = bulkhead::run::spawn_joined(&mut cmd, o.procs_files)
+            .map_err(|e| format!("cannot start redis-server: {e}"))?;
+        let pid = child.id();
+        let mut r = Redis {
+            child: Some(child),
+            addr: SocketAddr::from(([127, 0, 0, 1], o.port)),
+            pid,
+        };
+        if let Err(e) = crate::loadgen::wait_ready(r.addr, Duration::from_secs(10)) {
+            r.stop();
+            return Err(format!("redis-server did not become ready: {e}"));
+        }
+        Ok(r)
+    }
+
+    /// `Some(status)` when the server has exited (crashed or was killed).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

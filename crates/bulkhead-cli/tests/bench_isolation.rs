@@ -1,0 +1,300 @@
+//! `bulkhead bench isolation` end to end, in miniature (short scenarios, few keys): the
+//! report's structure, and that nothing is left behind, also after a kill -9 mid-run.
+
+mod common;
+
+use common::{prerequisites, stderr, stdout};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The bench tests use loop devices and whole-machine checks for leftovers: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn redis_installed() -> bool {
+    let ok = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
+        .iter()
+        .any(|p| Path::new(p).exists());
+    if !ok && std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("redis-server is missing in CI: the setup script must install it");
+    }
+    if !ok {
+        eprintln!("SKIPPED: redis-server not installed");
+    }
+    ok
+}
+
+fn bench() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bulkhead"));
+    c.env_remove("BULKHEAD_CONFIG")
+        .env_remove("BULKHEAD_CGROUP_ROOT");
+    c
+}
+
+/// Everything a bench run may create, found on the machine.
+fn leftovers() -> Vec<String> {
+    let mut out = Vec::new();
+    for m in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for c in std::fs::read_dir(m.path()).into_iter().flatten().flatten() {
+            if c.file_name()
+                .to_string_lossy()
+                .starts_with("bulkhead-bench-")
+            {
+                out.push(c.path().display().to_string());
+            }
+        }
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    out.extend(
+        mounts
+            .lines()
+            .filter(|l| l.contains("/run/bulkhead/bench"))
+            .map(String::from),
+    );
+    let loops = Command::new("losetup")
+        .arg("-a")
+        .output()
+        .map(|o| stdout(&o))
+        .unwrap_or_default();
+    out.extend(
+        loops
+            .lines()
+            .filter(|l| l.contains("bulkhead-bench-"))
+            .map(String::from),
+    );
+    for p in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if let Ok(cmd) = std::fs::read_to_string(p.path().join("cmdline")) {
+            let cmd = cmd.replace('\0', " ");
+            let cg = std::fs::read_to_string(p.path().join("cgroup")).unwrap_or_default();
+            if cmd.contains("bench hog")
+                || cmd.contains("bench loadgen")
+                || cg.contains("bulkhead-bench-")
+            {
+                out.push(format!(
+                    "process {}: {cmd}",
+                    p.file_name().to_string_lossy()
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn short_run_reports_every_scenario_and_cleans_up() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !prerequisites() || !redis_installed() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("bulkhead-bench-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.json");
+    let png = dir.join("r.png");
+    let o = bench()
+        .args([
+            "bench",
+            "isolation",
+            "--duration",
+            "1s",
+            "--warmup",
+            "300ms",
+            "--keys",
+            "20000",
+            "--connections",
+            "4",
+            "--host-memory",
+            "1G",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .arg("--chart")
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("Op rate") && text.contains("Latency 99th percentile"),
+        "{text}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let sc = v["scenarios"].as_array().unwrap();
+    let names: Vec<String> = sc
+        .iter()
+        .map(|s| {
+            format!(
+                "{}/{}",
+                s["hog"].as_str().unwrap(),
+                s["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    for want in [
+        "cpu/baseline",
+        "cpu/free",
+        "cpu/confined",
+        "cpu/confined, helper CPUWeight=100",
+        "cpu/confined, helper CPUWeight=idle",
+        "io/baseline",
+        "io/free",
+        "io/confined",
+        "memory/baseline",
+        "memory/free",
+        "memory/confined",
+    ] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "missing {want} in {names:?}"
+        );
+    }
+    for s in sc {
+        assert!(s["load"]["ops"].as_u64().unwrap() > 0, "{s}");
+        let l = &s["load"]["latency"];
+        assert!(
+            l["p50_ms"].as_f64() <= l["p99_ms"].as_f64()
+                && l["p99_ms"].as_f64() <= l["max_ms"].as_f64(),
+            "{s}"
+        );
+        if s["name"] != "baseline" {
+            assert!(!s["hogs"].as_array().unwrap().is_empty(), "a hog ran: {s}");
+        }
+    }
+    // The hog's own progress is reported for every confined CPU policy.
+    let cpu_work: Vec<f64> = sc
+        .iter()
+        .filter(|s| s["hog"] == "cpu" && s["name"] != "baseline")
+        .map(|s| {
+            s["hogs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| h["rate"].as_f64().unwrap())
+                .sum()
+        })
+        .collect();
+    assert!(cpu_work.iter().all(|w| *w > 0.0), "{cpu_work:?}");
+    let png_bytes = std::fs::read(&png).unwrap();
+    assert!(png_bytes.starts_with(b"\x89PNG"), "a PNG chart is written");
+    assert_eq!(
+        leftovers(),
+        Vec::<String>::new(),
+        "the bench left things behind"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn killed_mid_run_then_cleaned_by_the_next_run() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !prerequisites() || !redis_installed() {
+        return;
+    }
+    let mut child = bench()
+        .args([
+            "-q",
+            "bench",
+            "isolation",
+            "--hog",
+            "io,cpu",
+            "--duration",
+            "5s",
+            "--warmup",
+            "1s",
+            "--keys",
+            "20000",
+            "--connections",
+            "2",
+        ])
+        .spawn()
+        .unwrap();
+    // Wait until it has made its loop device and cgroups, then kill -9.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline
+        && !leftovers()
+            .iter()
+            .any(|l| l.contains("/run/bulkhead/bench"))
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !leftovers().is_empty(),
+        "a SIGKILLed bench leaves things behind until the next run"
+    );
+    let o = bench()
+        .args([
+            "bench",
+            "isolation",
+            "--hog",
+            "cpu",
+            "--duration",
+            "300ms",
+            "--warmup",
+            "100ms",
+            "--keys",
+            "1000",
+            "--connections",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("left behind"),
+        "the next run says it cleaned up: {}",
+        stderr(&o)
+    );
+    assert_eq!(leftovers(), Vec::<String>::new());
+}
+
+#[test]
+fn bad_input_is_refused_before_anything_starts() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !prerequisites() || !redis_installed() {
+        return;
+    }
+    let plan =
+        std::env::temp_dir().join(format!("bulkhead-bench-plan-{}.toml", std::process::id()));
+    std::fs::write(&plan, "[slice.other]\nCPUWeight = 5\n").unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port().to_string();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--hog".into(), "gpu".into()], "unknown hog 'gpu'"),
+        (
+            vec!["--duration".into(), "0s".into()],
+            "--duration must be above zero",
+        ),
+        (
+            vec!["--rate".into(), "0".into()],
+            "--rate must be above zero",
+        ),
+        (
+            vec!["-c".into(), plan.display().to_string()],
+            "has no slice 'db-server'",
+        ),
+        (vec!["--port".into(), port], "is busy"),
+    ];
+    for (args, want) in cases {
+        let o = bench()
+            .args(["bench", "isolation"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(want),
+            "{args:?}: expected '{want}' in {}",
+            stderr(&o)
+        );
+        assert_eq!(leftovers(), Vec::<String>::new());
+    }
+    let _ = std::fs::remove_file(plan);
+}
