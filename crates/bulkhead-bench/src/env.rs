@@ -7,7 +7,6 @@ use bulkhead::cgroup::Layout;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 const STATE_ROOT: &str = "/run/bulkhead/bench";
 
@@ -19,6 +18,9 @@ pub struct State {
     pub image: Option<PathBuf>,
     pub loop_dev: Option<String>,
     pub mount: Option<PathBuf>,
+    /// A disk-backed scratch directory (page cache for the memory hog).
+    #[serde(default)]
+    pub scratch: Option<PathBuf>,
 }
 
 pub struct Env {
@@ -34,54 +36,9 @@ fn alive(pid: u32) -> bool {
     unsafe { libc::kill(pid as i32, 0) == 0 }
 }
 
-fn procs(d: &Path) -> Vec<i32> {
-    std::fs::read_to_string(d.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
-fn subtree(d: &Path, out: &mut Vec<PathBuf>) {
-    out.push(d.to_path_buf());
-    if let Ok(rd) = std::fs::read_dir(d) {
-        for e in rd.flatten() {
-            if e.path().is_dir() {
-                subtree(&e.path(), out);
-            }
-        }
-    }
-}
-
 /// Remove everything a state records. Safe to call twice.
 pub fn tear_down(s: &State, dir: &Path) {
-    let mut all = Vec::new();
-    for d in &s.cgroup_dirs {
-        if d.is_dir() {
-            subtree(d, &mut all);
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let pids: Vec<i32> = all.iter().flat_map(|d| procs(d)).collect();
-        if pids.is_empty() || Instant::now() > deadline {
-            break;
-        }
-        for p in pids {
-            // SAFETY: killing processes inside the bench's own cgroups.
-            unsafe { libc::kill(p, libc::SIGKILL) };
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    all.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-    for d in &all {
-        for _ in 0..100 {
-            if !d.exists() || std::fs::remove_dir(d).is_ok() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    let _ = bulkhead::cgroup::ops::remove_trees(&s.cgroup_dirs);
     if let Some(m) = &s.mount {
         let _ = Command::new("umount").arg(m).status();
         let _ = std::fs::remove_dir(m);
@@ -91,6 +48,9 @@ pub fn tear_down(s: &State, dir: &Path) {
     }
     if let Some(i) = &s.image {
         let _ = std::fs::remove_file(i);
+    }
+    if let Some(d) = &s.scratch {
+        let _ = std::fs::remove_dir_all(d);
     }
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -224,11 +184,15 @@ impl Env {
             .arg(&image))?;
         self.state.loop_dev = Some(dev.clone());
         self.save();
+        // No journal: with one, fsync's commit I/O is issued by the jbd2 kernel thread, outside
+        // every slice, and BFQ cannot give it the database's weight.
         run(Command::new("mkfs.ext4").args([
             "-q",
             "-F",
+            "-O",
+            "^has_journal",
             "-E",
-            "lazy_itable_init=0,lazy_journal_init=0",
+            "lazy_itable_init=0",
             &dev,
         ]))?;
         let mount = self.dir.join("data");
@@ -244,6 +208,16 @@ impl Env {
         let sched = PathBuf::from(format!("/sys/block/{name}/queue/scheduler"));
         std::fs::write(&sched, "bfq").map_err(|e| format!("cannot set BFQ on {name}: {e}"))?;
         Ok((mount, name))
+    }
+
+    /// A directory on a disk-backed file system (/var/tmp), so files written there are page
+    /// cache the kernel can reclaim, unlike tmpfs.
+    pub fn scratch(&mut self) -> Result<PathBuf, String> {
+        let d = PathBuf::from(format!("/var/tmp/bulkhead-bench-{}.d", self.state.pid));
+        self.state.scratch = Some(d.clone());
+        self.save();
+        std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        Ok(d)
     }
 
     /// Remove the loop file system now (before other scenarios).

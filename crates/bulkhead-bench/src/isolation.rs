@@ -107,6 +107,12 @@ pub struct Scenario {
     pub db_died: Option<String>,
     /// What happened to the hog when it did not end by itself (e.g. OOM-killed in its slice).
     pub hog_fate: Option<String>,
+    /// CPU use over the scenario, percent of one CPU, of the database's and the load
+    /// generator's slices (read from the cgroups).
+    #[serde(default)]
+    pub server_cpu_percent: Option<f64>,
+    #[serde(default)]
+    pub loadgen_cpu_percent: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -373,6 +379,12 @@ impl Run<'_> {
             lg.args(["--rate", &r.to_string()]);
         }
         let loadgen_files = self.procs(&self.loadgen);
+        let cpu_of = |s: &SliceName| bulkhead::metrics::read_slice(&self.fs, s).cpu_usage_us;
+        let cpu0 = (
+            cpu_of(&self.spec.server),
+            cpu_of(&self.loadgen),
+            Instant::now(),
+        );
         let mut child = bulkhead::run::spawn_joined(&mut lg, &loadgen_files)
             .map_err(|e| format!("cannot start the load generator: {e}"))?;
         let started = Instant::now();
@@ -438,6 +450,10 @@ impl Run<'_> {
             }
         }
         let db_died = redis.exited().map(exit_text);
+        let secs = cpu0.2.elapsed().as_secs_f64();
+        let pct = |a: Option<u64>, b: Option<u64>| Some(b?.saturating_sub(a?) as f64 / 1e4 / secs);
+        let server_cpu_percent = pct(cpu0.0, cpu_of(&self.spec.server));
+        let loadgen_cpu_percent = pct(cpu0.1, cpu_of(&self.loadgen));
         if !status.success() {
             return Err(format!("the load generator failed: {}", err.trim()));
         }
@@ -454,6 +470,8 @@ impl Run<'_> {
             hogs: reports,
             db_died,
             hog_fate: fate,
+            server_cpu_percent,
+            loadgen_cpu_percent,
         })
     }
 
@@ -476,11 +494,7 @@ impl Run<'_> {
                 let (m, _) = self.env.loop_fs(3 << 30)?;
                 (m, true)
             }
-            _ => {
-                let d = self.env.dir.join("data");
-                std::fs::create_dir_all(&d).map_err(|e| e.to_string())?;
-                (d, false)
-            }
+            _ => (self.env.scratch()?, false),
         };
         if kind == HogKind::Memory {
             self.env.limit_memory(Some(self.spec.host_memory))?;
@@ -639,7 +653,9 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
     let loadgen = SliceName::parse("loadgen").unwrap();
     if plan.slice(&loadgen).is_none() {
         let extra = Plan::parse(
-            "[slice.loadgen]\nDescription = \"bulkhead's load generator\"\n",
+            // The client stands in for a remote one (the seeds' client ran on another
+            // machine): the highest CPU weight, so hogs on the database host never starve it.
+            "[slice.loadgen]\nDescription = \"bulkhead's load generator\"\nCPUWeight = 10000\n",
             None,
         )
         .and_then(|p| p.resolve(&host))
@@ -715,7 +731,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
         }),
         database: format!("redis-server in {}", spec.server.unit()),
         load_generator: format!(
-            "bulkhead's RESP load generator in loadgen.slice, {} connections, {}",
+            "bulkhead's RESP load generator in loadgen.slice (CPUWeight=10000, standing in for a remote client), {} connections, {}",
             spec.connections,
             spec.rate.map_or("closed loop".to_string(), |r| format!(
                 "open loop at {r} ops/s"

@@ -75,6 +75,12 @@ pub fn block(s: &Scenario) -> String {
     if let Some(f) = &s.hog_fate {
         let _ = writeln!(o, "Hog fate                  : {f}");
     }
+    if let (Some(sv), Some(lg)) = (s.server_cpu_percent, s.loadgen_cpu_percent) {
+        let _ = writeln!(
+            o,
+            "CPU (% of one CPU)        : database {sv:.0}%, load generator {lg:.0}%"
+        );
+    }
     if let Some(d) = &s.db_died {
         let _ = writeln!(o, "DATABASE DIED             : {d}");
     }

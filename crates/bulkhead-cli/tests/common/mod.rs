@@ -7,7 +7,6 @@ use bulkhead::cgroup::Layout;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
@@ -128,41 +127,10 @@ fn walk(d: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-fn procs(d: &Path) -> Vec<i32> {
-    std::fs::read_to_string(d.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.parse().ok())
-        .collect()
-}
-
 impl Drop for TestRoot {
     fn drop(&mut self) {
-        let mut all = Vec::new();
-        for d in &self.dirs {
-            all.push(d.clone());
-            walk(d, &mut all);
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let pids: Vec<i32> = all.iter().flat_map(|d| procs(d)).collect();
-            if pids.is_empty() || Instant::now() > deadline {
-                break;
-            }
-            for p in pids {
-                unsafe { libc::kill(p, libc::SIGKILL) };
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // Deepest first.
-        all.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-        for d in &all {
-            for _ in 0..100 {
-                if std::fs::remove_dir(d).is_ok() || !d.exists() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+        if let Err(e) = bulkhead::cgroup::ops::remove_trees(&self.dirs) {
+            eprintln!("test cleanup: {e}");
         }
         if let (Some(u), Some(before)) = (&self.layout.unified, &self.unified_subtree_before) {
             let f = u.mount.join("cgroup.subtree_control");

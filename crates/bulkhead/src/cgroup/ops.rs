@@ -271,3 +271,32 @@ fn explain_errno(op: &Op, e: &std::io::Error) -> Option<&'static str> {
         _ => None,
     }
 }
+
+/// Kill every process in the given cgroups and everything below them, then remove them all,
+/// deepest first. For cgroup trees the caller created itself (benchmark and test roots);
+/// slices go through [`Op::Kill`] and [`Op::Rmdir`] instead.
+pub fn remove_trees(roots: &[PathBuf]) -> std::io::Result<()> {
+    fn walk(d: &Path, out: &mut Vec<PathBuf>) {
+        out.push(d.to_path_buf());
+        if let Ok(rd) = fs::read_dir(d) {
+            for e in rd.flatten() {
+                if e.path().is_dir() {
+                    walk(&e.path(), out);
+                }
+            }
+        }
+    }
+    let mut all = Vec::new();
+    for r in roots.iter().filter(|r| r.is_dir()) {
+        walk(r, &mut all);
+    }
+    let killed = kill_all(&all);
+    all.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    let mut first_err = killed.err();
+    for d in &all {
+        if let Err(e) = run_op(&Op::Rmdir { dir: d.clone() }) {
+            first_err.get_or_insert(e);
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}

@@ -151,6 +151,15 @@ fn parse_slice(
         let kloc = source.loc(k.span().start);
         let raw_text = source.text[v.span()].trim().to_string();
         let dctx = format!("{ctx} {key}");
+        let bad_value = |(m, hint): super::directives::Bad, raw_text: &str, kloc| {
+            let d = Diagnostic::error(format!("{key} = {raw_text}: {m}"))
+                .at(source.at(kloc))
+                .context(ctx.clone());
+            match hint {
+                Some(h) => d.hint(h),
+                None => d,
+            }
+        };
         let raw = match to_raw(v.get_ref()) {
             Ok(r) => r,
             Err(m) => {
@@ -176,15 +185,7 @@ fn parse_slice(
                         },
                     );
                 }
-                Err((m, hint)) => {
-                    let mut d = Diagnostic::error(format!("{key} = {raw_text}: {m}"))
-                        .at(source.at(kloc))
-                        .context(ctx.clone());
-                    if let Some(h) = hint {
-                        d = d.hint(h);
-                    }
-                    errors.push(d);
-                }
+                Err(bad) => errors.push(bad_value(bad, &raw_text, kloc)),
             }
         } else if let Some(l) = LEGACY.iter().find(|l| l.name == key) {
             match check_legacy(l, &raw) {
@@ -202,15 +203,7 @@ fn parse_slice(
                         },
                     ));
                 }
-                Err((m, hint)) => {
-                    let mut d = Diagnostic::error(format!("{key} = {raw_text}: {m}"))
-                        .at(source.at(kloc))
-                        .context(ctx.clone());
-                    if let Some(h) = hint {
-                        d = d.hint(h);
-                    }
-                    errors.push(d);
-                }
+                Err(bad) => errors.push(bad_value(bad, &raw_text, kloc)),
             }
         } else {
             let names = directives::directive_names();
