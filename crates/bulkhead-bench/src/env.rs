@@ -184,8 +184,7 @@ impl Env {
             .arg(&image))?;
         self.state.loop_dev = Some(dev.clone());
         self.save();
-        // No journal: with one, fsync's commit I/O is issued by the jbd2 kernel thread, outside
-        // every slice, and BFQ cannot give it the database's weight.
+        // No journal: its commits are issued by the jbd2 kernel thread, outside every slice.
         run(Command::new("mkfs.ext4").args([
             "-q",
             "-F",

@@ -532,6 +532,12 @@ impl Mapper<'_> {
         if self.caps.bfq {
             if s.io_weight.is_some() {
                 self.weight_effective("IOWeight");
+                self.warnings.push(
+                    Diagnostic::note(
+                        "IOWeight on cgroup v1 covers reads and direct I/O only: buffered writes and their fsync writeback are charged to the root cgroup (cgroup writeback needs cgroup v2)",
+                    )
+                    .context(format!("[slice.{}]", s.name())),
+                );
             }
             let w = s.io_weight.unwrap_or(100);
             let why = s
