@@ -196,6 +196,16 @@ pub fn status_table(st: &Status) -> String {
     for r in rows {
         let _ = writeln!(out, "{}", line(r));
     }
-    let _ = writeln!(out, "PSI: share of time some tasks stalled, avg10 in %. EVENTS on cgroup v1: limit hits / under_oom / oom kills.");
+    let _ = writeln!(out, "PSI: share of time some tasks stalled, avg10 in %.");
+    if st
+        .slices
+        .iter()
+        .any(|s| s.memory_controller.as_deref() == Some("v1"))
+    {
+        let _ = writeln!(
+            out,
+            "cgroup v1: EVENTS are limit hits / under_oom / oom kills; IO counts only disks with BFQ or an I/O limit, and no buffered writeback."
+        );
+    }
     out
 }

@@ -566,3 +566,48 @@ fn import_scylla_slices_and_apply_them() {
         .success());
     assert!(t.cgroups().is_empty());
 }
+
+#[test]
+fn status_counts_io_bytes() {
+    if !prerequisites() {
+        return;
+    }
+    let t = TestRoot::new();
+    // A generous limit on the disk under /var/tmp: on v1 it also turns on per-cgroup I/O
+    // accounting for that disk (and on v2 io.stat counts anyway).
+    let plan = t.plan("[slice.db-helper]\nIOWriteBandwidthMax = \"/var/tmp 10G\"\n");
+    let p = plan.to_str().unwrap();
+    let o = t.run(&["-c", p, "apply"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let file = format!("/var/tmp/bulkhead-io-test-{}", std::process::id());
+    let o = t.run(&[
+        "run",
+        "--slice",
+        "db-helper",
+        "--",
+        "dd",
+        "if=/dev/zero",
+        &format!("of={file}"),
+        "bs=1M",
+        "count=8",
+        "oflag=direct",
+        "status=none",
+    ]);
+    let _ = std::fs::remove_file(&file);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.run(&["status", "--json", "--interval", "0.1"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let helper = v["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "db-helper")
+        .unwrap()
+        .clone();
+    let written = helper["io_write_bytes"].as_u64().unwrap_or(0);
+    assert!(
+        written >= 8 << 20,
+        "8 MiB of direct writes are counted, got {written}: {helper}"
+    );
+    assert!(t.run(&["-c", p, "destroy", "-q"]).status.success());
+}

@@ -139,21 +139,38 @@ pub fn io_stat_v2(text: &str) -> (u64, u64) {
     (r, w)
 }
 
-/// Sum Read/Write over all devices of a v1 blkio.*io_service_bytes* file.
-pub fn io_stat_v1(text: &str) -> (u64, u64) {
-    let mut r = 0;
-    let mut w = 0;
+/// Read/Write bytes per device of a v1 blkio.*io_service_bytes* file.
+fn io_per_device_v1(text: &str) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let mut m = std::collections::BTreeMap::new();
     for l in text.lines() {
         let f: Vec<&str> = l.split_whitespace().collect();
         if f.len() == 3 {
+            let e = m.entry(f[0].to_string()).or_insert((0u64, 0u64));
             match f[1] {
-                "Read" => r += f[2].parse::<u64>().unwrap_or(0),
-                "Write" => w += f[2].parse::<u64>().unwrap_or(0),
+                "Read" => e.0 += f[2].parse::<u64>().unwrap_or(0),
+                "Write" => e.1 += f[2].parse::<u64>().unwrap_or(0),
                 _ => {}
             }
         }
     }
-    (r, w)
+    m
+}
+
+/// Sum Read/Write over all devices of v1 blkio stat files. v1 counts a disk's I/O in the
+/// throttle files only while the disk has a limit, and in the BFQ files only when the disk
+/// uses BFQ; per device the larger figure is taken, so nothing is counted twice.
+pub fn io_stat_v1(texts: &[String]) -> (u64, u64) {
+    let mut merged: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for t in texts {
+        for (dev, (r, w)) in io_per_device_v1(t) {
+            let e = merged.entry(dev).or_default();
+            e.0 = e.0.max(r);
+            e.1 = e.1.max(w);
+        }
+    }
+    merged
+        .values()
+        .fold((0, 0), |(r, w), (a, b)| (r + a, w + b))
 }
 
 fn count_procs(dir: &Path) -> usize {
@@ -241,9 +258,17 @@ pub fn read_slice(fs: &CgroupFs, name: &SliceName) -> SliceStatus {
     if let (Some(h), Some(d)) = (layout.hierarchy("io"), fs.dir_for("io", name)) {
         let (r, w) = match h.version {
             Version::V2 => read(&d.join("io.stat")).map(|t| io_stat_v2(&t)),
-            Version::V1 => read(&d.join("blkio.throttle.io_service_bytes_recursive"))
-                .or_else(|| read(&d.join("blkio.io_service_bytes_recursive")))
-                .map(|t| io_stat_v1(&t)),
+            Version::V1 => {
+                let texts: Vec<String> = [
+                    "blkio.throttle.io_service_bytes_recursive",
+                    "blkio.bfq.io_service_bytes_recursive",
+                    "blkio.io_service_bytes_recursive",
+                ]
+                .iter()
+                .filter_map(|f| read(&d.join(f)))
+                .collect();
+                (!texts.is_empty()).then(|| io_stat_v1(&texts))
+            }
         }
         .unzip();
         s.io_read_bytes = r;
@@ -311,9 +336,13 @@ mod tests {
             io_stat_v2("254:0 rbytes=10 wbytes=20 rios=1\n7:0 rbytes=5 wbytes=0\n"),
             (15, 20)
         );
+        let throttle = "254:0 Read 100\n254:0 Write 50\n254:0 Total 150\nTotal 150\n".to_string();
+        let bfq = "254:0 Read 100\n254:0 Write 50\n7:0 Read 0\n7:0 Write 4096\n".to_string();
+        assert_eq!(io_stat_v1(std::slice::from_ref(&throttle)), (100, 50));
         assert_eq!(
-            io_stat_v1("254:0 Read 100\n254:0 Write 50\n254:0 Total 150\nTotal 150\n"),
-            (100, 50)
+            io_stat_v1(&[throttle, bfq]),
+            (100, 4146),
+            "per device max, no double count"
         );
         assert_eq!(
             flat_keyed("usage_usec 42\nuser_usec 1", "usage_usec"),
