@@ -40,7 +40,14 @@ fn alive(pid: u32) -> bool {
 pub fn tear_down(s: &State, dir: &Path) {
     let _ = bulkhead::cgroup::ops::remove_trees(&s.cgroup_dirs);
     if let Some(m) = &s.mount {
-        let _ = Command::new("umount").arg(m).status();
+        let ok = Command::new("umount")
+            .arg(m)
+            .status()
+            .is_ok_and(|st| st.success());
+        if !ok {
+            // Still busy: detach it now; the kernel frees it when the last user is gone.
+            let _ = Command::new("umount").arg("-l").arg(m).status();
+        }
         let _ = std::fs::remove_dir(m);
     }
     if let Some(l) = &s.loop_dev {
@@ -65,7 +72,9 @@ pub fn clean_stale() -> Vec<u32> {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
-        if pid == std::process::id() || alive(pid) {
+        // Our own PID cannot have a live state yet (this runs before Env::create): a
+        // directory with it is from an earlier run that had the same PID.
+        if pid != std::process::id() && alive(pid) {
             continue;
         }
         let s: State = std::fs::read_to_string(e.path().join("state.json"))
@@ -115,9 +124,10 @@ impl Env {
             .collect();
         for (mount, cpuset) in mounts {
             let d = mount.join(&name);
-            std::fs::create_dir(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
+            // Recorded before it exists, so a kill at any moment leaves nothing unrecorded.
             env.state.cgroup_dirs.push(d.clone());
             env.save();
+            std::fs::create_dir(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
             if cpuset {
                 copy_cpuset(&mount, &d)?;
             }

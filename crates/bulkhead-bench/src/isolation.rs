@@ -209,6 +209,17 @@ struct Run<'a> {
     bar: Option<indicatif::ProgressBar>,
 }
 
+/// Hogs that are killed when dropped, so no error path leaves one running.
+struct Hogs(Vec<Child>);
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for h in &mut self.0 {
+            kill_wait(h, Duration::from_secs(1));
+        }
+    }
+}
+
 fn kill_wait(c: &mut Child, grace: Duration) -> Option<std::process::ExitStatus> {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
@@ -339,7 +350,7 @@ impl Run<'_> {
         self.say(format!("{} / {name}", kind.name()));
         let total = self.spec.warmup + self.spec.duration;
         let hog_secs = total.as_secs_f64() + 3.0;
-        let mut hogs: Vec<Child> = Vec::new();
+        let mut hogs = Hogs(Vec::new());
         let target = match placement {
             Placement::None => None,
             Placement::Free => Some(self.free.clone()),
@@ -350,7 +361,7 @@ impl Run<'_> {
                 c.stdin(Stdio::null())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::null());
-                hogs.push(
+                hogs.0.push(
                     bulkhead::run::spawn_joined(&mut c, files)
                         .map_err(|e| format!("cannot start the {} hog: {e}", kind.name()))?,
                 );
@@ -398,9 +409,7 @@ impl Run<'_> {
             {
                 let _ = child.kill();
                 let _ = child.wait();
-                for h in &mut hogs {
-                    kill_wait(h, Duration::from_secs(1));
-                }
+                drop(hogs);
                 check_interrupt()?;
                 return Err("the load generator did not finish in time".into());
             }
@@ -419,7 +428,7 @@ impl Run<'_> {
         // Stop the hogs and read what they did.
         let mut reports = Vec::new();
         let mut fate = None;
-        for mut h in hogs {
+        for mut h in std::mem::take(&mut hogs.0) {
             let st = kill_wait(&mut h, Duration::from_secs(3));
             let mut text = String::new();
             h.stdout.take().unwrap().read_to_string(&mut text).ok();

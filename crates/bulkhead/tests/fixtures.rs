@@ -80,6 +80,7 @@ impl Fixture {
             io_cost: true,
             memsw: true,
             hugetlb_rsvd: true,
+            swap_v2: true,
         });
         layout
     }
@@ -1315,4 +1316,34 @@ fn hybrid_tracks_slices_in_the_empty_unified_mount() {
     assert!(ops
         .iter()
         .all(|op| op_paths(op).iter().all(|p| !p.starts_with(f.cg("systemd")))));
+}
+
+/// cgroup v2 OOM-kills rather than refusing a memory.max below current use, so the planner
+/// refuses it; and limits the plan stops naming go back to "no limit".
+#[test]
+fn v2_refuses_memory_max_below_use_and_resets_removed_limits() {
+    let f = unified();
+    let kernel = Kernel { mount: f.cg("") };
+    let plan = "[slice.db-server]\nMemoryMax = \"2G\"\nHugetlbMax = { \"2M\" = \"1G\" }\n";
+    let first = f.apply(plan).ops;
+    kernel.run(&first);
+    let server = f.cg("db.slice/db-server.slice");
+    fs::write(server.join("memory.current"), (1u64 << 30).to_string()).unwrap();
+    let err = f
+        .try_apply(&plan.replace("MemoryMax = \"2G\"", "MemoryMax = \"512M\""))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("below what the slice uses now (1G)"), "{err}");
+    assert!(err.contains("OOM-kill"), "{err}");
+    // Above current use is fine.
+    assert!(f
+        .try_apply(&plan.replace("MemoryMax = \"2G\"", "MemoryMax = \"1536M\""))
+        .is_ok());
+    // Dropping HugetlbMax from the plan resets the limit instead of leaving it in force.
+    let ops = f.apply("[slice.db-server]\nMemoryMax = \"2G\"\n").ops;
+    assert_eq!(
+        value(&ops, &server.join("hugetlb.2MB.max")),
+        "max",
+        "{ops:#?}"
+    );
 }

@@ -62,6 +62,8 @@ pub struct Caps {
     pub memsw: bool,
     /// hugetlb.<size>.rsvd.* exists.
     pub hugetlb_rsvd: bool,
+    /// v2 memory.swap.max exists (swap accounting on).
+    pub swap_v2: bool,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -205,10 +207,34 @@ impl Layout {
             cpu_idle,
             bfq: crate::host::bfq_available(),
             bfq_devices,
-            io_cost: io_v2 && exists("io", "io.cost.qos"),
+            // io.cost works only where a device has it enabled, not merely compiled in.
+            io_cost: io_v2
+                && self.hierarchy("io").is_some_and(|h| {
+                    fs::read_to_string(h.mount.join("io.cost.qos"))
+                        .is_ok_and(|t| t.contains("enable=1"))
+                }),
+            swap_v2: self.swap_v2(),
             memsw: exists("memory", "memory.memsw.limit_in_bytes"),
             hugetlb_rsvd,
         }
+    }
+
+    /// Whether v2 cgroups get memory.swap.max: look at an existing cgroup with the memory
+    /// controller (the root has no memory files); assume yes when there is none to look at.
+    fn swap_v2(&self) -> bool {
+        let Some(h) = self
+            .hierarchy("memory")
+            .filter(|h| h.version == Version::V2)
+        else {
+            return false;
+        };
+        let Ok(rd) = fs::read_dir(&h.mount) else {
+            return true;
+        };
+        rd.filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .find(|p| p.join("memory.current").exists())
+            .is_none_or(|p| p.join("memory.swap.max").exists())
     }
 
     /// The hierarchy that holds a controller (by its v2 name: `io`, not `blkio`).

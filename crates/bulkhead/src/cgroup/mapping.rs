@@ -97,6 +97,8 @@ pub struct Mapper<'a> {
     pub inherited_cpuset: (IdSet, IdSet),
     /// vm.swappiness, the v1 default for memory.swappiness.
     pub swappiness: u32,
+    /// The host's huge page sizes (limits for sizes the plan leaves out are reset).
+    pub page_sizes: Vec<u64>,
     pub wants: Vec<Want>,
     pub warnings: Vec<Diagnostic>,
 }
@@ -280,6 +282,13 @@ impl Mapper<'_> {
 
     fn memory_v2(&mut self) {
         let s = self.slice;
+        if s.memory_swap_max.is_some() && !self.caps.swap_v2 {
+            self.warn(
+                "MemorySwapMax",
+                "this kernel has no memory.swap.max (no swap accounting)",
+                "boot without cgroup.memory=noswap, or drop MemorySwapMax",
+            );
+        }
         for (file, val, key, default) in [
             ("memory.min", s.memory_min, "MemoryMin", Limit::Bytes(0)),
             ("memory.low", s.memory_low, "MemoryLow", Limit::Bytes(0)),
@@ -292,6 +301,9 @@ impl Mapper<'_> {
                 Limit::Infinity,
             ),
         ] {
+            if file == "memory.swap.max" && !self.caps.swap_v2 {
+                continue;
+            }
             let why = val.map_or(format!("{key} (default)"), |l| format!("{key}={}", l.v2()));
             self.wants.push(v(
                 file,
@@ -555,7 +567,8 @@ impl Mapper<'_> {
                 file: "blkio.bfq.weight_device".into(),
                 lines,
                 why: "IODeviceWeight".into(),
-                reset: Reset::Zero,
+                // bfq_io_set_device_weight refuses 0; "default" clears a device line.
+                reset: Reset::Default,
             });
         } else if s.io_weight.is_some() || !s.io_device_weight.is_empty() {
             self.warn(
@@ -589,9 +602,22 @@ impl Mapper<'_> {
     }
 
     fn hugetlb(&mut self, version: Version) {
-        for (size, limit) in &self.slice.hugetlb_max {
+        // Every page size the host has: those the plan leaves out go back to no limit.
+        let mut sizes: Vec<(u64, Limit, bool)> = self
+            .page_sizes
+            .iter()
+            .filter(|p| !self.slice.hugetlb_max.contains_key(p))
+            .map(|p| (*p, Limit::Infinity, true))
+            .collect();
+        sizes.extend(self.slice.hugetlb_max.iter().map(|(p, l)| (*p, *l, false)));
+        for (size, limit, default) in &sizes {
+            let (size, limit) = (size, limit);
             let name = page_size_cgroup_name(*size);
-            let why = format!("HugetlbMax[{name}]={}", limit.v2());
+            let why = if *default {
+                format!("HugetlbMax[{name}] (default)")
+            } else {
+                format!("HugetlbMax[{name}]={}", limit.v2())
+            };
             match version {
                 Version::V2 => {
                     self.wants.push(v(
@@ -599,7 +625,7 @@ impl Mapper<'_> {
                         limit.v2(),
                         why.clone(),
                         Cmp::Number,
-                        false,
+                        *default,
                     ));
                     if self.caps.hugetlb_rsvd {
                         self.wants.push(v(
@@ -617,7 +643,7 @@ impl Mapper<'_> {
                         limit.v1(),
                         why.clone(),
                         Cmp::Number,
-                        false,
+                        *default,
                     ));
                     if self.caps.hugetlb_rsvd {
                         self.wants.push(v(

@@ -218,6 +218,8 @@ impl CgroupFs {
                 let (c, d) = l.split_once(' ')?;
                 Some((PathBuf::from(d), c.to_string()))
             })
+            // Cgroups removed since (a benchmark's root, say) need no bookkeeping.
+            .filter(|(d, _)| d.is_dir())
             .collect()
     }
 
@@ -239,6 +241,7 @@ impl CgroupFs {
 /// Planning state: what files hold after the writes planned so far.
 struct Planner {
     ops: Vec<Op>,
+    errors: Vec<Diagnostic>,
     sim: HashMap<PathBuf, String>,
     created: HashSet<PathBuf>,
     foreign_enables: Vec<(PathBuf, String)>,
@@ -292,6 +295,26 @@ impl Planner {
                 // A default for a file this kernel does not have.
                 if optional && cur.is_none() {
                     return;
+                }
+                // cgroup v2 does not refuse a memory.max below current use: it OOM-kills
+                // until the group fits. Refuse that here instead.
+                if file == "memory.max" && !self.created.contains(dir) {
+                    let used = fs::read_to_string(dir.join("memory.current"))
+                        .ok()
+                        .and_then(|c| c.trim().parse::<u64>().ok());
+                    if let (Some(used), Ok(new)) = (used, value.parse::<u64>()) {
+                        if new < used {
+                            self.errors.push(
+                                Diagnostic::error(format!(
+                                    "{why} is below what the slice uses now ({}); cgroup v2 would OOM-kill processes to get there",
+                                    crate::units::human_bytes(used)
+                                ))
+                                .at(dir.display().to_string())
+                                .hint("raise the limit, or stop or move processes out of the slice first"),
+                            );
+                            return;
+                        }
+                    }
                 }
                 if let Some((bfile, bval)) = before {
                     let bcur = self.current(&dir.join(&bfile));
@@ -423,8 +446,32 @@ impl Backend for CgroupFs {
     }
 
     fn plan_apply(&self, plan: &ResolvedPlan) -> Result<Changes> {
-        let uses_cpuset = plan.slices.iter().any(|s| s.uses_cpuset());
-        let uses_hugetlb = plan.slices.iter().any(|s| !s.hugetlb_max.is_empty());
+        // A hierarchy stays in use while a slice exists there, so removing the last
+        // AllowedCPUs or HugetlbMax from the plan resets the limits instead of leaving them.
+        // v1: the slice exists in the controller's own hierarchy; v2: the controller's files
+        // are present in the slice (it was enabled for it).
+        let exists_in = |ctrl: &str, v2_file_prefix: &str| {
+            self.layout.hierarchy(ctrl).is_some_and(|h| {
+                plan.slices.iter().any(|s| {
+                    let d = self.dir(h, s.name());
+                    if !(d.is_dir() && mark::is_ours(&d)) {
+                        return false;
+                    }
+                    match h.version {
+                        Version::V1 => true,
+                        Version::V2 => fs::read_dir(&d).is_ok_and(|rd| {
+                            rd.filter_map(|e| e.ok()).any(|e| {
+                                e.file_name().to_string_lossy().starts_with(v2_file_prefix)
+                            })
+                        }),
+                    }
+                })
+            })
+        };
+        let uses_cpuset =
+            plan.slices.iter().any(|s| s.uses_cpuset()) || exists_in("cpuset", "cpuset.");
+        let uses_hugetlb = plan.slices.iter().any(|s| !s.hugetlb_max.is_empty())
+            || exists_in("hugetlb", "hugetlb.");
         let hs = self.hierarchies(uses_cpuset, uses_hugetlb);
         let mut errors = Vec::new();
         let mut warnings = Vec::new();
@@ -495,6 +542,7 @@ impl Backend for CgroupFs {
             .unwrap_or(60);
         let mut p = Planner {
             ops: vec![],
+            errors: vec![],
             sim: HashMap::new(),
             created: HashSet::new(),
             foreign_enables: vec![],
@@ -563,6 +611,7 @@ impl Backend for CgroupFs {
                     caps: &caps,
                     inherited_cpuset: inherited.clone(),
                     swappiness,
+                    page_sizes: plan.host.hugepage_sizes.clone(),
                     wants: vec![],
                     warnings: vec![],
                 };
@@ -575,6 +624,7 @@ impl Backend for CgroupFs {
                 }
             }
         }
+        errors.append(&mut p.errors);
         if !errors.is_empty() {
             return Err(Error::Invalid(errors));
         }
@@ -646,6 +696,14 @@ impl Backend for CgroupFs {
                 v.dedup();
                 v
             };
+            if kill && pids.contains(&(std::process::id() as i32)) {
+                errors.push(
+                    Diagnostic::error(format!(
+                        "bulkhead itself runs in slice '{name}'; --kill would kill it halfway"
+                    ))
+                    .hint("run destroy from a shell outside the slice"),
+                );
+            }
             if !pids.is_empty() {
                 busy.push(format!(
                     "{name} ({} process(es): {})",

@@ -202,6 +202,8 @@ pub struct Outcome {
 /// order, and the error says what failed, where, and that the system was put back.
 pub fn execute(ops: &[Op]) -> Result<Outcome> {
     let mut undo_log: Vec<Op> = Vec::new();
+    // Kills, removals and disables cannot be undone.
+    let mut irreversible: Vec<String> = Vec::new();
     let mut outcome = Outcome::default();
     for op in ops {
         if let Op::Write {
@@ -218,8 +220,10 @@ pub fn execute(ops: &[Op]) -> Result<Outcome> {
         match run_op(op) {
             Ok(()) => {
                 outcome.done += 1;
-                if let Some(u) = undo(op) {
-                    undo_log.push(u);
+                match undo(op) {
+                    Some(u) => undo_log.push(u),
+                    None if !matches!(op, Op::Write { .. }) => irreversible.push(op.to_string()),
+                    None => {}
                 }
             }
             Err(e) => {
@@ -234,7 +238,13 @@ pub fn execute(ops: &[Op]) -> Result<Outcome> {
                     _ => String::new(),
                 };
                 let mut d = Diagnostic::error(format!("{op}{what} failed: {}", errno_text(&e)));
-                d = if failed_undo.is_empty() {
+                d = if !irreversible.is_empty() {
+                    d.hint(format!(
+                        "{} change(s) before it cannot be undone and stay done: {}",
+                        irreversible.len(),
+                        irreversible.join("; ")
+                    ))
+                } else if failed_undo.is_empty() {
                     d.hint(format!(
                         "nothing was left changed: the {} change(s) made before it were undone",
                         undo_log.len()
