@@ -60,6 +60,8 @@ pub fn tear_down(s: &State, dir: &Path) {
         let _ = std::fs::remove_dir_all(d);
     }
     let _ = std::fs::remove_dir_all(dir);
+    // The state root goes too once no run is left in it (fails harmlessly otherwise).
+    let _ = std::fs::remove_dir(STATE_ROOT);
 }
 
 /// Remove what benchmarks killed without cleaning up left behind. Returns what was cleaned.

@@ -10,6 +10,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
+/// The unified root's cgroup.subtree_control before the first test of this process touched
+/// anything: tests run in parallel, so each restores to this, not to what it saw at its start.
+static UNIFIED_BEFORE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
 /// True when the test can run. Outside CI a missing prerequisite skips with a message; in CI
 /// (CI=true) it fails the run, so a broken machine is never reported green.
 pub fn prerequisites() -> bool {
@@ -61,10 +65,13 @@ impl TestRoot {
             }
             dirs.push(d);
         }
-        let unified_subtree_before = layout
-            .unified
-            .as_ref()
-            .and_then(|u| std::fs::read_to_string(u.mount.join("cgroup.subtree_control")).ok());
+        let unified_subtree_before = UNIFIED_BEFORE
+            .get_or_init(|| {
+                layout.unified.as_ref().and_then(|u| {
+                    std::fs::read_to_string(u.mount.join("cgroup.subtree_control")).ok()
+                })
+            })
+            .clone();
         let plan_dir = std::env::temp_dir().join(&name);
         std::fs::create_dir_all(&plan_dir).unwrap();
         TestRoot {
