@@ -7,7 +7,6 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// What a hog did.
@@ -22,23 +21,13 @@ pub struct HogReport {
     pub rate: f64,
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
 /// Stop gracefully on SIGTERM/SIGINT, so the report is still printed.
 pub fn install_stop_handler() {
-    // SAFETY: the handler only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-    }
+    crate::stop::install_handler();
 }
 
 fn should_stop(start: Instant, duration: Duration) -> bool {
-    STOP.load(Ordering::Relaxed) || start.elapsed() >= duration
+    crate::stop::requested() || start.elapsed() >= duration
 }
 
 /// Pin the calling thread to one CPU.

@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,14 +131,8 @@ pub struct Machine {
     pub cgroups: String,
 }
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_interrupt(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
 fn check_interrupt() -> Result<(), String> {
-    if INTERRUPTED.load(Ordering::SeqCst) {
+    if crate::stop::requested() {
         return Err("interrupted: everything the bench started was stopped and removed".into());
     }
     Ok(())
@@ -404,9 +397,7 @@ impl Run<'_> {
             if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
                 break st;
             }
-            if INTERRUPTED.load(Ordering::SeqCst)
-                || started.elapsed() > total + Duration::from_secs(30)
-            {
+            if crate::stop::requested() || started.elapsed() > total + Duration::from_secs(30) {
                 let _ = child.kill();
                 let _ = child.wait();
                 drop(hogs);
@@ -643,17 +634,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
     if !stale.is_empty() && spec.progress {
         eprintln!("bench: removed what earlier benchmark runs {stale:?} left behind");
     }
-    // SAFETY: the handler only stores to an atomic.
-    unsafe {
-        libc::signal(
-            libc::SIGINT,
-            on_interrupt as *const () as libc::sighandler_t,
-        );
-        libc::signal(
-            libc::SIGTERM,
-            on_interrupt as *const () as libc::sighandler_t,
-        );
-    }
+    crate::stop::install_handler();
     let env = Env::create()?;
     let fs = CgroupFs::new(env.layout.clone(), &env.cgroup_root).map_err(|e| e.to_string())?;
     // The user's plan plus a slice for the load generator, so its CPU use is accounted for.

@@ -44,3 +44,4 @@ pub mod hog;
 pub mod isolation;
 pub mod redis;
 pub mod report;
+pub mod stop;

@@ -38,27 +38,8 @@ pub struct IsolationBench {
     /// Hogs to run, comma-separated: cpu, io, memory
     #[arg(long, default_value = "cpu,io,memory", value_delimiter = ',')]
     hog: Vec<String>,
-    /// Measured time per scenario
-    #[arg(long, default_value = "20s", value_parser = duration)]
-    duration: Duration,
-    /// Load before measuring, per scenario
-    #[arg(long, default_value = "5s", value_parser = duration)]
-    warmup: Duration,
-    /// Client connections
-    #[arg(long, default_value_t = 20)]
-    connections: usize,
-    /// Open loop at this many ops/s (latency from the intended send time); default: closed loop
-    #[arg(long)]
-    rate: Option<u64>,
-    /// Keys loaded into Redis (1M = a million)
-    #[arg(long, default_value = "1M", value_parser = count)]
-    keys: u64,
-    /// Value size in bytes
-    #[arg(long, default_value_t = 128)]
-    value_size: usize,
-    /// Share of GETs in the mix (the rest are SETs)
-    #[arg(long, default_value_t = 0.9)]
-    get_ratio: f64,
+    #[command(flatten)]
+    load: LoadArgs,
     /// The plan's slice for the database
     #[arg(long, default_value = "db-server")]
     server_slice: String,
@@ -82,24 +63,38 @@ pub struct IsolationBench {
     chart: Option<PathBuf>,
 }
 
+/// What the load generator does; shared by `bench isolation` and the hidden `bench loadgen`.
+#[derive(Args)]
+pub struct LoadArgs {
+    /// Measured time per scenario
+    #[arg(long, default_value = "20s", value_parser = duration)]
+    duration: Duration,
+    /// Load before measuring, per scenario
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    warmup: Duration,
+    /// Client connections
+    #[arg(long, default_value_t = 20)]
+    connections: usize,
+    /// Open loop at this many ops/s (latency from the intended send time); default: closed loop
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Keys loaded into Redis (1M = a million)
+    #[arg(long, default_value = "1M", value_parser = count)]
+    keys: u64,
+    /// Value size in bytes
+    #[arg(long, default_value_t = 128)]
+    value_size: usize,
+    /// Share of GETs in the mix (the rest are SETs)
+    #[arg(long, default_value_t = 0.9)]
+    get_ratio: f64,
+}
+
 #[derive(Args)]
 pub struct LoadgenArgs {
     #[arg(long)]
     addr: std::net::SocketAddr,
-    #[arg(long, default_value_t = 20)]
-    connections: usize,
-    #[arg(long, default_value = "1s", value_parser = duration)]
-    warmup: Duration,
-    #[arg(long, default_value = "10s", value_parser = duration)]
-    duration: Duration,
-    #[arg(long)]
-    rate: Option<u64>,
-    #[arg(long, default_value = "1M", value_parser = count)]
-    keys: u64,
-    #[arg(long, default_value_t = 128)]
-    value_size: usize,
-    #[arg(long, default_value_t = 0.9)]
-    get_ratio: f64,
+    #[command(flatten)]
+    load: LoadArgs,
 }
 
 #[derive(Subcommand)]
@@ -163,7 +158,8 @@ fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
             hogs.push(k);
         }
     }
-    if !(0.0..=1.0).contains(&a.get_ratio) {
+    let l = &a.load;
+    if !(0.0..=1.0).contains(&l.get_ratio) {
         return Err(bad("--get-ratio must be between 0 and 1"));
     }
     let host_memory = bulkhead::units::parse_size(&a.host_memory, 1024)
@@ -172,13 +168,13 @@ fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
     let parse = |s: &str, flag: &str| SliceName::parse(s).map_err(|e| bad(format!("{flag}: {e}")));
     let spec = Spec {
         hogs,
-        warmup: a.warmup,
-        duration: a.duration,
-        connections: a.connections,
-        rate: a.rate,
-        keys: a.keys,
-        value_size: a.value_size,
-        get_ratio: a.get_ratio,
+        warmup: l.warmup,
+        duration: l.duration,
+        connections: l.connections,
+        rate: l.rate,
+        keys: l.keys,
+        value_size: l.value_size,
+        get_ratio: l.get_ratio,
         server: parse(&a.server_slice, "--server-slice")?,
         helper: parse(&a.helper_slice, "--helper-slice")?,
         plan,
@@ -224,13 +220,13 @@ fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
 fn loadgen(a: &LoadgenArgs) -> Result<i32> {
     let spec = bulkhead_bench::loadgen::LoadSpec {
         addr: a.addr,
-        connections: a.connections,
-        warmup: a.warmup,
-        duration: a.duration,
-        rate: a.rate,
-        get_ratio: a.get_ratio,
-        keys: a.keys,
-        value_size: a.value_size,
+        connections: a.load.connections,
+        warmup: a.load.warmup,
+        duration: a.load.duration,
+        rate: a.load.rate,
+        get_ratio: a.load.get_ratio,
+        keys: a.load.keys,
+        value_size: a.load.value_size,
         timeout: Duration::from_secs(5),
     };
     let r = bulkhead_bench::loadgen::run(&spec).map_err(Error::failed)?;

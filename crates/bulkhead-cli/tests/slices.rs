@@ -281,16 +281,10 @@ fn a_failed_write_midway_is_rolled_back() {
     assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
     // ~64 MiB of anonymous memory in the helper slice (there is no swap to push it to).
     let mut hog = t
-        .cmd()
-        .args([
-            "run",
-            "--slice",
+        .sh_in(
             "db-helper",
-            "--",
-            "sh",
-            "-c",
             "x=$(head -c 67108864 /dev/zero | tr '\\0' a); echo ready; sleep 60",
-        ])
+        )
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -365,19 +359,7 @@ fn status_reports_usage_and_pressure() {
     let plan = t.plan(EMBEDDED_DEFAULT);
     let p = plan.to_str().unwrap();
     assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
-    let mut busy = t
-        .cmd()
-        .args([
-            "run",
-            "--slice",
-            "db-helper",
-            "--",
-            "sh",
-            "-c",
-            "while :; do :; done",
-        ])
-        .spawn()
-        .unwrap();
+    let mut busy = t.sh_in("db-helper", "while :; do :; done").spawn().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let o = t.run(&["status", "--json", "--interval", "0.5"]);
     assert!(o.status.success(), "{}", stderr(&o));

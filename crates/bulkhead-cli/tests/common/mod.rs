@@ -98,6 +98,13 @@ impl TestRoot {
         c
     }
 
+    /// `bulkhead run --slice SLICE -- sh -c SCRIPT`, ready to spawn or run.
+    pub fn sh_in(&self, slice: &str, script: &str) -> Command {
+        let mut c = self.cmd();
+        c.args(["run", "--slice", slice, "--", "sh", "-c", script]);
+        c
+    }
+
     pub fn run(&self, args: &[&str]) -> Output {
         self.cmd().args(args).output().expect("run bulkhead")
     }
