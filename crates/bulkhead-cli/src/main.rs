@@ -3,6 +3,7 @@
 
 mod bench;
 mod show;
+mod spawn;
 
 use bulkhead::cgroup::{Backend, CgroupFs, Changes, Layout};
 use bulkhead::error::{Diagnostic, Error, Result, Severity};
@@ -74,6 +75,8 @@ enum Command {
     Status(StatusArgs),
     /// Remove the plan's slices, children first
     Destroy(DestroyArgs),
+    /// Run a command in a sandbox (namespaces, a root file system, an ephemeral snapshot)
+    Spawn(spawn::SpawnArgs),
     /// Convert systemd .slice files (and their .d/*.conf drop-ins) to plan TOML
     Import(ImportArgs),
     /// Benchmarks that measure bulkhead against what people use today
@@ -228,6 +231,7 @@ fn dispatch(cli: &Cli) -> Result<i32> {
         Command::Status(a) => status(cli, a),
         Command::Destroy(a) => destroy(cli, a),
         Command::Import(a) => import(a),
+        Command::Spawn(a) => spawn::spawn(cli, a),
         Command::Bench(b) => bench::dispatch(cli, b),
     }
 }

@@ -11,6 +11,7 @@ pub mod host;
 pub mod metrics;
 pub mod plan;
 pub mod run;
+pub mod sandbox;
 pub mod units;
 
 pub use error::{Diagnostic, Error, Result};

@@ -37,6 +37,9 @@ pub struct RunError {
 }
 
 impl RunError {
+    pub fn with_code(code: i32, error: Error) -> RunError {
+        RunError { code, error }
+    }
     fn new(code: i32, d: Diagnostic) -> RunError {
         RunError {
             code,

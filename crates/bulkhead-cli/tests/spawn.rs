@@ -1,0 +1,456 @@
+//! `bulkhead spawn` for real: namespaces, mounts, the tiny init, exit codes, timeouts, the
+//! ephemeral root and its cleanup, hardening, bad input. Each test builds its own busybox
+//! root under /var/tmp and removes it.
+
+mod common;
+
+use common::rootfs::busybox_root;
+use common::{prerequisites, stderr, stdout, TestRoot};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+static N: AtomicUsize = AtomicUsize::new(0);
+
+/// A busybox root in a unique directory, removed on drop.
+struct Root(PathBuf);
+impl Root {
+    fn new() -> Root {
+        let d = PathBuf::from(format!(
+            "/var/tmp/bulkhead-spawn-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        busybox_root(&d);
+        Root(d)
+    }
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+impl Drop for Root {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn bulkhead() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bulkhead"));
+    c.env_remove("BULKHEAD_CONFIG").env_remove("BULKHEAD_CGROUP_ROOT");
+    c
+}
+
+fn spawn(root: &Root, opts: &[&str], script: &str) -> Output {
+    let mut c = bulkhead();
+    c.args(["spawn", "-D", root.path()]);
+    c.args(opts);
+    c.args(["--", "/bin/sh", "-c", script]);
+    c.output().expect("run bulkhead")
+}
+
+/// Sandbox state entries owned by `pid` (or by any of this test process's children).
+fn state_entries_of(pid: u32) -> Vec<String> {
+    std::fs::read_dir("/run/bulkhead/sandbox")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .filter(|n| n.starts_with(&format!("{pid}-")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn mounts() -> String {
+    std::fs::read_to_string("/proc/self/mountinfo").unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        stdout(o),
+        stderr(o)
+    );
+    stdout(o)
+}
+
+#[test]
+fn pid1_private_network_and_hostname() {
+    if !prerequisites() {
+        return;
+    }
+    let r = Root::new();
+    let out = ok(&spawn(
+        &r,
+        &["-x", "--hostname", "db-tools"],
+        "echo pid=$$; echo init=$(cat /proc/1/comm); echo procs=$(ls /proc | grep -c '^[0-9]'); echo net=$(ls /sys/class/net); echo host=$(hostname); ip link show lo | head -1",
+    ));
+    assert!(out.contains("pid=2\n"), "{out}");
+    assert!(out.contains("init=bulkhead-init\n"), "{out}");
+    // init, sh, ls, grep at most: no host process is visible.
+    let procs: usize = out
+        .lines()
+        .find_map(|l| l.strip_prefix("procs="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(procs <= 5, "{out}");
+    assert!(out.contains("net=lo\n"), "{out}");
+    assert!(out.contains("host=db-tools\n"), "{out}");
+    assert!(out.contains("UP"), "lo is up in a private netns: {out}");
+
+    let out = ok(&spawn(&r, &["--as-pid1", "--net", "none"], "echo pid=$$; ip link show lo | head -1"));
+    assert!(out.contains("pid=1\n"), "{out}");
+    assert!(!out.contains(",UP"), "--net none leaves lo down: {out}");
+
+    let out = ok(&spawn(&r, &["--net", "host"], "ls /sys/class/net | wc -l"));
+    let host_ifaces = std::fs::read_dir("/sys/class/net").unwrap().count();
+    assert_eq!(out.trim(), host_ifaces.to_string());
+}
+
+#[test]
+fn writes_never_reach_rootfs() {
+    if !prerequisites() {
+        return;
+    }
+    let r = Root::new();
+    let before = mounts();
+    let out = ok(&spawn(
+        &r,
+        &["-x", "-v"],
+        "echo new > /etc/new-file && rm /bin/ls && mkdir /data && echo wrote",
+    ));
+    assert!(out.contains("wrote"));
+    assert!(stderr(&spawn(&r, &["-x", "-v"], "true")).contains("snapshot: "));
+    assert!(!r.0.join("etc/new-file").exists());
+    assert!(r.0.join("bin/ls").exists());
+    assert!(!r.0.join("data").exists());
+    // Without --ephemeral the root is read-only.
+    let o = spawn(&r, &[], "touch /etc/x");
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("Read-only"), "{}", stderr(&o));
+    assert!(!r.0.join("etc/x").exists());
+    // --writable writes through.
+    ok(&spawn(&r, &["--writable"], "touch /etc/x"));
+    assert!(r.0.join("etc/x").exists());
+    assert_eq!(mounts(), before, "no mount is left in the host's namespace");
+}
+
+#[test]
+fn hardening_fds_proc_sys_caps() {
+    if !prerequisites() {
+        return;
+    }
+    let r = Root::new();
+    // An fd inherited from the caller (not close-on-exec) must not reach the command.
+    let f = std::fs::File::open("/etc/hostname").unwrap();
+    let mut c = bulkhead();
+    c.args(["spawn", "-D", r.path(), "--", "/bin/sh", "-c"]);
+    c.arg("ls /proc/$$/fd | sort -n | tr '\\n' ' '; echo; cat /proc/self/status | grep -E 'CapBnd|NoNewPrivs|Seccomp:'");
+    {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let fd = f.as_raw_fd();
+        unsafe {
+            c.pre_exec(move || {
+                if libc::dup2(fd, 9) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let out = ok(&c.output().unwrap());
+    let fds = out.lines().next().unwrap().trim();
+    assert_eq!(fds, "0 1 2", "{out}");
+    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+    assert!(out.contains("Seccomp:\t2"), "{out}");
+    let bnd = out
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:\t"))
+        .unwrap();
+    let bnd = u64::from_str_radix(bnd.trim(), 16).unwrap();
+    assert_eq!(bnd & (1 << 21), 0, "CAP_SYS_ADMIN dropped");
+    assert_eq!(bnd & (1 << 27), 0, "CAP_MKNOD dropped");
+    assert_eq!(bnd & (1 << 19), 0, "CAP_SYS_PTRACE dropped");
+
+    let out = ok(&spawn(
+        &r,
+        &["-x"],
+        "echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo proc-sys-writable; \
+         echo x > /sys/kernel/uevent_helper 2>/dev/null && echo sys-writable; \
+         cat /proc/keys 2>/dev/null | wc -c; \
+         mount -t tmpfs none /tmp 2>/dev/null && echo mounted; \
+         mknod /tmp/sda b 8 0 2>/dev/null && echo mknod; \
+         unshare -U true 2>/dev/null && echo unshared; \
+         ls /proc/1/exe >/dev/null 2>&1 && readlink /proc/1/exe; \
+         echo done",
+    ));
+    for bad in ["proc-sys-writable", "sys-writable", "mounted", "mknod", "unshared", "bulkhead\n"] {
+        assert!(!out.contains(bad), "{bad} in: {out}");
+    }
+    assert!(out.starts_with("0\n"), "/proc/keys is masked: {out}");
+    assert!(out.contains("done"));
+}
+
+#[test]
+fn exit_codes_signals_and_missing_commands() {
+    if !prerequisites() {
+        return;
+    }
+    let r = Root::new();
+    assert_eq!(spawn(&r, &[], "exit 7").status.code(), Some(7));
+    assert_eq!(spawn(&r, &[], "kill -TERM $$").status.code(), Some(143));
+    assert_eq!(spawn(&r, &["--as-pid1"], "exit 3").status.code(), Some(3));
+
+    let o = bulkhead()
+        .args(["spawn", "-D", r.path(), "--", "/usr/bin/postgres"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(127));
+    assert!(stderr(&o).contains("/usr/bin/postgres: command not found in the sandbox's root"));
+    let o = bulkhead()
+        .args(["spawn", "-D", r.path(), "--", "/etc/passwd"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(126), "{}", stderr(&o));
+
+    // SIGTERM to bulkhead reaches the command through the init.
+    let mut child = bulkhead()
+        .args(["spawn", "-D", r.path(), "--", "/bin/sleep", "30"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(143));
+}
+
+#[test]
+fn timeout_kills_the_whole_sandbox() {
+    if !prerequisites() {
+        return;
+    }
+    let r = Root::new();
+    let t = Instant::now();
+    // A grandchild that ignores SIGTERM, in the background: the timeout must take it too.
+    let o = spawn(
+        &r,
+        &["--timeout", "700ms"],
+        "trap '' TERM; sleep 41.5 & sleep 42.5",
+    );
+    assert_eq!(o.status.code(), Some(124), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--timeout"), "{}", stderr(&o));
+    assert!(t.elapsed() < Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(200));
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd);
+        assert!(
+            !cmd.contains("41.5") && !cmd.contains("42.5"),
+            "left running: {cmd}"
+        );
+    }
+}
+
+#[test]
+fn user_ids_cwd_env_binds_tmpfs() {
+    if !prerequisites() {
+        return;
+    }
+    let r = Root::new();
+    let data = PathBuf::from(format!("{}-data", r.path()));
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("hello"), "from the host\n").unwrap();
+    // The command runs as app (1000): let it write to the bind.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let bind = format!("{}:/srv/data", data.display());
+    let bind_ro = format!("{}:/srv/ro:ro", data.display());
+    let out = ok(&spawn(
+        &r,
+        &[
+            "-x", "--uid", "app", "--cwd", "/tmp", "-E", "DB=main", "--bind", &bind, "--bind",
+            &bind_ro, "--tmpfs", "/scratch",
+        ],
+        "id -u; id -g; pwd; echo $DB $HOME $container; cat /srv/data/hello; \
+         echo w > /srv/data/written && echo rw-ok; echo w > /srv/ro/x 2>/dev/null || echo ro-refused; \
+         grep -c ' /scratch ' /proc/mounts",
+    ));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "1000", "{out}");
+    assert_eq!(lines[1], "1000", "{out}");
+    assert_eq!(lines[2], "/tmp", "{out}");
+    assert_eq!(lines[3], "main /home/app bulkhead", "{out}");
+    assert_eq!(lines[4], "from the host");
+    assert!(out.contains("rw-ok") && out.contains("ro-refused"), "{out}");
+    assert!(data.join("written").exists());
+    assert!(!data.join("x").exists());
+    assert_eq!(lines.last().unwrap().trim(), "1");
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+#[test]
+fn bad_input_is_refused_and_leaves_nothing() {
+    if !prerequisites() {
+        return;
+    }
+    let r = Root::new();
+    let before = mounts();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["-D".into(), "/nonexistent/root".into()],
+            "No such file or directory",
+        ),
+        (vec!["-D".into(), "/etc/hostname".into()], "not a directory"),
+        (
+            vec!["-D".into(), r.path().into(), "-x".into(), "--bind".into(), "/nonexistent:/x".into()],
+            "--bind /nonexistent",
+        ),
+        (
+            vec!["-D".into(), r.path().into(), "-x".into(), "--bind".into(), "/etc:/../../etc".into()],
+            "'..' could leave",
+        ),
+        (
+            vec!["-D".into(), r.path().into(), "-x".into(), "--bind".into(), "/etc:/escape/etc".into()],
+            "symbolic link",
+        ),
+        (
+            vec!["-D".into(), r.path().into(), "--bind".into(), "/etc:/nowhere".into()],
+            "read-only",
+        ),
+        (
+            vec!["-D".into(), r.path().into(), "-x".into(), "--hostname".into(), "a b".into()],
+            "not a valid host name",
+        ),
+        (
+            vec!["-D".into(), r.path().into(), "-x".into(), "--uid".into(), "postgres".into()],
+            "no such user",
+        ),
+        (
+            vec!["-D".into(), r.path().into(), "-x".into(), "--cwd".into(), "/no/dir".into()],
+            "--cwd /no/dir",
+        ),
+        (
+            vec!["-D".into(), r.path().into(), "--snapshot".into(), "overlay".into()],
+            "--snapshot needs --ephemeral",
+        ),
+    ];
+    // An absolute symlink inside the root that points at the host's /etc.
+    std::os::unix::fs::symlink("/etc", r.0.join("escape")).unwrap();
+    for (args, want) in cases {
+        let mut c = bulkhead();
+        c.arg("spawn").args(&args).args(["--", "/bin/true"]);
+        let o = c.output().unwrap();
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(stderr(&o).contains(want), "{args:?}: want '{want}' in: {}", stderr(&o));
+        assert!(stderr(&o).contains("hint:") || want == "symbolic link" || want == "not a directory", "{args:?}: no hint: {}", stderr(&o));
+    }
+    assert_eq!(mounts(), before);
+    // Nothing was mounted over the host's /etc through the symlink.
+    assert!(!Path::new("/etc/etc").exists());
+}
+
+#[test]
+fn fifty_parallel_sandboxes_leave_nothing() {
+    if !prerequisites() {
+        return;
+    }
+    let r = Root::new();
+    let before = mounts();
+    let children: Vec<_> = (0..50)
+        .map(|i| {
+            bulkhead()
+                .args(["spawn", "-D", r.path(), "-x", "--", "/bin/sh", "-c"])
+                .arg(format!("echo {i} > /etc/me; sleep 0.3; cat /etc/me"))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut pids = Vec::new();
+    for (i, c) in children.into_iter().enumerate() {
+        pids.push(c.id());
+        let o = c.wait_with_output().unwrap();
+        assert_eq!(ok(&o).trim(), i.to_string(), "each sandbox has its own root");
+    }
+    assert!(!r.0.join("etc/me").exists());
+    for p in pids {
+        assert!(state_entries_of(p).is_empty(), "state of {p} left behind");
+    }
+    assert_eq!(mounts(), before);
+}
+
+#[test]
+fn kill_9_leaves_nothing_after_the_next_start() {
+    if !prerequisites() {
+        return;
+    }
+    let r = Root::new();
+    let mut child = bulkhead()
+        .args(["spawn", "-D", r.path(), "-x", "--", "/bin/sleep", "43.5"])
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let t = Instant::now();
+    while state_entries_of(pid).is_empty() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!state_entries_of(pid).is_empty(), "the sandbox registered its state");
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    // The sandbox dies with bulkhead (PR_SET_PDEATHSIG on its PID 1).
+    std::thread::sleep(Duration::from_millis(300));
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&cmd).contains("43.5"), "sandbox still running");
+    }
+    // The next start removes the dead owner's state.
+    ok(&spawn(&r, &["-x"], "true"));
+    assert!(state_entries_of(pid).is_empty(), "stale state of {pid} not removed");
+}
+
+#[test]
+fn spawn_in_a_slice_with_its_own_cgroup_namespace() {
+    if !prerequisites() {
+        return;
+    }
+    let t = TestRoot::new();
+    let plan = t.plan("[slice.db-helper]\nCPUWeight = 10\nTasksMax = 50\n");
+    let o = t
+        .cmd()
+        .args(["-c", plan.to_str().unwrap(), "apply"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = Root::new();
+    let mut c = t.cmd();
+    c.args(["-c", plan.to_str().unwrap(), "spawn", "-D", r.path(), "-x", "--slice", "db-helper", "--"])
+        .args(["/bin/sh", "-c", "cat /proc/self/cgroup; sleep 1"])
+        .stdout(Stdio::piped());
+    let child = c.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let procs =
+        std::fs::read_to_string(t.dir("pids", "db.slice/db-helper.slice/cgroup.procs")).unwrap();
+    assert!(
+        procs.lines().count() >= 3,
+        "bulkhead, the init and the command are in the slice: {procs}"
+    );
+    let o = child.wait_with_output().unwrap();
+    let out = ok(&o);
+    // In its own cgroup namespace the slice is the root.
+    assert!(out.lines().all(|l| l.ends_with(":/")), "{out}");
+
+    let o = t
+        .cmd()
+        .args(["-c", plan.to_str().unwrap(), "spawn", "-D", r.path(), "--slice", "db-nope", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125));
+    assert!(stderr(&o).contains("db-nope"), "{}", stderr(&o));
+}

@@ -1,0 +1,311 @@
+//! Ephemeral sandboxes: a command in new mount, PID, UTS, IPC, cgroup and (optionally)
+//! network namespaces, pivoted into a root file system, placed in a slice.
+//!
+//! The flow is one way, like the rest of bulkhead: [`SandboxSpec`] (what the user asked for)
+//! is checked and turned, in the parent, into a [`setup::Program`]: plain data (paths, mount
+//! operations, the exec arguments, a compiled seccomp filter) built before the clone. The
+//! child only executes that program, so nothing between clone and exec allocates on the
+//! success path, and `spawn --dry-run` can print the very operations a start performs.
+//!
+//! Lifetime: the sandbox dies with bulkhead (PR_SET_PDEATHSIG on its PID 1, and a PID
+//! namespace dies with its PID 1); an overlay and its tmpfs live only in the sandbox's own
+//! mount namespace, so they vanish with it; on-disk snapshots are registered before they are
+//! made and removed on every exit path, or by the next bulkhead start after a kill -9.
+
+mod child;
+pub mod seccomp;
+pub mod setup;
+
+use crate::cgroup::Backend;
+use crate::error::{errno_text, Diagnostic, Error};
+use crate::plan::SliceName;
+use crate::run::{RunError, EXIT_RUN_FAILED};
+use crate::snapshot::{self, Choice, Snapshot};
+use std::ffi::OsString;
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The exit code when `--timeout` killed the sandbox (coreutils timeout(1)'s convention).
+pub const EXIT_TIMEOUT: i32 = 124;
+
+/// Which network the sandbox gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Net {
+    /// A new network namespace with only `lo`, and `lo` down.
+    None,
+    /// A new network namespace with `lo` up.
+    #[default]
+    Private,
+    /// The host's network namespace.
+    Host,
+}
+
+impl std::str::FromStr for Net {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Net, String> {
+        match s {
+            "none" => Ok(Net::None),
+            "private" => Ok(Net::Private),
+            "host" => Ok(Net::Host),
+            _ => Err(format!("'{s}' is not a network mode (none, private, host)")),
+        }
+    }
+}
+
+/// `--bind SRC:DST[:ro]`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    pub src: PathBuf,
+    pub dst: PathBuf,
+    pub read_only: bool,
+}
+
+impl std::str::FromStr for Bind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Bind, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let (src, dst, ro) = match parts.as_slice() {
+            [src] => (*src, *src, false),
+            [src, dst] => (*src, *dst, false),
+            [src, dst, opt] => match *opt {
+                "ro" => (*src, *dst, true),
+                "rw" => (*src, *dst, false),
+                _ => return Err(format!("'{s}': the option after the second ':' must be ro or rw, not '{opt}'")),
+            },
+            _ => return Err(format!("'{s}' is not SRC[:DST[:ro|rw]]")),
+        };
+        if src.is_empty() || dst.is_empty() {
+            return Err(format!("'{s}': empty path"));
+        }
+        Ok(Bind {
+            src: PathBuf::from(src),
+            dst: PathBuf::from(dst),
+            read_only: ro,
+        })
+    }
+}
+
+/// A user namespace: IDs 0..size inside are base..base+size outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserRange {
+    pub base: u32,
+    pub size: u32,
+}
+
+/// What the user asked for (`bulkhead spawn`).
+#[derive(Debug, Clone, Default)]
+pub struct SandboxSpec {
+    pub rootfs: PathBuf,
+    /// A writable throw-away copy of the root, discarded on exit.
+    pub ephemeral: bool,
+    pub snapshot: Option<Choice>,
+    /// Without --ephemeral: mount the root writable (it is read-only otherwise).
+    pub writable: bool,
+    pub slice: Option<SliceName>,
+    pub net: Net,
+    pub hostname: Option<String>,
+    pub binds: Vec<Bind>,
+    pub tmpfs: Vec<PathBuf>,
+    pub private_users: Option<UserRange>,
+    /// A user name (looked up in the root's /etc/passwd) or a number.
+    pub uid: Option<String>,
+    pub gid: Option<String>,
+    pub cwd: Option<PathBuf>,
+    pub env: Vec<(String, String)>,
+    pub timeout: Option<Duration>,
+    /// Exec the command as PID 1 instead of under bulkhead's tiny init.
+    pub as_pid1: bool,
+    /// Install the default seccomp filter (on unless --seccomp=no).
+    pub seccomp: bool,
+    pub argv: Vec<OsString>,
+}
+
+/// What happened: the exit code to give, and how the root was made.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The command's exit code, 128+N for a signal, [`EXIT_TIMEOUT`] on timeout.
+    pub code: i32,
+    pub timed_out: bool,
+    /// How the ephemeral root was made, and why.
+    pub method: Option<(snapshot::Method, String)>,
+    /// From the start of spawn to the exit of the sandbox.
+    pub elapsed: Duration,
+    /// Time spent making the snapshot.
+    pub snapshot_time: Duration,
+}
+
+fn invalid(msg: impl Into<String>, hint: &str) -> RunError {
+    RunError::with_code(
+        EXIT_RUN_FAILED,
+        Error::invalid(Diagnostic::error(msg).hint(hint)),
+    )
+}
+
+fn failed(e: Error) -> RunError {
+    RunError::with_code(EXIT_RUN_FAILED, e)
+}
+
+/// Check the user's input against the host before anything is created.
+fn validate(spec: &SandboxSpec) -> Result<PathBuf, RunError> {
+    if spec.argv.is_empty() {
+        return Err(invalid(
+            "no command given",
+            "write the command after --, e.g. bulkhead spawn -D /var/lib/machines/debian -- /bin/sh",
+        ));
+    }
+    let root = &spec.rootfs;
+    let meta = std::fs::metadata(root).map_err(|e| {
+        invalid(
+            format!("-D {}: {}", root.display(), errno_text(&e)),
+            "give the directory that holds the root file system (or an image name: bulkhead image list)",
+        )
+    })?;
+    if !meta.is_dir() {
+        return Err(invalid(
+            format!("-D {}: not a directory", root.display()),
+            "give the directory that holds the root file system; unpack a tarball with bulkhead image import",
+        ));
+    }
+    let root = std::fs::canonicalize(root)
+        .map_err(|e| failed(crate::error::io_failed("cannot resolve", root, e)))?;
+    if root == Path::new("/") {
+        return Err(invalid(
+            "-D /: the host's own root cannot be a sandbox root",
+            "give a separate root file system, e.g. one made by debootstrap",
+        ));
+    }
+    if spec.ephemeral && spec.writable {
+        return Err(invalid(
+            "--ephemeral and --writable do not go together",
+            "--ephemeral already gives a writable throw-away copy",
+        ));
+    }
+    if spec.snapshot.is_some() && !spec.ephemeral {
+        return Err(invalid(
+            "--snapshot needs --ephemeral",
+            "add --ephemeral, or leave --snapshot out",
+        ));
+    }
+    for b in &spec.binds {
+        if !b.src.is_absolute() {
+            return Err(invalid(
+                format!("--bind {}: the source must be an absolute path", b.src.display()),
+                "write the full path of the host directory or file",
+            ));
+        }
+        if let Err(e) = std::fs::metadata(&b.src) {
+            return Err(invalid(
+                format!("--bind {}: {}", b.src.display(), errno_text(&e)),
+                "the source of a bind mount must exist on the host",
+            ));
+        }
+        check_inside(&b.dst, "--bind")?;
+    }
+    for t in &spec.tmpfs {
+        check_inside(t, "--tmpfs")?;
+    }
+    if let Some(cwd) = &spec.cwd {
+        check_inside(cwd, "--cwd")?;
+    }
+    if let Some(h) = &spec.hostname {
+        if h.is_empty()
+            || h.len() > 64
+            || !h
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        {
+            return Err(invalid(
+                format!("--hostname '{h}' is not a valid host name"),
+                "use letters, digits, '-' and '.', at most 64 characters",
+            ));
+        }
+    }
+    if !spec.ephemeral {
+        // A read-only (or the user's own writable) root is used as it is: its mount points
+        // must exist, bulkhead never creates directories in the user's tree.
+        for d in ["proc", "dev", "sys", "tmp"] {
+            let p = root.join(d);
+            if !p.is_dir() {
+                return Err(invalid(
+                    format!("{}: missing; the sandbox mounts /{d} there", p.display()),
+                    &format!("create it (mkdir {}), or use --ephemeral, which works on a copy", p.display()),
+                ));
+            }
+        }
+    }
+    Ok(root)
+}
+
+/// A path inside the sandbox must be absolute and may not climb out with `..`.
+fn check_inside(p: &Path, what: &str) -> Result<(), RunError> {
+    if !p.is_absolute() {
+        return Err(invalid(
+            format!("{what} {}: a path inside the sandbox must be absolute", p.display()),
+            "write it from the sandbox's root, e.g. /var/lib/data",
+        ));
+    }
+    if p.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(invalid(
+            format!("{what} {}: '..' could leave the sandbox's root", p.display()),
+            "write the path without '..'",
+        ));
+    }
+    Ok(())
+}
+
+/// Start the sandbox, wait for it, clean up. `note` gets progress lines for `-v`.
+pub fn spawn(
+    backend: &dyn Backend,
+    spec: &SandboxSpec,
+    note: &mut dyn FnMut(&str),
+) -> Result<Outcome, RunError> {
+    let start = Instant::now();
+    for line in snapshot::clean_stale() {
+        note(&format!("removed stale sandbox state: {line}"));
+    }
+    let rootfs = validate(spec)?;
+    let ids = setup::resolve_ids(&rootfs, spec)?;
+    let t0 = Instant::now();
+    let mut snap: Option<Snapshot> = if spec.ephemeral {
+        let choice = spec.snapshot.clone().unwrap_or(Choice::Auto);
+        Some(snapshot::create(&rootfs, choice).map_err(failed)?)
+    } else {
+        None
+    };
+    let snapshot_time = t0.elapsed();
+    if let Some(s) = &snap {
+        note(&format!(
+            "snapshot: {} ({}), {:.2} ms",
+            s.method,
+            s.why,
+            snapshot_time.as_secs_f64() * 1e3
+        ));
+    }
+    let program = setup::Program::build(spec, &rootfs, snap.as_ref(), ids).map_err(failed)?;
+    if let Some(slice) = &spec.slice {
+        backend.join(slice).map_err(failed)?;
+    }
+    let result = child::run(&program, spec.timeout);
+    let method = snap.as_ref().map(|s| (s.method, s.why.clone()));
+    if let Some(s) = snap.as_mut() {
+        if let Err(e) = s.discard() {
+            note(&format!("could not remove the snapshot: {e}"));
+        }
+    }
+    let (code, timed_out) = result?;
+    Ok(Outcome {
+        code,
+        timed_out,
+        method,
+        elapsed: start.elapsed(),
+        snapshot_time,
+    })
+}
+
+/// What `spawn --dry-run` prints: every operation the sandbox's start performs.
+pub fn describe(spec: &SandboxSpec) -> Result<Vec<String>, RunError> {
+    let rootfs = validate(spec)?;
+    let ids = setup::resolve_ids(&rootfs, spec)?;
+    let program = setup::Program::build(spec, &rootfs, None, ids).map_err(failed)?;
+    Ok(program.describe())
+}
