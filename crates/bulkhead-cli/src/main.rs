@@ -2,6 +2,7 @@
 //! results for people (or JSON for machines) and maps errors to exit codes.
 
 mod bench;
+mod image;
 mod show;
 mod spawn;
 
@@ -82,6 +83,18 @@ enum Command {
     /// Benchmarks that measure bulkhead against what people use today
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// Root file system images for sandboxes, and the btrfs store that holds them
+    #[command(
+        subcommand,
+        long_about = "Root file system images for sandboxes. An image is a directory with a plain \
+name in the images directory: the mount point of the image store when one is recorded (a btrfs \
+file system in a file, loop-mounted; every image is a subvolume, so a sandbox starts from a \
+snapshot in constant time), else /var/lib/bulkhead/images. `spawn -D NAME` takes an image name \
+where it takes a directory.",
+        after_help = "Files: /var/lib/bulkhead/store.toml (the recorded store; BULKHEAD_STORE_RECORD \
+overrides it), /var/lib/bulkhead/images (the default images directory and mount point)."
+    )]
+    Image(image::ImageCmd),
 }
 
 #[derive(Subcommand)]
@@ -233,6 +246,7 @@ fn dispatch(cli: &Cli) -> Result<i32> {
         Command::Import(a) => import(a),
         Command::Spawn(a) => spawn::spawn(cli, a),
         Command::Bench(b) => bench::dispatch(cli, b),
+        Command::Image(i) => image::dispatch(cli, i),
     }
 }
 

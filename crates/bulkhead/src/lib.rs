@@ -4,14 +4,18 @@
 //! Data flows one way: a plan file is parsed and validated ([`plan`]), resolved against the
 //! host ([`host`]), and turned into backend operations ([`cgroup`]) that can be printed as a
 //! dry run or applied. [`run`] puts commands into slices and [`metrics`] reads what they use.
+//! [`sandbox`] starts commands in namespaces and a root file system; [`snapshot`] makes the writable root copies of ephemeral sandboxes, from images kept by
+//! [`image`].
 
 pub mod cgroup;
 pub mod error;
 pub mod host;
+pub mod image;
 pub mod metrics;
 pub mod plan;
 pub mod run;
 pub mod sandbox;
+pub mod snapshot;
 pub mod units;
 
 pub use error::{Diagnostic, Error, Result};
