@@ -21,6 +21,29 @@ pub struct State {
     /// A disk-backed scratch directory (page cache for the memory hog).
     #[serde(default)]
     pub scratch: Option<PathBuf>,
+    /// More loop file systems (btrfs, XFS) for the spawn bench.
+    #[serde(default)]
+    pub loops: Vec<LoopFs>,
+}
+
+/// A file system in a loop file: removed in reverse order of creation.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct LoopFs {
+    pub image: PathBuf,
+    pub loop_dev: Option<String>,
+    pub mount: Option<PathBuf>,
+}
+
+fn unmount(m: &Path) {
+    let ok = Command::new("umount")
+        .arg(m)
+        .status()
+        .is_ok_and(|st| st.success());
+    if !ok {
+        // Still busy: detach it now; the kernel frees it when the last user is gone.
+        let _ = Command::new("umount").arg("-l").arg(m).status();
+    }
+    let _ = std::fs::remove_dir(m);
 }
 
 pub struct Env {
@@ -39,16 +62,17 @@ fn alive(pid: u32) -> bool {
 /// Remove everything a state records. Safe to call twice.
 pub fn tear_down(s: &State, dir: &Path) {
     let _ = bulkhead::cgroup::ops::remove_trees(&s.cgroup_dirs);
-    if let Some(m) = &s.mount {
-        let ok = Command::new("umount")
-            .arg(m)
-            .status()
-            .is_ok_and(|st| st.success());
-        if !ok {
-            // Still busy: detach it now; the kernel frees it when the last user is gone.
-            let _ = Command::new("umount").arg("-l").arg(m).status();
+    for l in s.loops.iter().rev() {
+        if let Some(m) = &l.mount {
+            unmount(m);
         }
-        let _ = std::fs::remove_dir(m);
+        if let Some(d) = &l.loop_dev {
+            let _ = Command::new("losetup").args(["-d", d]).status();
+        }
+        let _ = std::fs::remove_file(&l.image);
+    }
+    if let Some(m) = &s.mount {
+        unmount(m);
     }
     if let Some(l) = &s.loop_dev {
         let _ = Command::new("losetup").args(["-d", l]).status();
@@ -219,6 +243,37 @@ impl Env {
         let sched = PathBuf::from(format!("/sys/block/{name}/queue/scheduler"));
         std::fs::write(&sched, "bfq").map_err(|e| format!("cannot set BFQ on {name}: {e}"))?;
         Ok((mount, name))
+    }
+
+    /// A file system made by `mkfs` (program and options; the device is appended) in a
+    /// loop file of `size` bytes, mounted under the state directory as `tag`.
+    pub fn mkfs_loop(&mut self, tag: &str, size: u64, mkfs: &[&str]) -> Result<PathBuf, String> {
+        let image = PathBuf::from(format!(
+            "/var/tmp/bulkhead-bench-{}-{tag}.img",
+            self.state.pid
+        ));
+        self.state.loops.push(LoopFs {
+            image: image.clone(),
+            ..Default::default()
+        });
+        self.save();
+        let i = self.state.loops.len() - 1;
+        let f = std::fs::File::create(&image).map_err(|e| format!("{}: {e}", image.display()))?;
+        f.set_len(size)
+            .map_err(|e| format!("{}: {e}", image.display()))?;
+        drop(f);
+        let dev = run(Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&image))?;
+        self.state.loops[i].loop_dev = Some(dev.clone());
+        self.save();
+        run(Command::new(mkfs[0]).args(&mkfs[1..]).arg(&dev))?;
+        let mount = self.dir.join(tag);
+        std::fs::create_dir_all(&mount).map_err(|e| e.to_string())?;
+        self.state.loops[i].mount = Some(mount.clone());
+        self.save();
+        run(Command::new("mount").arg(&dev).arg(&mount))?;
+        Ok(mount)
     }
 
     /// A directory on a disk-backed file system (/var/tmp), so files written there are page

@@ -44,4 +44,5 @@ pub mod hog;
 pub mod isolation;
 pub mod redis;
 pub mod report;
+pub mod spawn;
 pub mod stop;

@@ -181,14 +181,19 @@ fn font() -> Option<&'static [u8]> {
     None
 }
 
-/// A PNG with two panels: op rate and p99 per scenario, as ratios to baseline.
-pub fn chart(r: &Report, path: &Path) -> Result<(), String> {
-    use plotters::prelude::*;
+/// Register the font the charts' text uses.
+pub fn register_font() -> Result<(), String> {
     let bytes = font().ok_or(
         "no DejaVuSans.ttf found for the chart's text (apt-get install fonts-dejavu-core)",
     )?;
-    plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-        .map_err(|_| "cannot load the chart font".to_string())?;
+    plotters::style::register_font("sans-serif", plotters::style::FontStyle::Normal, bytes)
+        .map_err(|_| "cannot load the chart font".to_string())
+}
+
+/// A PNG with two panels: op rate and p99 per scenario, as ratios to baseline.
+pub fn chart(r: &Report, path: &Path) -> Result<(), String> {
+    use plotters::prelude::*;
+    register_font()?;
     let n = r.scenarios.len();
     let root = BitMapBackend::new(path, (1200, 220 + 34 * n as u32)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;

@@ -16,6 +16,9 @@ pub enum BenchCmd {
     Run(RunBench),
     /// A real Redis under CPU, I/O and memory hogs: baseline, free and confined, side by side
     Isolation(IsolationBench),
+    /// Start-to-exit of an ephemeral sandbox per snapshot method, beside systemd-nspawn
+    /// --ephemeral, plain unshare and /bin/true
+    Spawn(SpawnBench),
     /// The RESP load generator alone (the isolation bench runs it in its own slice)
     #[command(hide = true)]
     Loadgen(LoadgenArgs),
@@ -135,10 +138,75 @@ pub struct RunBench {
     json: Option<PathBuf>,
 }
 
+#[derive(Args)]
+pub struct SpawnBench {
+    /// Rounds; each round starts every peer once, in rotated order
+    #[arg(long, default_value_t = 100)]
+    runs: usize,
+    /// Rounds for the slow peers (nspawn's full copy, reflink of a whole root)
+    #[arg(long, default_value_t = 5)]
+    slow_runs: usize,
+    /// Also time the full-copy method (seconds per start)
+    #[arg(long)]
+    with_copy: bool,
+    /// Where the Debian root is cached (built by debootstrap when missing)
+    #[arg(long, default_value = bulkhead_bench::spawn::DEFAULT_CACHE, value_name = "DIR")]
+    cache: PathBuf,
+    /// The Debian suite debootstrap installs
+    #[arg(long, default_value = "bookworm")]
+    suite: String,
+    /// The Debian mirror debootstrap downloads from
+    #[arg(long, default_value = "http://deb.debian.org/debian")]
+    mirror: String,
+    /// Write the results as JSON to this file
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a PNG chart to this file
+    #[arg(long, value_name = "FILE.png")]
+    chart: Option<PathBuf>,
+}
+
+fn spawn_bench(cli: &Cli, a: &SpawnBench) -> Result<i32> {
+    use bulkhead_bench::spawn;
+    if a.runs == 0 {
+        return Err(bad("--runs must be at least 1"));
+    }
+    if let Some(c) = &a.chart {
+        if c.extension().is_none_or(|e| e != "png") {
+            return Err(bad(format!(
+                "--chart {}: the chart is a PNG file (FILE.png)",
+                c.display()
+            )));
+        }
+    }
+    bulkhead_bench::stop::install_handler();
+    let spec = spawn::Spec {
+        bulkhead: std::env::current_exe().map_err(|e| Error::failed(e.to_string()))?,
+        runs: a.runs,
+        slow_runs: a.slow_runs,
+        cache: a.cache.clone(),
+        suite: a.suite.clone(),
+        mirror: a.mirror.clone(),
+        with_copy: a.with_copy,
+        progress: !cli.quiet,
+    };
+    let r = spawn::run(&spec).map_err(Error::failed)?;
+    print!("{}", spawn::text(&r));
+    if let Some(j) = &a.json {
+        std::fs::write(j, serde_json::to_string_pretty(&r).unwrap_or_default())
+            .map_err(|e| bulkhead::error::io_failed("cannot write", j, e))?;
+    }
+    if let Some(c) = &a.chart {
+        spawn::chart(&r, c).map_err(Error::failed)?;
+    }
+    Ok(0)
+}
+
 pub fn dispatch(cli: &Cli, b: &BenchCmd) -> Result<i32> {
     match b {
         BenchCmd::Run(a) => run_overhead(cli, a),
         BenchCmd::Isolation(a) => isolation(cli, a),
+        BenchCmd::Spawn(a) => spawn_bench(cli, a),
         BenchCmd::Loadgen(a) => loadgen(a),
         BenchCmd::Hog(h) => hog(h),
     }

@@ -134,8 +134,10 @@ fn parse_users(s: &str) -> Result<UserRange> {
     };
     if base == 0 || size == 0 || base.checked_add(size).is_none() {
         return Err(Error::invalid(
-            Diagnostic::error(format!("--private-users={s}: the range must start above 0 and fit in 32 bits"))
-                .hint("root inside is BASE outside; BASE 0 would be the host's root"),
+            Diagnostic::error(format!(
+                "--private-users={s}: the range must start above 0 and fit in 32 bits"
+            ))
+            .hint("root inside is BASE outside; BASE 0 would be the host's root"),
         ));
     }
     Ok(UserRange { base, size })
@@ -166,7 +168,12 @@ fn spawn_inner(cli: &Cli, a: &SpawnArgs) -> std::result::Result<i32, bulkhead::r
         b.read_only = true;
         b
     }));
-    let slice = a.slice.as_deref().map(parse_slice).transpose().map_err(rerr)?;
+    let slice = a
+        .slice
+        .as_deref()
+        .map(parse_slice)
+        .transpose()
+        .map_err(rerr)?;
     let spec = SandboxSpec {
         rootfs,
         ephemeral: a.ephemeral,
@@ -221,9 +228,7 @@ fn spawn_inner(cli: &Cli, a: &SpawnArgs) -> std::result::Result<i32, bulkhead::r
         if !cli.quiet {
             eprintln!(
                 "bulkhead: the sandbox was killed: --timeout {} passed",
-                a.timeout
-                    .map(|t| format!("{:?}", t))
-                    .unwrap_or_default()
+                a.timeout.map(|t| format!("{:?}", t)).unwrap_or_default()
             );
         }
     } else if verbose {

@@ -38,7 +38,8 @@ impl Drop for Root {
 
 fn bulkhead() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_bulkhead"));
-    c.env_remove("BULKHEAD_CONFIG").env_remove("BULKHEAD_CGROUP_ROOT");
+    c.env_remove("BULKHEAD_CONFIG")
+        .env_remove("BULKHEAD_CGROUP_ROOT");
     c
 }
 
@@ -102,7 +103,11 @@ fn pid1_private_network_and_hostname() {
     assert!(out.contains("host=db-tools\n"), "{out}");
     assert!(out.contains("UP"), "lo is up in a private netns: {out}");
 
-    let out = ok(&spawn(&r, &["--as-pid1", "--net", "none"], "echo pid=$$; ip link show lo | head -1"));
+    let out = ok(&spawn(
+        &r,
+        &["--as-pid1", "--net", "none"],
+        "echo pid=$$; ip link show lo | head -1",
+    ));
     assert!(out.contains("pid=1\n"), "{out}");
     assert!(!out.contains(",UP"), "--net none leaves lo down: {out}");
 
@@ -189,7 +194,14 @@ fn hardening_fds_proc_sys_caps() {
          ls /proc/1/exe >/dev/null 2>&1 && readlink /proc/1/exe; \
          echo done",
     ));
-    for bad in ["proc-sys-writable", "sys-writable", "mounted", "mknod", "unshared", "bulkhead\n"] {
+    for bad in [
+        "proc-sys-writable",
+        "sys-writable",
+        "mounted",
+        "mknod",
+        "unshared",
+        "bulkhead\n",
+    ] {
         assert!(!out.contains(bad), "{bad} in: {out}");
     }
     assert!(out.starts_with("0\n"), "/proc/keys is masked: {out}");
@@ -307,35 +319,81 @@ fn bad_input_is_refused_and_leaves_nothing() {
         ),
         (vec!["-D".into(), "/etc/hostname".into()], "not a directory"),
         (
-            vec!["-D".into(), r.path().into(), "-x".into(), "--bind".into(), "/nonexistent:/x".into()],
+            vec![
+                "-D".into(),
+                r.path().into(),
+                "-x".into(),
+                "--bind".into(),
+                "/nonexistent:/x".into(),
+            ],
             "--bind /nonexistent",
         ),
         (
-            vec!["-D".into(), r.path().into(), "-x".into(), "--bind".into(), "/etc:/../../etc".into()],
+            vec![
+                "-D".into(),
+                r.path().into(),
+                "-x".into(),
+                "--bind".into(),
+                "/etc:/../../etc".into(),
+            ],
             "'..' could leave",
         ),
         (
-            vec!["-D".into(), r.path().into(), "-x".into(), "--bind".into(), "/etc:/escape/etc".into()],
+            vec![
+                "-D".into(),
+                r.path().into(),
+                "-x".into(),
+                "--bind".into(),
+                "/etc:/escape/etc".into(),
+            ],
             "symbolic link",
         ),
         (
-            vec!["-D".into(), r.path().into(), "--bind".into(), "/etc:/nowhere".into()],
+            vec![
+                "-D".into(),
+                r.path().into(),
+                "--bind".into(),
+                "/etc:/nowhere".into(),
+            ],
             "read-only",
         ),
         (
-            vec!["-D".into(), r.path().into(), "-x".into(), "--hostname".into(), "a b".into()],
+            vec![
+                "-D".into(),
+                r.path().into(),
+                "-x".into(),
+                "--hostname".into(),
+                "a b".into(),
+            ],
             "not a valid host name",
         ),
         (
-            vec!["-D".into(), r.path().into(), "-x".into(), "--uid".into(), "postgres".into()],
+            vec![
+                "-D".into(),
+                r.path().into(),
+                "-x".into(),
+                "--uid".into(),
+                "postgres".into(),
+            ],
             "no such user",
         ),
         (
-            vec!["-D".into(), r.path().into(), "-x".into(), "--cwd".into(), "/no/dir".into()],
+            vec![
+                "-D".into(),
+                r.path().into(),
+                "-x".into(),
+                "--cwd".into(),
+                "/no/dir".into(),
+            ],
             "--cwd /no/dir",
         ),
         (
-            vec!["-D".into(), r.path().into(), "--snapshot".into(), "overlay".into()],
+            vec![
+                "-D".into(),
+                r.path().into(),
+                "--snapshot".into(),
+                "overlay".into(),
+            ],
             "--snapshot needs --ephemeral",
         ),
     ];
@@ -346,8 +404,16 @@ fn bad_input_is_refused_and_leaves_nothing() {
         c.arg("spawn").args(&args).args(["--", "/bin/true"]);
         let o = c.output().unwrap();
         assert!(!o.status.success(), "{args:?} succeeded");
-        assert!(stderr(&o).contains(want), "{args:?}: want '{want}' in: {}", stderr(&o));
-        assert!(stderr(&o).contains("hint:") || want == "symbolic link" || want == "not a directory", "{args:?}: no hint: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(want),
+            "{args:?}: want '{want}' in: {}",
+            stderr(&o)
+        );
+        assert!(
+            stderr(&o).contains("hint:") || want == "symbolic link" || want == "not a directory",
+            "{args:?}: no hint: {}",
+            stderr(&o)
+        );
     }
     assert_eq!(mounts(), before);
     // Nothing was mounted over the host's /etc through the symlink.
@@ -376,7 +442,11 @@ fn fifty_parallel_sandboxes_leave_nothing() {
     for (i, c) in children.into_iter().enumerate() {
         pids.push(c.id());
         let o = c.wait_with_output().unwrap();
-        assert_eq!(ok(&o).trim(), i.to_string(), "each sandbox has its own root");
+        assert_eq!(
+            ok(&o).trim(),
+            i.to_string(),
+            "each sandbox has its own root"
+        );
     }
     assert!(!r.0.join("etc/me").exists());
     for p in pids {
@@ -401,18 +471,27 @@ fn kill_9_leaves_nothing_after_the_next_start() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(200));
-    assert!(!state_entries_of(pid).is_empty(), "the sandbox registered its state");
+    assert!(
+        !state_entries_of(pid).is_empty(),
+        "the sandbox registered its state"
+    );
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     child.wait().unwrap();
     // The sandbox dies with bulkhead (PR_SET_PDEATHSIG on its PID 1).
     std::thread::sleep(Duration::from_millis(300));
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        assert!(!String::from_utf8_lossy(&cmd).contains("43.5"), "sandbox still running");
+        assert!(
+            !String::from_utf8_lossy(&cmd).contains("43.5"),
+            "sandbox still running"
+        );
     }
     // The next start removes the dead owner's state.
     ok(&spawn(&r, &["-x"], "true"));
-    assert!(state_entries_of(pid).is_empty(), "stale state of {pid} not removed");
+    assert!(
+        state_entries_of(pid).is_empty(),
+        "stale state of {pid} not removed"
+    );
 }
 
 #[test]
@@ -430,9 +509,19 @@ fn spawn_in_a_slice_with_its_own_cgroup_namespace() {
     assert!(o.status.success(), "{}", stderr(&o));
     let r = Root::new();
     let mut c = t.cmd();
-    c.args(["-c", plan.to_str().unwrap(), "spawn", "-D", r.path(), "-x", "--slice", "db-helper", "--"])
-        .args(["/bin/sh", "-c", "cat /proc/self/cgroup; sleep 1"])
-        .stdout(Stdio::piped());
+    c.args([
+        "-c",
+        plan.to_str().unwrap(),
+        "spawn",
+        "-D",
+        r.path(),
+        "-x",
+        "--slice",
+        "db-helper",
+        "--",
+    ])
+    .args(["/bin/sh", "-c", "cat /proc/self/cgroup; sleep 1"])
+    .stdout(Stdio::piped());
     let child = c.spawn().unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let procs =
@@ -448,7 +537,17 @@ fn spawn_in_a_slice_with_its_own_cgroup_namespace() {
 
     let o = t
         .cmd()
-        .args(["-c", plan.to_str().unwrap(), "spawn", "-D", r.path(), "--slice", "db-nope", "--", "/bin/true"])
+        .args([
+            "-c",
+            plan.to_str().unwrap(),
+            "spawn",
+            "-D",
+            r.path(),
+            "--slice",
+            "db-nope",
+            "--",
+            "/bin/true",
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(125));

@@ -102,7 +102,9 @@ pub(crate) fn run(p: &Program, timeout: Option<Duration>) -> Result<(i32, bool),
         }
         let hint = match e.raw_os_error() {
             Some(libc::EPERM) => "creating namespaces needs root (CAP_SYS_ADMIN)",
-            Some(libc::ENOSPC) => "a namespace limit is reached: see /proc/sys/user/max_*_namespaces",
+            Some(libc::ENOSPC) => {
+                "a namespace limit is reached: see /proc/sys/user/max_*_namespaces"
+            }
             Some(libc::ENOSYS) => "clone3 needs Linux 5.3 or newer",
             _ => "check the kernel's namespace support",
         };
@@ -235,7 +237,11 @@ impl Drop for Restore {
                 libc::sigtimedwait(&chld, null::<libc::siginfo_t>() as *mut _, &ts);
             }
             let _ = set;
-            libc::sigprocmask(libc::SIG_SETMASK, &self.0, null::<libc::sigset_t>() as *mut _);
+            libc::sigprocmask(
+                libc::SIG_SETMASK,
+                &self.0,
+                null::<libc::sigset_t>() as *mut _,
+            );
         }
     }
 }
@@ -306,7 +312,11 @@ unsafe fn child_main(p: &Program, err_w: RawFd, life_r: RawFd, go_r: RawFd) -> !
         // Become root of the new user namespace (the creator's UID is unmapped in it).
         if libc::setresgid(0, 0, 0) != 0 || libc::setresuid(0, 0, 0) != 0 {
             let e = errno();
-            die(err_w, EXIT_RUN_FAILED, &format!("setresuid(0) in the user namespace: {}", strerror(e)));
+            die(
+                err_w,
+                EXIT_RUN_FAILED,
+                &format!("setresuid(0) in the user namespace: {}", strerror(e)),
+            );
         }
     }
     if libc::mount(
@@ -318,15 +328,26 @@ unsafe fn child_main(p: &Program, err_w: RawFd, life_r: RawFd, go_r: RawFd) -> !
     ) != 0
     {
         let e = errno();
-        die(err_w, EXIT_RUN_FAILED, &format!("cannot make / a slave mount: {}", strerror(e)));
+        die(
+            err_w,
+            EXIT_RUN_FAILED,
+            &format!("cannot make / a slave mount: {}", strerror(e)),
+        );
     }
     for op in &p.root_ops {
         do_op(op, -1, p, err_w);
     }
-    let root_fd = libc::open(p.root.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC);
+    let root_fd = libc::open(
+        p.root.as_ptr(),
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+    );
     if root_fd < 0 {
         let e = errno();
-        die(err_w, EXIT_RUN_FAILED, &format!("cannot open the root {}: {}", lossy(&p.root), strerror(e)));
+        die(
+            err_w,
+            EXIT_RUN_FAILED,
+            &format!("cannot open the root {}: {}", lossy(&p.root), strerror(e)),
+        );
     }
     for op in &p.ops {
         do_op(op, root_fd, p, err_w);
@@ -334,7 +355,11 @@ unsafe fn child_main(p: &Program, err_w: RawFd, life_r: RawFd, go_r: RawFd) -> !
     libc::close(root_fd);
     if libc::sethostname(p.hostname.as_ptr(), p.hostname.as_bytes().len()) != 0 {
         let e = errno();
-        die(err_w, EXIT_RUN_FAILED, &format!("sethostname: {}", strerror(e)));
+        die(
+            err_w,
+            EXIT_RUN_FAILED,
+            &format!("sethostname: {}", strerror(e)),
+        );
     }
     if p.lo_up {
         lo_up(err_w);
@@ -345,7 +370,11 @@ unsafe fn child_main(p: &Program, err_w: RawFd, life_r: RawFd, go_r: RawFd) -> !
         || libc::chdir(c"/".as_ptr()) != 0
     {
         let e = errno();
-        die(err_w, EXIT_RUN_FAILED, &format!("pivot_root into {}: {}", lossy(&p.root), strerror(e)));
+        die(
+            err_w,
+            EXIT_RUN_FAILED,
+            &format!("pivot_root into {}: {}", lossy(&p.root), strerror(e)),
+        );
     }
     if !p.init {
         exec_command(p, err_w);
@@ -407,7 +436,11 @@ unsafe fn exec_command(p: &Program, err_w: RawFd) -> ! {
     for c in &p.drop_caps {
         if libc::prctl(libc::PR_CAPBSET_DROP, *c as libc::c_ulong) != 0 && errno() != libc::EINVAL {
             let e = errno();
-            die(err_w, EXIT_RUN_FAILED, &format!("dropping capability {c}: {}", strerror(e)));
+            die(
+                err_w,
+                EXIT_RUN_FAILED,
+                &format!("dropping capability {c}: {}", strerror(e)),
+            );
         }
     }
     if libc::setgroups(p.groups.len(), p.groups.as_ptr()) != 0
@@ -415,25 +448,41 @@ unsafe fn exec_command(p: &Program, err_w: RawFd) -> ! {
         || libc::setresuid(p.uid, p.uid, p.uid) != 0
     {
         let e = errno();
-        die(err_w, EXIT_RUN_FAILED, &format!("switching to uid {} gid {}: {}", p.uid, p.gid, strerror(e)));
+        die(
+            err_w,
+            EXIT_RUN_FAILED,
+            &format!("switching to uid {} gid {}: {}", p.uid, p.gid, strerror(e)),
+        );
     }
     if libc::chdir(p.cwd.as_ptr()) != 0 {
         let e = errno();
         die(
             err_w,
             EXIT_RUN_FAILED,
-            &format!("--cwd {}: {} inside the sandbox\nhint: give a directory that exists in the root", lossy(&p.cwd), strerror(e)),
+            &format!(
+                "--cwd {}: {} inside the sandbox\nhint: give a directory that exists in the root",
+                lossy(&p.cwd),
+                strerror(e)
+            ),
         );
     }
     // The working directory must be inside the root (the leaked-fd escape of runc's
     // CVE-2024-21626 shows as "(unreachable)" here).
     let mut buf = [0u8; 4096];
     if libc::getcwd(buf.as_mut_ptr().cast(), buf.len()).is_null() || buf[0] != b'/' {
-        die(err_w, EXIT_RUN_FAILED, "the working directory is outside the sandbox's root");
+        die(
+            err_w,
+            EXIT_RUN_FAILED,
+            "the working directory is outside the sandbox's root",
+        );
     }
     if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
         let e = errno();
-        die(err_w, EXIT_RUN_FAILED, &format!("PR_SET_NO_NEW_PRIVS: {}", strerror(e)));
+        die(
+            err_w,
+            EXIT_RUN_FAILED,
+            &format!("PR_SET_NO_NEW_PRIVS: {}", strerror(e)),
+        );
     }
     if let Some(f) = &p.filter {
         for prog in &f.programs {
@@ -453,7 +502,11 @@ unsafe fn exec_command(p: &Program, err_w: RawFd) -> ! {
             ) != 0
             {
                 let e = errno();
-                die(err_w, EXIT_RUN_FAILED, &format!("installing the seccomp filter: {}", strerror(e)));
+                die(
+                    err_w,
+                    EXIT_RUN_FAILED,
+                    &format!("installing the seccomp filter: {}", strerror(e)),
+                );
             }
         }
     }
@@ -529,15 +582,16 @@ unsafe fn lo_up(err_w: RawFd) {
         pad: [0; 22],
     };
     ifr.name[..2].copy_from_slice(b"lo");
-    if fd < 0
-        || libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr) != 0
-        || {
-            ifr.flags |= libc::IFF_UP as libc::c_short;
-            libc::ioctl(fd, libc::SIOCSIFFLAGS, &ifr) != 0
-        }
-    {
+    if fd < 0 || libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr) != 0 || {
+        ifr.flags |= libc::IFF_UP as libc::c_short;
+        libc::ioctl(fd, libc::SIOCSIFFLAGS, &ifr) != 0
+    } {
         let e = errno();
-        die(err_w, EXIT_RUN_FAILED, &format!("cannot bring lo up: {}", strerror(e)));
+        die(
+            err_w,
+            EXIT_RUN_FAILED,
+            &format!("cannot bring lo up: {}", strerror(e)),
+        );
     }
     libc::close(fd);
 }
@@ -554,13 +608,21 @@ unsafe fn resolve_in_root(
     let mut cur = libc::fcntl(root_fd, libc::F_DUPFD_CLOEXEC, 3);
     for (i, c) in comps.iter().enumerate() {
         let last = i + 1 == comps.len();
-        let mut fd = libc::openat(cur, c.as_ptr(), libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        let mut fd = libc::openat(
+            cur,
+            c.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        );
         if fd < 0 && errno() == libc::ENOENT && create != Create::No {
             let made = if last && create == Create::File {
                 let f = libc::openat(
                     cur,
                     c.as_ptr(),
-                    libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                    libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_WRONLY
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC,
                     0o644,
                 );
                 if f >= 0 {
@@ -577,9 +639,20 @@ unsafe fn resolve_in_root(
                 } else {
                     ""
                 };
-                die(err_w, EXIT_RUN_FAILED, &format!("cannot create {display} in the sandbox's root: {}{hint}", strerror(e)));
+                die(
+                    err_w,
+                    EXIT_RUN_FAILED,
+                    &format!(
+                        "cannot create {display} in the sandbox's root: {}{hint}",
+                        strerror(e)
+                    ),
+                );
             }
-            fd = libc::openat(cur, c.as_ptr(), libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC);
+            fd = libc::openat(
+                cur,
+                c.as_ptr(),
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            );
         }
         if fd < 0 {
             let e = errno();
@@ -590,7 +663,11 @@ unsafe fn resolve_in_root(
                     &format!("{display} does not exist in the read-only root\nhint: create it in ROOTFS, or use --ephemeral (a throw-away copy) or --writable"),
                 );
             }
-            die(err_w, EXIT_RUN_FAILED, &format!("{display} inside the sandbox's root: {}", strerror(e)));
+            die(
+                err_w,
+                EXIT_RUN_FAILED,
+                &format!("{display} inside the sandbox's root: {}", strerror(e)),
+            );
         }
         let mut st: libc::stat = std::mem::zeroed();
         libc::fstatat(fd, c"".as_ptr(), &mut st, libc::AT_EMPTY_PATH);
@@ -605,7 +682,18 @@ unsafe fn resolve_in_root(
             );
         }
         if !last && st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-            die(err_w, EXIT_RUN_FAILED, &format!("{display}: /{} is not a directory inside the root", comps[..=i].iter().map(|c| lossy(c)).collect::<Vec<_>>().join("/")));
+            die(
+                err_w,
+                EXIT_RUN_FAILED,
+                &format!(
+                    "{display}: /{} is not a directory inside the root",
+                    comps[..=i]
+                        .iter()
+                        .map(|c| lossy(c))
+                        .collect::<Vec<_>>()
+                        .join("/")
+                ),
+            );
         }
         libc::close(cur);
         cur = fd;
@@ -626,7 +714,11 @@ unsafe fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
     let target = |t: &Target| -> (Option<[u8; 32]>, *const libc::c_char, RawFd) {
         match t {
             Target::Abs(c) => (None, c.as_ptr(), -1),
-            Target::InRoot { comps, display, create } => {
+            Target::InRoot {
+                comps,
+                display,
+                create,
+            } => {
                 let fd = resolve_in_root(root_fd, comps, display, *create, err_w);
                 (Some(fd_path(fd)), null(), fd)
             }
@@ -646,7 +738,13 @@ unsafe fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
         } => {
             let (buf, ptr, fd) = target(t);
             let ptr = buf.as_ref().map(|b| b.as_ptr().cast()).unwrap_or(ptr);
-            let r = libc::mount(opt_ptr(src), ptr, opt_ptr(fstype), *flags, opt_ptr(data).cast());
+            let r = libc::mount(
+                opt_ptr(src),
+                ptr,
+                opt_ptr(fstype),
+                *flags,
+                opt_ptr(data).cast(),
+            );
             let e = errno();
             if fd >= 0 {
                 libc::close(fd);
@@ -657,7 +755,11 @@ unsafe fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
                     EXIT_RUN_FAILED,
                     &format!(
                         "cannot mount {} on {}: {}",
-                        fstype.as_ref().or(src.as_ref()).map(|c| lossy(c)).unwrap_or_default(),
+                        fstype
+                            .as_ref()
+                            .or(src.as_ref())
+                            .map(|c| lossy(c))
+                            .unwrap_or_default(),
                         show(t),
                         strerror(e)
                     ),
@@ -671,10 +773,21 @@ unsafe fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
             flags,
             data,
         } => {
-            if libc::mount(opt_ptr(src), target.as_ptr(), opt_ptr(fstype), *flags, opt_ptr(data).cast()) != 0 {
+            if libc::mount(
+                opt_ptr(src),
+                target.as_ptr(),
+                opt_ptr(fstype),
+                *flags,
+                opt_ptr(data).cast(),
+            ) != 0
+            {
                 let e = errno();
                 if e != libc::ENOENT {
-                    die(err_w, EXIT_RUN_FAILED, &format!("cannot mask {}: {}", lossy(target), strerror(e)));
+                    die(
+                        err_w,
+                        EXIT_RUN_FAILED,
+                        &format!("cannot mask {}: {}", lossy(target), strerror(e)),
+                    );
                 }
             }
         }
@@ -687,11 +800,16 @@ unsafe fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
                 libc::SYS_open_tree,
                 libc::AT_FDCWD,
                 src.as_ptr(),
-                (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint,
+                (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint
+                    | libc::AT_RECURSIVE as libc::c_uint,
             ) as RawFd;
             if tree < 0 {
                 let e = errno();
-                die(err_w, EXIT_RUN_FAILED, &format!("cannot bind {}: {}", lossy(src), strerror(e)));
+                die(
+                    err_w,
+                    EXIT_RUN_FAILED,
+                    &format!("cannot bind {}: {}", lossy(src), strerror(e)),
+                );
             }
             if *read_only {
                 let attr = libc::mount_attr {
@@ -710,7 +828,11 @@ unsafe fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
                 ) != 0
                 {
                     let e = errno();
-                    die(err_w, EXIT_RUN_FAILED, &format!("cannot make {} read-only: {}", lossy(src), strerror(e)));
+                    die(
+                        err_w,
+                        EXIT_RUN_FAILED,
+                        &format!("cannot make {} read-only: {}", lossy(src), strerror(e)),
+                    );
                 }
             }
             let (_, ptr, fd) = target(t);
@@ -735,20 +857,32 @@ unsafe fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
                 libc::close(fd);
             }
             if r != 0 {
-                die(err_w, EXIT_RUN_FAILED, &format!("cannot bind {} on {}: {}", lossy(src), show(t), strerror(e)));
+                die(
+                    err_w,
+                    EXIT_RUN_FAILED,
+                    &format!("cannot bind {} on {}: {}", lossy(src), show(t), strerror(e)),
+                );
             }
         }
         Op::Mkdir { path, mode } => {
             if libc::mkdir(path.as_ptr(), *mode) != 0 && errno() != libc::EEXIST {
                 let e = errno();
-                die(err_w, EXIT_RUN_FAILED, &format!("mkdir {}: {}", lossy(path), strerror(e)));
+                die(
+                    err_w,
+                    EXIT_RUN_FAILED,
+                    &format!("mkdir {}: {}", lossy(path), strerror(e)),
+                );
             }
             libc::chmod(path.as_ptr(), *mode);
         }
         Op::Mknod { path, mode, dev } => {
             if libc::mknod(path.as_ptr(), *mode, *dev) != 0 {
                 let e = errno();
-                die(err_w, EXIT_RUN_FAILED, &format!("mknod {}: {}", lossy(path), strerror(e)));
+                die(
+                    err_w,
+                    EXIT_RUN_FAILED,
+                    &format!("mknod {}: {}", lossy(path), strerror(e)),
+                );
             }
             // The umask must not narrow 0666.
             libc::chmod(path.as_ptr(), *mode & 0o7777);
@@ -756,7 +890,11 @@ unsafe fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
         Op::Symlink { target, path } => {
             if libc::symlink(target.as_ptr(), path.as_ptr()) != 0 && errno() != libc::EEXIST {
                 let e = errno();
-                die(err_w, EXIT_RUN_FAILED, &format!("symlink {}: {}", lossy(path), strerror(e)));
+                die(
+                    err_w,
+                    EXIT_RUN_FAILED,
+                    &format!("symlink {}: {}", lossy(path), strerror(e)),
+                );
             }
         }
     }

@@ -70,7 +70,11 @@ impl std::str::FromStr for Bind {
             [src, dst, opt] => match *opt {
                 "ro" => (*src, *dst, true),
                 "rw" => (*src, *dst, false),
-                _ => return Err(format!("'{s}': the option after the second ':' must be ro or rw, not '{opt}'")),
+                _ => {
+                    return Err(format!(
+                        "'{s}': the option after the second ':' must be ro or rw, not '{opt}'"
+                    ))
+                }
             },
             _ => return Err(format!("'{s}' is not SRC[:DST[:ro|rw]]")),
         };
@@ -189,7 +193,10 @@ fn validate(spec: &SandboxSpec) -> Result<PathBuf, RunError> {
     for b in &spec.binds {
         if !b.src.is_absolute() {
             return Err(invalid(
-                format!("--bind {}: the source must be an absolute path", b.src.display()),
+                format!(
+                    "--bind {}: the source must be an absolute path",
+                    b.src.display()
+                ),
                 "write the full path of the host directory or file",
             ));
         }
@@ -228,7 +235,10 @@ fn validate(spec: &SandboxSpec) -> Result<PathBuf, RunError> {
             if !p.is_dir() {
                 return Err(invalid(
                     format!("{}: missing; the sandbox mounts /{d} there", p.display()),
-                    &format!("create it (mkdir {}), or use --ephemeral, which works on a copy", p.display()),
+                    &format!(
+                        "create it (mkdir {}), or use --ephemeral, which works on a copy",
+                        p.display()
+                    ),
                 ));
             }
         }
@@ -240,13 +250,19 @@ fn validate(spec: &SandboxSpec) -> Result<PathBuf, RunError> {
 fn check_inside(p: &Path, what: &str) -> Result<(), RunError> {
     if !p.is_absolute() {
         return Err(invalid(
-            format!("{what} {}: a path inside the sandbox must be absolute", p.display()),
+            format!(
+                "{what} {}: a path inside the sandbox must be absolute",
+                p.display()
+            ),
             "write it from the sandbox's root, e.g. /var/lib/data",
         ));
     }
     if p.components().any(|c| matches!(c, Component::ParentDir)) {
         return Err(invalid(
-            format!("{what} {}: '..' could leave the sandbox's root", p.display()),
+            format!(
+                "{what} {}: '..' could leave the sandbox's root",
+                p.display()
+            ),
             "write the path without '..'",
         ));
     }

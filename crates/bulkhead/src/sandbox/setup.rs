@@ -2,7 +2,7 @@
 //! in the parent before the clone. The child executes it ([`super::child`]); `--dry-run`
 //! prints it ([`Program::describe`]).
 
-use super::{seccomp, invalid, Net, SandboxSpec, UserRange};
+use super::{invalid, seccomp, Net, SandboxSpec, UserRange};
 use crate::error::{Error, Result};
 use crate::run::RunError;
 use crate::snapshot::{Method, Snapshot};
@@ -124,7 +124,9 @@ pub fn resolve_ids(rootfs: &Path, spec: &SandboxSpec) -> std::result::Result<Ids
         user: Some("root".into()),
     };
     if let Some(u) = &spec.uid {
-        let entry = users.iter().find(|f| f[0] == u.as_str() || f[2] == u.as_str());
+        let entry = users
+            .iter()
+            .find(|f| f[0] == u.as_str() || f[2] == u.as_str());
         match (entry, u.parse::<u32>()) {
             (Some(f), _) => {
                 ids.uid = f[2].parse().unwrap_or(0);
@@ -199,7 +201,12 @@ fn in_root(p: &Path, create: Create) -> Result<Target> {
         match c {
             Component::Normal(n) => comps.push(cstr(n)?),
             Component::RootDir | Component::CurDir => {}
-            _ => return Err(Error::failed(format!("{}: '..' in a sandbox path", p.display()))),
+            _ => {
+                return Err(Error::failed(format!(
+                    "{}: '..' in a sandbox path",
+                    p.display()
+                )))
+            }
         }
     }
     Ok(Target::InRoot {
@@ -251,8 +258,19 @@ const MASKED_FILES: &[&str] = &[
     "proc/sched_debug",
     "proc/latency_stats",
 ];
-const MASKED_DIRS: &[&str] = &["proc/acpi", "proc/scsi", "sys/firmware", "sys/devices/virtual/powercap"];
-const READ_ONLY: &[&str] = &["proc/bus", "proc/fs", "proc/irq", "proc/sys", "proc/sysrq-trigger"];
+const MASKED_DIRS: &[&str] = &[
+    "proc/acpi",
+    "proc/scsi",
+    "sys/firmware",
+    "sys/devices/virtual/powercap",
+];
+const READ_ONLY: &[&str] = &[
+    "proc/bus",
+    "proc/fs",
+    "proc/irq",
+    "proc/sys",
+    "proc/sysrq-trigger",
+];
 
 impl Program {
     pub fn build(
@@ -327,7 +345,11 @@ impl Program {
             }
         };
         let writable_root = spec.ephemeral || spec.writable;
-        let mp = if spec.ephemeral { Create::Dir } else { Create::No };
+        let mp = if spec.ephemeral {
+            Create::Dir
+        } else {
+            Create::No
+        };
         let r = |p: &str| -> Result<CString> { cstr(root.join(p)) };
         let mut ops = Vec::new();
         let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
@@ -448,7 +470,14 @@ impl Program {
         for t in &spec.tmpfs {
             ops.push(Op::Mount {
                 src: Some(cstr("tmpfs")?),
-                target: in_root(t, if writable_root { Create::Dir } else { Create::No })?,
+                target: in_root(
+                    t,
+                    if writable_root {
+                        Create::Dir
+                    } else {
+                        Create::No
+                    },
+                )?,
                 fstype: Some(cstr("tmpfs")?),
                 flags: nosuid_nodev,
                 data: Some(cstr("mode=0755")?),
@@ -500,7 +529,13 @@ impl Program {
                 .unwrap_or_default();
             let h: String = base
                 .chars()
-                .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '-'
+                    }
+                })
                 .take(63)
                 .collect();
             if h.trim_matches('-').is_empty() {
@@ -588,7 +623,9 @@ impl Program {
         let o = |c: &Option<CString>| c.as_ref().map(s).unwrap_or_else(|| "none".into());
         let t = |t: &Target| match t {
             Target::Abs(p) => s(p),
-            Target::InRoot { display, create, .. } => format!(
+            Target::InRoot {
+                display, create, ..
+            } => format!(
                 "{}{display}{}",
                 s(&self.root),
                 match create {
@@ -676,10 +713,7 @@ impl Program {
         ));
         out.push("close every fd above 2 on exec; PR_SET_NO_NEW_PRIVS".into());
         if self.filter.is_some() {
-            out.push(format!(
-                "seccomp: deny {}",
-                seccomp::DENIED.join(" ")
-            ));
+            out.push(format!("seccomp: deny {}", seccomp::DENIED.join(" ")));
         }
         out.push(format!(
             "execve {} (tried: {})",

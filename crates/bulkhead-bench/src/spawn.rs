@@ -1,0 +1,642 @@
+//! `bench spawn`: start-to-exit of `/bin/true` in an ephemeral sandbox, for every snapshot
+//! method the machine offers, side by side in one run with `systemd-nspawn --ephemeral` on the
+//! same roots, plain `unshare` with the same namespaces, and `/bin/true` alone.
+//!
+//! The Debian root is made once by debootstrap and cached; each run puts copies of it on a
+//! btrfs loop file system (a subvolume: snapshots) and an XFS one with reflink=1, and uses the
+//! cache on the host's own file system for overlayfs and for nspawn's full copy. Rounds run
+//! every peer once in a rotated order; slow peers (nspawn copying the whole root) run in the
+//! first `slow_runs` rounds only. Everything made is recorded and removed (see [`crate::env`]).
+
+use crate::env::Env;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+pub const DEFAULT_CACHE: &str = "/var/cache/bulkhead/bench/debian-bookworm";
+
+pub struct Spec {
+    pub bulkhead: PathBuf,
+    pub runs: usize,
+    pub slow_runs: usize,
+    pub cache: PathBuf,
+    pub suite: String,
+    pub mirror: String,
+    /// Include the full-copy method (seconds per start on a real root).
+    pub with_copy: bool,
+    pub progress: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Peer {
+    pub name: String,
+    pub group: String,
+    pub command: Vec<String>,
+    pub samples_ms: Vec<f64>,
+    pub median_ms: f64,
+    pub p10_ms: f64,
+    pub p90_ms: f64,
+    pub failures: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub what: String,
+    pub target: String,
+    pub measured: String,
+    pub met: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub machine: String,
+    pub root: String,
+    pub root_bytes: u64,
+    pub root_files: u64,
+    pub runs: usize,
+    pub slow_runs: usize,
+    pub peers: Vec<Peer>,
+    pub checks: Vec<Check>,
+    pub skipped: Vec<String>,
+}
+
+fn sh(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+fn have(prog: &str) -> bool {
+    std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .any(|d| Path::new(d).join(prog).is_file())
+}
+
+/// Build the cached Debian root with debootstrap (once).
+pub fn ensure_root(spec: &Spec, say: &mut dyn FnMut(&str)) -> Result<(), String> {
+    if spec.cache.join("bin/true").exists() && spec.cache.join("etc/debian_version").exists() {
+        return Ok(());
+    }
+    if !have("debootstrap") {
+        return Err("debootstrap is not installed (apt-get install debootstrap)".into());
+    }
+    let tmp = spec.cache.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    say(&format!(
+        "building the Debian root once: debootstrap --variant=minbase {} {} (a few minutes)",
+        spec.suite,
+        spec.cache.display()
+    ));
+    let r = sh(Command::new("debootstrap")
+        .args(["--variant=minbase", &spec.suite])
+        .arg(&tmp)
+        .arg(&spec.mirror));
+    if let Err(e) = r {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    std::fs::rename(&tmp, &spec.cache).map_err(|e| format!("{}: {e}", spec.cache.display()))
+}
+
+fn tree_size(p: &Path) -> (u64, u64) {
+    let (mut bytes, mut files) = (0, 0);
+    let mut stack = vec![p.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            for e in rd.flatten() {
+                if let Ok(m) = e.path().symlink_metadata() {
+                    files += 1;
+                    if m.is_dir() {
+                        stack.push(e.path());
+                    } else {
+                        bytes += m.len();
+                    }
+                }
+            }
+        }
+    }
+    (bytes, files)
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i]
+}
+
+struct Planned {
+    name: String,
+    group: String,
+    argv: Vec<String>,
+    slow: bool,
+}
+
+pub fn run(spec: &Spec) -> Result<Report, String> {
+    let mut say = |m: &str| {
+        if spec.progress {
+            eprintln!("bench spawn: {m}");
+        }
+    };
+    ensure_root(spec, &mut say)?;
+    let (root_bytes, root_files) = tree_size(&spec.cache);
+    crate::env::clean_stale();
+    let mut env = Env::create()?;
+    let mut skipped = Vec::new();
+    let size = (root_bytes * 3).max(1 << 30);
+    // A btrfs file system with the root as a subvolume, and an XFS one with reflink.
+    let mut btrfs_root = None;
+    if have("mkfs.btrfs") {
+        say("copying the root onto a btrfs loop file system (a subvolume)");
+        let m = env.mkfs_loop("btrfs", size, &["mkfs.btrfs", "-q", "-f"])?;
+        let sub = m.join("debian");
+        sh(Command::new("btrfs")
+            .args(["-q", "subvolume", "create"])
+            .arg(&sub))?;
+        sh(Command::new("cp")
+            .arg("-a")
+            .arg(format!("{}/.", spec.cache.display()))
+            .arg(&sub))?;
+        btrfs_root = Some(sub);
+    } else {
+        skipped.push("btrfs: mkfs.btrfs missing (apt-get install btrfs-progs)".to_string());
+    }
+    let mut xfs_root = None;
+    if have("mkfs.xfs") {
+        say("copying the root onto an XFS loop file system with reflink=1");
+        let m = env.mkfs_loop("xfs", size, &["mkfs.xfs", "-q", "-f", "-m", "reflink=1"])?;
+        let d = m.join("debian");
+        sh(Command::new("cp").arg("-a").arg(&spec.cache).arg(&d))?;
+        xfs_root = Some(d);
+    } else {
+        skipped.push("reflink: mkfs.xfs missing (apt-get install xfsprogs)".to_string());
+    }
+    let host_fs = fs_name(&spec.cache);
+    let bh = spec.bulkhead.display().to_string();
+    let cache = spec.cache.display().to_string();
+    let spawn = |root: &str, method: &str| -> Vec<String> {
+        [
+            &bh,
+            "spawn",
+            "-q",
+            "-D",
+            root,
+            "-x",
+            "--snapshot",
+            method,
+            "--",
+            "/bin/true",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let mut planned = vec![
+        Planned {
+            name: "/bin/true".into(),
+            group: "reference".into(),
+            argv: vec!["/bin/true".into()],
+            slow: false,
+        },
+        Planned {
+            name: "unshare (same namespaces)".into(),
+            group: "reference".into(),
+            argv: [
+                "unshare",
+                "-m",
+                "-p",
+                "-f",
+                "-u",
+                "-i",
+                "-C",
+                "-n",
+                "/bin/true",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+            slow: false,
+        },
+        Planned {
+            name: format!("bulkhead overlay ({host_fs})"),
+            group: "bulkhead".into(),
+            argv: spawn(&cache, "overlay"),
+            slow: false,
+        },
+        Planned {
+            name: format!("bulkhead read-only root ({host_fs})"),
+            group: "bulkhead".into(),
+            argv: [&bh, "spawn", "-q", "-D", &cache, "--", "/bin/true"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            slow: false,
+        },
+    ];
+    if let Some(b) = &btrfs_root {
+        planned.push(Planned {
+            name: "bulkhead btrfs snapshot".into(),
+            group: "bulkhead".into(),
+            argv: spawn(&b.display().to_string(), "btrfs"),
+            slow: false,
+        });
+    }
+    if let Some(x) = &xfs_root {
+        planned.push(Planned {
+            name: "bulkhead reflink (xfs)".into(),
+            group: "bulkhead".into(),
+            argv: spawn(&x.display().to_string(), "reflink"),
+            slow: true,
+        });
+    }
+    if spec.with_copy {
+        planned.push(Planned {
+            name: format!("bulkhead full copy ({host_fs})"),
+            group: "bulkhead".into(),
+            argv: spawn(&cache, "copy"),
+            slow: true,
+        });
+    }
+    if have("systemd-nspawn") {
+        let nspawn = |root: &str| -> Vec<String> {
+            [
+                "systemd-nspawn",
+                "-q",
+                "--register=no",
+                "--keep-unit",
+                "--ephemeral",
+                "-D",
+                root,
+                "/bin/true",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+        };
+        if let Some(b) = &btrfs_root {
+            planned.push(Planned {
+                name: "nspawn --ephemeral (btrfs)".into(),
+                group: "systemd-nspawn".into(),
+                argv: nspawn(&b.display().to_string()),
+                slow: false,
+            });
+        }
+        planned.push(Planned {
+            name: format!("nspawn --ephemeral ({host_fs})"),
+            group: "systemd-nspawn".into(),
+            argv: nspawn(&cache),
+            slow: true,
+        });
+    } else {
+        skipped
+            .push("systemd-nspawn: not installed (apt-get install systemd-container)".to_string());
+    }
+    // Warm up: every peer once, and check that it works at all.
+    for p in &planned {
+        let st = Command::new(&p.argv[0])
+            .args(&p.argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(|e| format!("{}: {e}", p.argv[0]))?;
+        if !st.status.success() {
+            return Err(format!(
+                "{} does not work here: {}",
+                p.name,
+                String::from_utf8_lossy(&st.stderr).trim()
+            ));
+        }
+    }
+    let total: usize = planned
+        .iter()
+        .map(|p| {
+            if p.slow {
+                spec.slow_runs.min(spec.runs)
+            } else {
+                spec.runs
+            }
+        })
+        .sum();
+    let bar = if spec.progress {
+        let b = indicatif::ProgressBar::new(total as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} starts {elapsed} {msg}")
+                .unwrap(),
+        );
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); planned.len()];
+    let mut failures = vec![0usize; planned.len()];
+    for round in 0..spec.runs {
+        if crate::stop::requested() {
+            break;
+        }
+        for k in 0..planned.len() {
+            let i = (k + round) % planned.len();
+            let p = &planned[i];
+            if p.slow && round >= spec.slow_runs {
+                continue;
+            }
+            let t = Instant::now();
+            let st = Command::new(&p.argv[0])
+                .args(&p.argv[1..])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            let el = t.elapsed();
+            match st {
+                Ok(s) if s.success() => samples[i].push(el.as_secs_f64() * 1e3),
+                _ => failures[i] += 1,
+            }
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    drop(env);
+    let peers: Vec<Peer> = planned
+        .iter()
+        .zip(samples)
+        .zip(failures)
+        .map(|((p, mut s), f)| {
+            let raw = s.clone();
+            s.sort_by(|a, b| a.total_cmp(b));
+            Peer {
+                name: p.name.clone(),
+                group: p.group.clone(),
+                command: p.argv.clone(),
+                median_ms: percentile(&s, 0.5),
+                p10_ms: percentile(&s, 0.1),
+                p90_ms: percentile(&s, 0.9),
+                samples_ms: raw,
+                failures: f,
+            }
+        })
+        .collect();
+    let checks = checks(&peers, &host_fs);
+    Ok(Report {
+        machine: machine(),
+        root: format!(
+            "Debian {} minbase made by debootstrap ({})",
+            spec.suite,
+            spec.cache.display()
+        ),
+        root_bytes,
+        root_files,
+        runs: spec.runs,
+        slow_runs: spec.slow_runs,
+        peers,
+        checks,
+        skipped,
+    })
+}
+
+fn fs_name(p: &Path) -> String {
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap_or_default();
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return "host fs".into();
+    }
+    match st.f_type as u64 {
+        0xEF53 => "ext4".into(),
+        0x9123683E => "btrfs".into(),
+        0x58465342 => "xfs".into(),
+        0x01021994 => "tmpfs".into(),
+        0x794c7630 => "overlayfs".into(),
+        t => format!("fs 0x{t:x}"),
+    }
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines().next().and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
+        })
+        .unwrap_or(0);
+    format!(
+        "{cpus} CPUs, {:.0} GiB, Linux {}",
+        mem as f64 / 1048576.0,
+        kernel.trim()
+    )
+}
+
+fn checks(peers: &[Peer], host_fs: &str) -> Vec<Check> {
+    let m = |name: &str| {
+        peers
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.median_ms)
+            .filter(|v| v.is_finite())
+    };
+    let overlay = m(&format!("bulkhead overlay ({host_fs})"));
+    let btrfs = m("bulkhead btrfs snapshot");
+    let unshare = m("unshare (same namespaces)");
+    let ns_btrfs = m("nspawn --ephemeral (btrfs)");
+    let ns_host = m(&format!("nspawn --ephemeral ({host_fs})"));
+    let mut out = Vec::new();
+    for (label, v) in [("overlay", overlay), ("btrfs", btrfs)] {
+        if let Some(v) = v {
+            out.push(Check {
+                what: format!("bulkhead {label}: median start-to-exit"),
+                target: "< 5 ms".into(),
+                measured: format!("{v:.2} ms"),
+                met: v < 5.0,
+            });
+        }
+    }
+    if let (Some(n), Some(b)) = (ns_btrfs, btrfs) {
+        out.push(Check {
+            what: "nspawn --ephemeral on btrfs / bulkhead btrfs".into(),
+            target: ">= 10x".into(),
+            measured: format!("{:.1}x", n / b),
+            met: n / b >= 10.0,
+        });
+    }
+    if let (Some(n), Some(o)) = (ns_host, overlay) {
+        out.push(Check {
+            what: format!("nspawn --ephemeral on {host_fs} / bulkhead overlay"),
+            target: ">= 200x".into(),
+            measured: format!("{:.0}x", n / o),
+            met: n / o >= 200.0,
+        });
+    }
+    for (label, v) in [("overlay", overlay), ("btrfs", btrfs)] {
+        if let (Some(v), Some(u)) = (v, unshare) {
+            out.push(Check {
+                what: format!("bulkhead {label} / plain unshare"),
+                target: "<= 2x".into(),
+                measured: format!("{:.2}x", v / u),
+                met: v / u <= 2.0,
+            });
+        }
+    }
+    out
+}
+
+/// The report as text: one line per peer, then the checks.
+pub fn text(r: &Report) -> String {
+    let mut s = format!(
+        "bench spawn: start-to-exit of /bin/true; {} rounds (slow peers {}), peers rotated each round\nmachine: {}\nroot: {} ({:.0} MB, {} files)\n\n",
+        r.runs,
+        r.slow_runs.min(r.runs),
+        r.machine,
+        r.root,
+        r.root_bytes as f64 / 1e6,
+        r.root_files
+    );
+    s.push_str(&format!(
+        "{:<36} {:>6} {:>10} {:>10} {:>10}\n",
+        "peer", "runs", "median ms", "p10 ms", "p90 ms"
+    ));
+    for p in &r.peers {
+        s.push_str(&format!(
+            "{:<36} {:>6} {:>10.2} {:>10.2} {:>10.2}{}\n",
+            p.name,
+            p.samples_ms.len(),
+            p.median_ms,
+            p.p10_ms,
+            p.p90_ms,
+            if p.failures > 0 {
+                format!("  ({} failed)", p.failures)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    s.push('\n');
+    for c in &r.checks {
+        s.push_str(&format!(
+            "{} {:<52} target {:<8} measured {}\n",
+            if c.met { "met   " } else { "MISSED" },
+            c.what,
+            c.target,
+            c.measured
+        ));
+    }
+    for k in &r.skipped {
+        s.push_str(&format!("skipped: {k}\n"));
+    }
+    s
+}
+
+/// A PNG: median start-to-exit per peer on a log scale, with the p10-p90 range.
+pub fn chart(r: &Report, path: &Path) -> Result<(), String> {
+    use plotters::prelude::*;
+    crate::report::register_font()?;
+    let n = r.peers.len();
+    let root = BitMapBackend::new(path, (1100, 160 + 40 * n as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let root = root
+        .titled(
+            "bulkhead bench spawn: start-to-exit of /bin/true, median ms (log scale; whisker p10-p90)",
+            ("sans-serif", 20),
+        )
+        .map_err(|e| e.to_string())?;
+    let max = r
+        .peers
+        .iter()
+        .map(|p| p.p90_ms)
+        .filter(|v| v.is_finite())
+        .fold(10.0f64, f64::max)
+        * 3.0;
+    let min = r
+        .peers
+        .iter()
+        .map(|p| p.p10_ms)
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .fold(1.0f64, f64::min)
+        / 2.0;
+    let mut c = ChartBuilder::on(&root)
+        .margin(12)
+        .x_label_area_size(30)
+        .y_label_area_size(300)
+        .build_cartesian_2d((min..max).log_scale(), (0..n).into_segmented())
+        .map_err(|e| e.to_string())?;
+    let labels: Vec<String> = r.peers.iter().map(|p| p.name.clone()).collect();
+    c.configure_mesh()
+        .disable_y_mesh()
+        .y_labels(n)
+        .y_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .x_desc("ms")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let color = |g: &str| match g {
+        "bulkhead" => BLUE,
+        "systemd-nspawn" => RED,
+        _ => BLACK,
+    };
+    c.draw_series(
+        r.peers
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.median_ms.is_finite())
+            .map(|(i, p)| {
+                let mut bar = Rectangle::new(
+                    [
+                        (min, SegmentValue::Exact(i)),
+                        (p.median_ms, SegmentValue::Exact(i + 1)),
+                    ],
+                    color(&p.group).mix(0.5).filled(),
+                );
+                bar.set_margin(6, 6, 0, 0);
+                bar
+            }),
+    )
+    .map_err(|e| e.to_string())?;
+    c.draw_series(
+        r.peers
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.median_ms.is_finite())
+            .map(|(i, p)| {
+                PathElement::new(
+                    vec![
+                        (p.p10_ms, SegmentValue::CenterOf(i)),
+                        (p.p90_ms, SegmentValue::CenterOf(i)),
+                    ],
+                    BLACK.stroke_width(2),
+                )
+            }),
+    )
+    .map_err(|e| e.to_string())?;
+    c.draw_series(
+        r.peers
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.median_ms.is_finite())
+            .map(|(i, p)| {
+                Text::new(
+                    format!("{:.2} ms", p.median_ms),
+                    (p.p90_ms.max(p.median_ms) * 1.15, SegmentValue::CenterOf(i)),
+                    ("sans-serif", 14),
+                )
+            }),
+    )
+    .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}
