@@ -154,7 +154,8 @@ fn hardening_fds_proc_sys_caps() {
     let f = std::fs::File::open("/etc/hostname").unwrap();
     let mut c = bulkhead();
     c.args(["spawn", "-D", r.path(), "--", "/bin/sh", "-c"]);
-    c.arg("ls /proc/$$/fd | sort -n | tr '\\n' ' '; echo; cat /proc/self/status | grep -E 'CapBnd|NoNewPrivs|Seccomp:'");
+    // `ls` itself opens the directory it lists: that is fd 3, the lowest free one.
+    c.arg("echo $(ls /proc/self/fd); cat /proc/self/status | grep -E 'CapBnd|NoNewPrivs|Seccomp:'");
     {
         use std::os::fd::AsRawFd;
         use std::os::unix::process::CommandExt;
@@ -170,7 +171,10 @@ fn hardening_fds_proc_sys_caps() {
     }
     let out = ok(&c.output().unwrap());
     let fds = out.lines().next().unwrap().trim();
-    assert_eq!(fds, "0 1 2", "{out}");
+    assert_eq!(
+        fds, "0 1 2 3",
+        "only ls's own directory fd beyond 0-2: {out}"
+    );
     assert!(out.contains("NoNewPrivs:\t1"), "{out}");
     assert!(out.contains("Seccomp:\t2"), "{out}");
     let bnd = out
@@ -552,4 +556,39 @@ fn spawn_in_a_slice_with_its_own_cgroup_namespace() {
         .unwrap();
     assert_eq!(o.status.code(), Some(125));
     assert!(stderr(&o).contains("db-nope"), "{}", stderr(&o));
+}
+
+#[test]
+fn private_users_root_inside_is_not_root_outside() {
+    if !prerequisites() {
+        return;
+    }
+    let r = Root::new();
+    let data = PathBuf::from(format!("{}-userns", r.path()));
+    std::fs::create_dir_all(&data).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let bind = format!("{}:/out", data.display());
+    let out = ok(&spawn(
+        &r,
+        &["-x", "--private-users=300000:65536", "--bind", &bind],
+        "id -u; cat /proc/self/uid_map; stat -c %u /etc/passwd; echo x > /etc/x && echo wrote; touch /out/made",
+    ));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "0", "root inside: {out}");
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        ["0", "300000", "65536"],
+        "{out}"
+    );
+    assert_eq!(lines[2], "0", "the root's files are ID-mapped: {out}");
+    assert!(out.contains("wrote"), "{out}");
+    assert!(!r.0.join("etc/x").exists());
+    // A file it makes on the host belongs to 300000, not to root.
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(data.join("made")).unwrap().uid(), 300000);
+    let o = spawn(&r, &["--private-users=0"], "true");
+    assert_eq!(o.status.code(), Some(125));
+    assert!(stderr(&o).contains("must start above 0"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&data);
 }

@@ -71,6 +71,108 @@ fn pipe() -> Result<(RawFd, RawFd), RunError> {
     Ok((fds[0], fds[1]))
 }
 
+/// A user namespace with `range` mapped, as an fd (for MOUNT_ATTR_IDMAP): a child makes it
+/// and waits while its maps are written and the namespace is opened.
+pub(crate) fn userns_fd(range: super::UserRange) -> Result<std::os::fd::OwnedFd, RunError> {
+    use std::os::fd::FromRawFd;
+    let (r, w) = pipe()?;
+    let mut args = CloneArgs {
+        flags: libc::CLONE_NEWUSER as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        ..Default::default()
+    };
+    // SAFETY: a fork-like clone; the child only blocks on read and exits.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if pid == 0 {
+        unsafe {
+            libc::close(w);
+            let mut b = [0u8; 1];
+            libc::read(r, b.as_mut_ptr().cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    unsafe { libc::close(r) };
+    if pid < 0 {
+        unsafe { libc::close(w) };
+        return Err(os_err("cannot create a user namespace"));
+    }
+    let pid = pid as libc::pid_t;
+    let res = write_id_maps(pid, range).and_then(|_| {
+        let path = CString::new(format!("/proc/{pid}/ns/user")).unwrap_or_default();
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            Err(os_err("cannot open the user namespace"))
+        } else {
+            Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+        }
+    });
+    unsafe {
+        libc::close(w);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    res
+}
+
+/// A detached copy of the tree at `src` whose IDs 0..size show as base..base+size.
+pub(crate) fn idmapped_tree(
+    src: &std::path::Path,
+    range: super::UserRange,
+) -> Result<std::os::fd::OwnedFd, RunError> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::ffi::OsStrExt;
+    let ns = userns_fd(range)?;
+    let c = CString::new(src.as_os_str().as_bytes()).unwrap_or_default();
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint,
+        )
+    } as RawFd;
+    if tree < 0 {
+        return Err(os_err(&format!("open_tree {}", src.display())));
+    }
+    let tree = unsafe { std::os::fd::OwnedFd::from_raw_fd(tree) };
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: ns.as_raw_fd() as u64,
+    };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(RunError::with_code(
+            EXIT_RUN_FAILED,
+            Error::failed_with(
+                Diagnostic::error(format!(
+                    "cannot ID-map {} for --private-users: {}",
+                    src.display(),
+                    crate::error::errno_text(&e)
+                ))
+                .hint("ID-mapped mounts need Linux 5.12+ and a file system that supports them (ext4, xfs, btrfs, tmpfs 6.3+)"),
+            ),
+        ));
+    }
+    Ok(tree)
+}
+
 /// Start the sandbox and wait for it. Returns (exit code, timed out).
 pub(crate) fn run(p: &Program, timeout: Option<Duration>) -> Result<(i32, bool), RunError> {
     let set = signal_set();
@@ -861,6 +963,35 @@ unsafe fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
                     err_w,
                     EXIT_RUN_FAILED,
                     &format!("cannot bind {} on {}: {}", lossy(src), show(t), strerror(e)),
+                );
+            }
+        }
+        Op::AttachIdmapped { target: t } => {
+            let Some(tree) = p.idmapped else {
+                die(err_w, EXIT_RUN_FAILED, "no ID-mapped tree was prepared");
+            };
+            let (_, ptr, fd) = target(t);
+            let r = libc::syscall(
+                libc::SYS_move_mount,
+                tree,
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                ptr,
+                libc::MOVE_MOUNT_F_EMPTY_PATH as libc::c_uint,
+            );
+            let e = errno();
+            if fd >= 0 {
+                libc::close(fd);
+            }
+            if r != 0 {
+                die(
+                    err_w,
+                    EXIT_RUN_FAILED,
+                    &format!(
+                        "cannot attach the ID-mapped root on {}: {}",
+                        show(t),
+                        strerror(e)
+                    ),
                 );
             }
         }

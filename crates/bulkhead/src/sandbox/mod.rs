@@ -297,7 +297,16 @@ pub fn spawn(
             snapshot_time.as_secs_f64() * 1e3
         ));
     }
-    let program = setup::Program::build(spec, &rootfs, snap.as_ref(), ids).map_err(failed)?;
+    let mut program = setup::Program::build(spec, &rootfs, snap.as_ref(), ids).map_err(failed)?;
+    // Made before the clone, kept open until the sandbox has exited.
+    let _idmapped = match (&program.idmap_source, spec.private_users) {
+        (Some(src), Some(range)) => {
+            let fd = child::idmapped_tree(src, range)?;
+            program.idmapped = Some(std::os::fd::AsRawFd::as_raw_fd(&fd));
+            Some(fd)
+        }
+        _ => None,
+    };
     if let Some(slice) = &spec.slice {
         backend.join(slice).map_err(failed)?;
     }

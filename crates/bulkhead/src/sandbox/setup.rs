@@ -56,6 +56,11 @@ pub enum Op {
         target: Target,
         read_only: bool,
     },
+    /// Attach the ID-mapped copy of the root (or of the overlay's lower layer) the parent
+    /// made for `--private-users`: files owned by host IDs 0..size show as 0..size inside.
+    AttachIdmapped {
+        target: Target,
+    },
     Mkdir {
         path: CString,
         mode: libc::mode_t,
@@ -93,6 +98,10 @@ pub struct Program {
     /// Where execve is tried, in order (the PATH search, done in the child after the pivot).
     pub(crate) candidates: Vec<CString>,
     pub(crate) userns: Option<UserRange>,
+    /// The tree the parent ID-mapped before the clone (see [`super::idmap`]).
+    pub(crate) idmapped: Option<std::os::fd::RawFd>,
+    /// What gets ID-mapped: the root, or the overlay's lower layer.
+    pub idmap_source: Option<PathBuf>,
     pub(crate) program_name: String,
 }
 
@@ -292,6 +301,7 @@ impl Program {
             clone_flags |= libc::CLONE_NEWUSER as u64;
         }
         let mut root_ops = Vec::new();
+        let mut idmap_source = None;
         // The mount point pivot_root moves into.
         let root: PathBuf = match snap {
             Some(s) if s.method == Method::Overlay => {
@@ -303,15 +313,24 @@ impl Program {
                     flags: libc::MS_NOSUID | libc::MS_NODEV,
                     data: Some(cstr("mode=0755")?),
                 });
-                for d in ["upper", "work", "root"] {
+                for d in ["upper", "work", "root", "lower"] {
                     root_ops.push(Op::Mkdir {
                         path: cstr(st.join(d))?,
                         mode: 0o755,
                     });
                 }
+                let lower = if userns.is_some() {
+                    root_ops.push(Op::AttachIdmapped {
+                        target: Target::Abs(cstr(st.join("lower"))?),
+                    });
+                    idmap_source = Some(s.lower.clone());
+                    st.join("lower")
+                } else {
+                    s.lower.clone()
+                };
                 let mut data = format!(
                     "lowerdir={},upperdir={},workdir={}",
-                    s.lower.display(),
+                    lower.display(),
                     st.join("upper").display(),
                     st.join("work").display()
                 );
@@ -327,6 +346,13 @@ impl Program {
                 });
                 s.root.clone()
             }
+            Some(s) if userns.is_some() => {
+                root_ops.push(Op::AttachIdmapped {
+                    target: Target::Abs(cstr(&s.root)?),
+                });
+                idmap_source = Some(s.root.clone());
+                s.root.clone()
+            }
             Some(s) => {
                 root_ops.push(Op::BindTree {
                     src: cstr(&s.root)?,
@@ -334,6 +360,22 @@ impl Program {
                     read_only: false,
                 });
                 s.root.clone()
+            }
+            None if userns.is_some() => {
+                root_ops.push(Op::AttachIdmapped {
+                    target: Target::Abs(cstr(rootfs)?),
+                });
+                if !spec.writable {
+                    root_ops.push(Op::Mount {
+                        src: None,
+                        target: Target::Abs(cstr(rootfs)?),
+                        fstype: None,
+                        flags: libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
+                        data: None,
+                    });
+                }
+                idmap_source = Some(rootfs.to_path_buf());
+                rootfs.to_path_buf()
             }
             None => {
                 root_ops.push(Op::BindTree {
@@ -613,6 +655,8 @@ impl Program {
             envp,
             candidates,
             userns,
+            idmapped: None,
+            idmap_source,
             program_name,
         })
     }
@@ -680,6 +724,17 @@ impl Program {
                     s(src),
                     t(target),
                     if *read_only { " read-only" } else { "" }
+                ),
+                Op::AttachIdmapped { target } => format!(
+                    "attach {} ID-mapped 0-{} -> {}-{} on {}",
+                    self.idmap_source
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                    self.userns.map(|u| u.size - 1).unwrap_or(0),
+                    self.userns.map(|u| u.base).unwrap_or(0),
+                    self.userns.map(|u| u.base + u.size - 1).unwrap_or(0),
+                    t(target)
                 ),
                 Op::Mkdir { path, mode } => format!("mkdir -m {mode:o} {}", s(path)),
                 Op::Mknod { path, mode, dev } => format!(
