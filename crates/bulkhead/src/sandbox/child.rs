@@ -587,29 +587,27 @@ unsafe fn exec_command(p: &Program, err_w: RawFd) -> ! {
         );
     }
     if let Some(f) = &p.filter {
-        for prog in &f.programs {
-            // SPEC_ALLOW: without it the kernel turns on the speculative store bypass
-            // mitigation for every seccomp'd process, which on a VM costs milliseconds per
-            // exec (MSR writes trap to the hypervisor). That mitigation guards a process
-            // against code it runs itself (a JavaScript engine), not one process from another.
-            let fprog = libc::sock_fprog {
-                len: prog.len() as libc::c_ushort,
-                filter: prog.as_ptr() as *mut libc::sock_filter,
-            };
-            if libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                libc::SECCOMP_FILTER_FLAG_SPEC_ALLOW,
-                &fprog as *const libc::sock_fprog,
-            ) != 0
-            {
-                let e = errno();
-                die(
-                    err_w,
-                    EXIT_RUN_FAILED,
-                    &format!("installing the seccomp filter: {}", strerror(e)),
-                );
-            }
+        // SPEC_ALLOW: without it the kernel turns on the speculative store bypass
+        // mitigation for every seccomp'd process, which on a VM costs time on every context
+        // switch (MSR writes trap to the hypervisor). That mitigation guards a process against
+        // code it runs itself (a JavaScript engine), not one process from another.
+        let fprog = libc::sock_fprog {
+            len: f.program.len() as libc::c_ushort,
+            filter: f.program.as_ptr() as *mut libc::sock_filter,
+        };
+        if libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_SPEC_ALLOW,
+            &fprog as *const libc::sock_fprog,
+        ) != 0
+        {
+            let e = errno();
+            die(
+                err_w,
+                EXIT_RUN_FAILED,
+                &format!("installing the seccomp filter: {}", strerror(e)),
+            );
         }
     }
     // Unblock and reset the signals bulkhead blocked or ignored.
