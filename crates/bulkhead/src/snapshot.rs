@@ -503,6 +503,8 @@ fn known_no_reflink(src: &Source) -> Option<Refusal> {
     }
     let dev = src_dev(src);
     let errno = list.iter().find(|(d, _)| *d == dev)?.1;
+    // no_reflink takes the lock again: release it first.
+    drop(list);
     Some(no_reflink(src, io::Error::from_raw_os_error(errno)))
 }
 
