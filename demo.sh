@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main demo on a fresh machine (run as root): build bulkhead, create the default
 # database slices, show that a command run in the helper slice is confined, show status,
-# then remove everything again.
+# start an ephemeral sandbox in the helper slice, then remove everything again.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup
@@ -20,5 +20,15 @@ $B run --slice db-server -- taskset -c 0 sh -c 'while :; do :; done' & S=$!
 sleep 2
 say bulkhead status;      $B status --interval 2
 kill $H $S; wait $H $S 2>/dev/null || true
+# A sandbox: a throw-away copy of a tiny busybox root, in the helper slice.
+ROOT=$(mktemp -d /var/tmp/bulkhead-demo-root.XXXXXX)
+trap '$B destroy --kill -q || true; rm -rf "$ROOT"' EXIT
+mkdir -p "$ROOT"/{bin,etc,proc,sys,dev,tmp}
+cp /bin/busybox "$ROOT/bin/" && for a in sh ps ls cat hostname id ip rm echo; do ln -s busybox "$ROOT/bin/$a"; done
+echo 'root:x:0:0:root:/root:/bin/sh' > "$ROOT/etc/passwd"
+say "bulkhead spawn -D ROOT --ephemeral --slice db-helper -v -- sh -c 'ps; ip link; rm /bin/ls; cat /proc/self/cgroup'"
+$B spawn -D "$ROOT" --ephemeral --slice db-helper --hostname demo -v -- sh -c 'hostname; ps; ip link; rm /bin/ls && echo "removed /bin/ls in the copy"; cat /proc/self/cgroup'
+echo "the original root still has /bin/ls: $(ls "$ROOT/bin/ls")"
 say bulkhead destroy;     $B destroy
+rm -rf "$ROOT"
 trap - EXIT

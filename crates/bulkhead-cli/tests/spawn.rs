@@ -36,6 +36,30 @@ impl Drop for Root {
     }
 }
 
+/// A host directory removed on drop, also when the test fails.
+struct Dir(PathBuf);
+impl Dir {
+    fn new(path: String) -> Dir {
+        let d = PathBuf::from(path);
+        std::fs::create_dir_all(&d).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        // The sandbox's users may write to it.
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        Dir(d)
+    }
+    fn join(&self, p: &str) -> PathBuf {
+        self.0.join(p)
+    }
+    fn display(&self) -> std::path::Display<'_> {
+        self.0.display()
+    }
+}
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn bulkhead() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_bulkhead"));
     c.env_remove("BULKHEAD_CONFIG")
@@ -278,12 +302,8 @@ fn user_ids_cwd_env_binds_tmpfs() {
         return;
     }
     let r = Root::new();
-    let data = PathBuf::from(format!("{}-data", r.path()));
-    std::fs::create_dir_all(&data).unwrap();
+    let data = Dir::new(format!("{}-data", r.path()));
     std::fs::write(data.join("hello"), "from the host\n").unwrap();
-    // The command runs as app (1000): let it write to the bind.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).unwrap();
     let bind = format!("{}:/srv/data", data.display());
     let bind_ro = format!("{}:/srv/ro:ro", data.display());
     let out = ok(&spawn(
@@ -306,7 +326,6 @@ fn user_ids_cwd_env_binds_tmpfs() {
     assert!(data.join("written").exists());
     assert!(!data.join("x").exists());
     assert_eq!(lines.last().unwrap().trim(), "1");
-    let _ = std::fs::remove_dir_all(&data);
 }
 
 #[test]
@@ -564,10 +583,7 @@ fn private_users_root_inside_is_not_root_outside() {
         return;
     }
     let r = Root::new();
-    let data = PathBuf::from(format!("{}-userns", r.path()));
-    std::fs::create_dir_all(&data).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let data = Dir::new(format!("{}-userns", r.path()));
     let bind = format!("{}:/out", data.display());
     let out = ok(&spawn(
         &r,
@@ -590,5 +606,4 @@ fn private_users_root_inside_is_not_root_outside() {
     let o = spawn(&r, &["--private-users=0"], "true");
     assert_eq!(o.status.code(), Some(125));
     assert!(stderr(&o).contains("must start above 0"), "{}", stderr(&o));
-    let _ = std::fs::remove_dir_all(&data);
 }
