@@ -328,8 +328,10 @@ impl Program {
                 } else {
                     s.lower.clone()
                 };
+                // No inode index, no persistent UUID, no xino: a throw-away upper layer on
+                // tmpfs needs none of them, and each costs work at mount time.
                 let mut data = format!(
-                    "lowerdir={},upperdir={},workdir={}",
+                    "lowerdir={},upperdir={},workdir={},index=off,uuid=off,xino=off",
                     lower.display(),
                     st.join("upper").display(),
                     st.join("work").display()
