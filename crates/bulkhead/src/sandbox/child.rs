@@ -588,9 +588,9 @@ unsafe fn exec_command(p: &Program, err_w: RawFd) -> ! {
     }
     if let Some(f) = &p.filter {
         // SPEC_ALLOW: without it the kernel turns on the speculative store bypass
-        // mitigation for every seccomp'd process, which on a VM costs time on every context
-        // switch (MSR writes trap to the hypervisor). That mitigation guards a process against
-        // code it runs itself (a JavaScript engine), not one process from another.
+        // mitigation for every seccomp'd process (MSR writes, which trap to the hypervisor on a
+        // VM). That mitigation guards a process against code it runs itself (a JavaScript
+        // engine), not one process from another.
         let fprog = libc::sock_fprog {
             len: f.program.len() as libc::c_ushort,
             filter: f.program.as_ptr() as *mut libc::sock_filter,
