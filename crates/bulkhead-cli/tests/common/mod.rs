@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod rootfs;
+
 use bulkhead::cgroup::Layout;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
