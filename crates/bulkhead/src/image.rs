@@ -120,17 +120,14 @@ pub fn images_dir() -> Result<PathBuf> {
     }
 }
 
-/// The images directory that goes with the sandbox registry in use: the machine's own when
-/// neither is overridden, a test's when both are. `clean_stale` looks there for snapshots no
-/// registry entry names (left by a crash during a reboot, which empties /run).
-pub(crate) fn paired_images_dir() -> Option<PathBuf> {
+/// The images directory goes with the sandbox registry in use: the machine's own when
+/// neither is overridden, a test's when both are. Only then does `clean_stale` look there for
+/// snapshots no registry entry names (left by a crash and a reboot, which empties /run).
+pub(crate) fn images_paired_with_registry() -> bool {
     let set = |v: &str| std::env::var_os(v).is_some_and(|x| !x.is_empty());
     let state_overridden = set("BULKHEAD_STATE_DIR");
     let images_overridden = set("BULKHEAD_STORE_RECORD") || set("BULKHEAD_IMAGES_DIR");
-    if state_overridden != images_overridden {
-        return None;
-    }
-    images_dir().ok()
+    state_overridden == images_overridden
 }
 
 /// Image names are plain names: `[A-Za-z0-9][A-Za-z0-9._-]*`, at most 128 characters.

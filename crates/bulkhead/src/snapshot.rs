@@ -689,6 +689,9 @@ fn ignore_missing(r: io::Result<()>) -> io::Result<()> {
 pub fn clean_stale() -> Vec<String> {
     let mut out = Vec::new();
     let root = state_root();
+    if std::fs::create_dir_all(&root).is_err() {
+        return out;
+    }
     let Ok(rd) = std::fs::read_dir(&root) else {
         return out;
     };
@@ -745,8 +748,14 @@ pub fn clean_stale() -> Vec<String> {
             )),
         }
     }
-    if let Some(images) = crate::image::paired_images_dir() {
-        clean_orphans(&images, &root, &mut out);
+    // Orphans can only come from a registry that was lost, i.e. from before this boot: look
+    // once per boot (the marker lives in /run), once the images directory can be read.
+    let marker = root.join(".orphans-checked");
+    if crate::image::images_paired_with_registry() && std::fs::symlink_metadata(&marker).is_err() {
+        if let Ok(images) = crate::image::images_dir() {
+            clean_orphans(&images, &root, &mut out);
+            let _ = std::fs::write(&marker, "");
+        }
     }
     out
 }
