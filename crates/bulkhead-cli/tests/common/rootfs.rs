@@ -24,7 +24,9 @@ pub fn static_busybox() -> Result<PathBuf, String> {
 /// /etc/passwd and /etc/group with root and nobody, and empty mount points.
 pub fn busybox_root(dir: &Path) -> PathBuf {
     let bb = static_busybox().unwrap_or_else(|e| panic!("{e}"));
-    for d in ["bin", "etc", "proc", "sys", "dev", "tmp", "root", "var/tmp", "home/app"] {
+    for d in [
+        "bin", "etc", "proc", "sys", "dev", "tmp", "root", "var/tmp", "home/app",
+    ] {
         std::fs::create_dir_all(dir.join(d)).unwrap();
     }
     std::fs::copy(&bb, dir.join("bin/busybox")).unwrap();
