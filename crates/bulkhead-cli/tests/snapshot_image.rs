@@ -1064,3 +1064,45 @@ fn create_discard_timings() {
         clean[RUNS / 2].as_secs_f64() * 1e3
     );
 }
+
+#[test]
+fn import_without_a_store_makes_plain_directories() {
+    if !setup() {
+        return;
+    }
+    let dir = TmpDir::new("images");
+    let src = busybox_root(&dir.0.join("src"));
+    let images = dir.0.join("images");
+    let record = dir.0.join("no-store.toml");
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_bulkhead"))
+            .env("BULKHEAD_STORE_RECORD", &record)
+            .env("BULKHEAD_IMAGES_DIR", &images)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = cli(&["image", "store", "status"]);
+    assert!(common::stdout(&o).contains("no image store is recorded"));
+    let o = cli(&["image", "import", src.to_str().unwrap(), "plain"]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    assert!(
+        common::stdout(&o).contains("(directory,"),
+        "{}",
+        common::stdout(&o)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&common::stdout(&cli(&["image", "list", "--json"]))).unwrap();
+    assert_eq!(v[0]["name"], "plain");
+    assert_eq!(v[0]["subvolume"], false);
+    // The plain image snapshots as overlay on ext4.
+    let s = snapshot::create(&images.join("plain"), Choice::Auto).unwrap();
+    assert_eq!(s.method, Method::Overlay);
+    discard_and_check(s);
+    // A directory that holds the images directory cannot be imported into it.
+    let o = cli(&["image", "import", dir.0.to_str().unwrap(), "loop"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(common::stderr(&o).contains("would contain itself"));
+    assert!(cli(&["image", "rm", "plain"]).status.success());
+    assert_eq!(std::fs::read_dir(&images).unwrap().count(), 0);
+}

@@ -202,8 +202,8 @@ pub fn store_create(file: &Path, size: u64, mount: Option<&Path>) -> Result<Stor
         ));
     }
     let file = std::path::absolute(file).map_err(|e| io_failed("cannot use", file, e))?;
-    let mount = std::path::absolute(mount.map(PathBuf::from).unwrap_or_else(default_images_dir))
-        .map_err(|e| io_failed("cannot use", file.as_path(), e))?;
+    let mount = mount.map(PathBuf::from).unwrap_or_else(default_images_dir);
+    let mount = std::path::absolute(&mount).map_err(|e| io_failed("cannot use", &mount, e))?;
     for (what, p) in [("PATH", &file), ("--mount", &mount)] {
         if p.to_str().is_none() {
             return Err(Error::invalid(
@@ -398,8 +398,13 @@ fn create_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
         }
     }
     missing.reverse();
-    for m in &missing {
-        std::fs::create_dir(m).map_err(|e| io_failed("cannot create", m, e))?;
+    for (i, m) in missing.iter().enumerate() {
+        if let Err(e) = std::fs::create_dir(m) {
+            for made in missing[..i].iter().rev() {
+                let _ = std::fs::remove_dir(made);
+            }
+            return Err(io_failed("cannot create", m, e));
+        }
     }
     Ok(missing)
 }
@@ -457,6 +462,8 @@ pub fn store_mount() -> Result<(StoreRecord, Done)> {
             store_record_path().display()
         )));
     }
+    // A loop device left attached without its mount would make btrfs see the file system twice.
+    detach_loops(&rec.file)?;
     let created = create_dirs(&rec.mount)?;
     if let Err(e) = loop_mount(&rec.file, &rec.mount) {
         for d in created.iter().rev() {

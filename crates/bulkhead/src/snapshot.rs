@@ -158,6 +158,9 @@ pub struct Snapshot {
     /// The on-disk copy (btrfs, reflink, copy).
     disk: Option<PathBuf>,
     discarded: bool,
+    /// The process that made it: a forked child that drops its copy of the value leaves the
+    /// snapshot alone.
+    owner: u32,
 }
 
 /// The registry directory: `/run/bulkhead/sandbox`, or `$BULKHEAD_STATE_DIR` (tests).
@@ -218,7 +221,9 @@ impl Snapshot {
 
 impl Drop for Snapshot {
     fn drop(&mut self) {
-        let _ = self.discard();
+        if std::process::id() == self.owner {
+            let _ = self.discard();
+        }
     }
 }
 
@@ -398,6 +403,7 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
                 lower: src.lower.clone(),
                 disk: None,
                 discarded: false,
+                owner: entry.pid,
             }));
         }
         Method::Copy => {}
@@ -430,6 +436,7 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
                     lower: src.lower.clone(),
                     disk: Some(disk),
                     discarded: false,
+                    owner: entry.pid,
                 }))
             }
             Err(e) => e,
