@@ -120,17 +120,14 @@ pub fn images_dir() -> Result<PathBuf> {
     }
 }
 
-/// The images directory that goes with the sandbox registry in use: the machine's own when
-/// neither is overridden, a test's when both are. `clean_stale` looks there for snapshots no
-/// registry entry names (left by a crash during a reboot, which empties /run).
-pub(crate) fn paired_images_dir() -> Option<PathBuf> {
+/// The images directory goes with the sandbox registry in use: the machine's own when
+/// neither is overridden, a test's when both are. Only then does `clean_stale` look there for
+/// snapshots no registry entry names (left by a crash and a reboot, which empties /run).
+pub(crate) fn images_paired_with_registry() -> bool {
     let set = |v: &str| std::env::var_os(v).is_some_and(|x| !x.is_empty());
     let state_overridden = set("BULKHEAD_STATE_DIR");
     let images_overridden = set("BULKHEAD_STORE_RECORD") || set("BULKHEAD_IMAGES_DIR");
-    if state_overridden != images_overridden {
-        return None;
-    }
-    images_dir().ok()
+    state_overridden == images_overridden
 }
 
 /// Image names are plain names: `[A-Za-z0-9][A-Za-z0-9._-]*`, at most 128 characters.
@@ -205,8 +202,8 @@ pub fn store_create(file: &Path, size: u64, mount: Option<&Path>) -> Result<Stor
         ));
     }
     let file = std::path::absolute(file).map_err(|e| io_failed("cannot use", file, e))?;
-    let mount = std::path::absolute(mount.map(PathBuf::from).unwrap_or_else(default_images_dir))
-        .map_err(|e| io_failed("cannot use", file.as_path(), e))?;
+    let mount = mount.map(PathBuf::from).unwrap_or_else(default_images_dir);
+    let mount = std::path::absolute(&mount).map_err(|e| io_failed("cannot use", &mount, e))?;
     for (what, p) in [("PATH", &file), ("--mount", &mount)] {
         if p.to_str().is_none() {
             return Err(Error::invalid(
@@ -401,8 +398,13 @@ fn create_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
         }
     }
     missing.reverse();
-    for m in &missing {
-        std::fs::create_dir(m).map_err(|e| io_failed("cannot create", m, e))?;
+    for (i, m) in missing.iter().enumerate() {
+        if let Err(e) = std::fs::create_dir(m) {
+            for made in missing[..i].iter().rev() {
+                let _ = std::fs::remove_dir(made);
+            }
+            return Err(io_failed("cannot create", m, e));
+        }
     }
     Ok(missing)
 }
@@ -460,6 +462,8 @@ pub fn store_mount() -> Result<(StoreRecord, Done)> {
             store_record_path().display()
         )));
     }
+    // A loop device left attached without its mount would make btrfs see the file system twice.
+    detach_loops(&rec.file)?;
     let created = create_dirs(&rec.mount)?;
     if let Err(e) = loop_mount(&rec.file, &rec.mount) {
         for d in created.iter().rev() {

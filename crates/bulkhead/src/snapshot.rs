@@ -21,7 +21,6 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
 
 /// Where the registry lives unless `BULKHEAD_STATE_DIR` says otherwise.
 pub const DEFAULT_STATE_ROOT: &str = "/run/bulkhead/sandbox";
@@ -159,6 +158,9 @@ pub struct Snapshot {
     /// The on-disk copy (btrfs, reflink, copy).
     disk: Option<PathBuf>,
     discarded: bool,
+    /// The process that made it: a forked child that drops its copy of the value leaves the
+    /// snapshot alone.
+    owner: u32,
 }
 
 /// The registry directory: `/run/bulkhead/sandbox`, or `$BULKHEAD_STATE_DIR` (tests).
@@ -219,7 +221,9 @@ impl Snapshot {
 
 impl Drop for Snapshot {
     fn drop(&mut self) {
-        let _ = self.discard();
+        if std::process::id() == self.owner {
+            let _ = self.discard();
+        }
     }
 }
 
@@ -369,9 +373,6 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
                     format!("use --snapshot overlay or --snapshot copy, or import it into the btrfs image store (bulkhead image import {lower} NAME)"),
                 )));
             }
-            if let Some(r) = known_no_reflink(src) {
-                return Ok(Err(r));
-            }
         }
         Method::Overlay => {
             if !overlay_available() {
@@ -402,6 +403,7 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
                 lower: src.lower.clone(),
                 disk: None,
                 discarded: false,
+                owner: entry.pid,
             }));
         }
         Method::Copy => {}
@@ -434,6 +436,7 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
                     lower: src.lower.clone(),
                     disk: Some(disk),
                     discarded: false,
+                    owner: entry.pid,
                 }))
             }
             Err(e) => e,
@@ -484,37 +487,10 @@ fn copy_error(path: &Path, what: &str, e: io::Error, parent: &Path) -> Error {
     }
 }
 
-/// File systems (by device) whose FICLONE failed: Auto does not try them again.
-static NO_REFLINK: Mutex<Vec<(u64, i32)>> = Mutex::new(Vec::new());
-
-fn src_dev(src: &Source) -> u64 {
-    // SAFETY: fstat into a zeroed buffer.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::fstat(src.fd.as_raw_fd(), &mut st);
-        st.st_dev
-    }
-}
-
-fn known_no_reflink(src: &Source) -> Option<Refusal> {
-    let list = NO_REFLINK.lock().ok()?;
-    if list.is_empty() {
-        return None;
-    }
-    let dev = src_dev(src);
-    let errno = list.iter().find(|(d, _)| *d == dev)?.1;
-    // no_reflink takes the lock again: release it first.
-    drop(list);
-    Some(no_reflink(src, io::Error::from_raw_os_error(errno)))
-}
-
+/// The first FICLONE failed: this file system cannot reflink. Not remembered: a device can
+/// be formatted anew, and a failed trial costs little (the directories made up to the first
+/// file with data).
 fn no_reflink(src: &Source, e: io::Error) -> Refusal {
-    if let (Ok(mut list), Some(errno)) = (NO_REFLINK.lock(), e.raw_os_error()) {
-        let dev = src_dev(src);
-        if !list.iter().any(|(d, _)| *d == dev) {
-            list.push((dev, errno));
-        }
-    }
     let lower = src.lower.display();
     if src.magic == XFS_MAGIC {
         Refusal::new(
@@ -720,6 +696,9 @@ fn ignore_missing(r: io::Result<()>) -> io::Result<()> {
 pub fn clean_stale() -> Vec<String> {
     let mut out = Vec::new();
     let root = state_root();
+    if std::fs::create_dir_all(&root).is_err() {
+        return out;
+    }
     let Ok(rd) = std::fs::read_dir(&root) else {
         return out;
     };
@@ -776,8 +755,14 @@ pub fn clean_stale() -> Vec<String> {
             )),
         }
     }
-    if let Some(images) = crate::image::paired_images_dir() {
-        clean_orphans(&images, &root, &mut out);
+    // Orphans can only come from a registry that was lost, i.e. from before this boot: look
+    // once per boot (the marker lives in /run), once the images directory can be read.
+    let marker = root.join(".orphans-checked");
+    if crate::image::images_paired_with_registry() && std::fs::symlink_metadata(&marker).is_err() {
+        if let Ok(images) = crate::image::images_dir() {
+            clean_orphans(&images, &root, &mut out);
+            let _ = std::fs::write(&marker, "");
+        }
     }
     out
 }
@@ -1210,6 +1195,8 @@ fn at<'a>(p: &'a Path, what: &'static str) -> impl FnOnce(io::Error) -> CopyFail
 impl TreeCopy {
     fn copy_dir(&mut self, src: &Path, dst: &Path) -> std::result::Result<(), CopyFail> {
         let rd = std::fs::read_dir(src).map_err(at(src, "cannot read"))?;
+        // Files first, then subdirectories: a reflink trial meets its first file at once.
+        let mut dirs = Vec::new();
         for e in rd {
             let e = e.map_err(at(src, "cannot read"))?;
             let name = e.file_name();
@@ -1218,12 +1205,7 @@ impl TreeCopy {
             let md = e.metadata().map_err(at(&s, "cannot read"))?;
             let ft = md.file_type();
             if ft.is_dir() {
-                mkdir(&d, 0o700).map_err(at(&s, "cannot copy"))?;
-                // Another file system (a mount, a nested subvolume) stays an empty directory.
-                if md.dev() == self.dev {
-                    self.copy_dir(&s, &d)?;
-                }
-                self.attrs(&s, &d, &md)?;
+                dirs.push((s, d, md));
                 continue;
             }
             if md.nlink() > 1 {
@@ -1249,6 +1231,14 @@ impl TreeCopy {
             if md.nlink() > 1 {
                 self.links.insert((md.dev(), md.ino()), d);
             }
+        }
+        for (s, d, md) in dirs {
+            mkdir(&d, 0o700).map_err(at(&s, "cannot copy"))?;
+            // Another file system (a mount, a nested subvolume) stays an empty directory.
+            if md.dev() == self.dev {
+                self.copy_dir(&s, &d)?;
+            }
+            self.attrs(&s, &d, &md)?;
         }
         Ok(())
     }
