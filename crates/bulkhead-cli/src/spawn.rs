@@ -177,7 +177,7 @@ fn spawn_inner(cli: &Cli, a: &SpawnArgs) -> std::result::Result<i32, bulkhead::r
     let spec = SandboxSpec {
         rootfs,
         ephemeral: a.ephemeral,
-        snapshot: a.snapshot.clone(),
+        snapshot: a.snapshot,
         writable: a.writable,
         slice: slice.clone(),
         net: a.net,

@@ -283,7 +283,7 @@ pub fn spawn(
     let ids = setup::resolve_ids(&rootfs, spec)?;
     let t0 = Instant::now();
     let mut snap: Option<Snapshot> = if spec.ephemeral {
-        let choice = spec.snapshot.clone().unwrap_or(Choice::Auto);
+        let choice = spec.snapshot.unwrap_or(Choice::Auto);
         Some(snapshot::create(&rootfs, choice).map_err(failed)?)
     } else {
         None
