@@ -31,6 +31,24 @@ struct CloneArgs {
     cgroup: u64,
 }
 
+/// A fork-like clone3 (no CLONE_VM, SIGCHLD on exit) with namespace `flags`: 0 in the child,
+/// the child's PID in the parent, -1 on error.
+///
+/// # Safety
+/// As fork: the child must only exec or exit, on data prepared before the call.
+unsafe fn clone3(flags: u64) -> libc::c_long {
+    let mut args = CloneArgs {
+        flags,
+        exit_signal: libc::SIGCHLD as u64,
+        ..Default::default()
+    };
+    libc::syscall(
+        libc::SYS_clone3,
+        &mut args as *mut CloneArgs,
+        std::mem::size_of::<CloneArgs>(),
+    )
+}
+
 /// The signals bulkhead forwards to the sandbox, plus SIGCHLD.
 fn signal_set() -> libc::sigset_t {
     // SAFETY: sigemptyset/sigaddset initialise the set they are given.
@@ -76,19 +94,8 @@ fn pipe() -> Result<(RawFd, RawFd), RunError> {
 pub(crate) fn userns_fd(range: super::UserRange) -> Result<std::os::fd::OwnedFd, RunError> {
     use std::os::fd::FromRawFd;
     let (r, w) = pipe()?;
-    let mut args = CloneArgs {
-        flags: libc::CLONE_NEWUSER as u64,
-        exit_signal: libc::SIGCHLD as u64,
-        ..Default::default()
-    };
     // SAFETY: a fork-like clone; the child only blocks on read and exits.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &mut args as *mut CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
+    let pid = unsafe { clone3(libc::CLONE_NEWUSER as u64) };
     if pid == 0 {
         unsafe {
             libc::close(w);
@@ -183,20 +190,9 @@ pub(crate) fn run(p: &Program, timeout: Option<Duration>) -> Result<(i32, bool),
     let (err_r, err_w) = pipe()?;
     let (life_r, life_w) = pipe()?;
     let (go_r, go_w) = pipe()?;
-    let mut args = CloneArgs {
-        flags: p.clone_flags,
-        exit_signal: libc::SIGCHLD as u64,
-        ..Default::default()
-    };
     // SAFETY: clone3 without CLONE_VM is a fork: the child gets a copy of this (single
     // threaded) process and runs `child_main`, which never returns.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &mut args as *mut CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
+    let pid = unsafe { clone3(p.clone_flags) };
     if pid < 0 {
         let e = std::io::Error::last_os_error();
         for fd in [err_r, err_w, life_r, life_w, go_r, go_w] {
@@ -325,7 +321,6 @@ impl Drop for Restore {
     fn drop(&mut self) {
         // Drain what is pending (a SIGCHLD of the reaped child) and restore the mask.
         unsafe {
-            let set = signal_set();
             let mut pending: libc::sigset_t = std::mem::zeroed();
             libc::sigpending(&mut pending);
             if libc::sigismember(&pending, libc::SIGCHLD) == 1 {
@@ -338,7 +333,6 @@ impl Drop for Restore {
                 libc::sigaddset(&mut chld, libc::SIGCHLD);
                 libc::sigtimedwait(&chld, null::<libc::siginfo_t>() as *mut _, &ts);
             }
-            let _ = set;
             libc::sigprocmask(
                 libc::SIG_SETMASK,
                 &self.0,
@@ -809,7 +803,6 @@ fn fd_path(fd: RawFd) -> [u8; 32] {
 }
 
 unsafe fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
-    let _ = p;
     // Returns (target pointer, fd to close, display).
     let target = |t: &Target| -> (Option<[u8; 32]>, *const libc::c_char, RawFd) {
         match t {
