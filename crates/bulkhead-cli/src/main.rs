@@ -3,6 +3,7 @@
 
 mod bench;
 mod image;
+mod serve;
 mod show;
 mod spawn;
 
@@ -78,6 +79,8 @@ enum Command {
     Destroy(DestroyArgs),
     /// Run a command in a sandbox (namespaces, a root file system, an ephemeral snapshot)
     Spawn(spawn::SpawnArgs),
+    /// Start targets on their first connection: socket activation for the plan's sockets
+    Serve(serve::ServeArgs),
     /// Convert systemd .slice files (and their .d/*.conf drop-ins) to plan TOML
     Import(ImportArgs),
     /// Benchmarks that measure bulkhead against what people use today
@@ -132,9 +135,10 @@ struct ApplyArgs {
 
 #[derive(Args)]
 struct RunArgs {
-    /// The slice to run in (as in the plan: db-helper or db-helper.slice)
+    /// The slice to run in (as in the plan: db-helper or db-helper.slice); without it the
+    /// command stays in bulkhead's own cgroups
     #[arg(long, short = 's', value_name = "SLICE")]
-    slice: String,
+    slice: Option<String>,
     /// Run as this user (name or UID); the user's groups come with it
     #[arg(long, value_name = "USER")]
     uid: Option<String>,
@@ -150,6 +154,9 @@ struct RunArgs {
     /// Read KEY=VALUE lines from a file, as systemd's EnvironmentFile= (repeatable)
     #[arg(long = "setenv-file", value_name = "FILE")]
     setenv_file: Vec<PathBuf>,
+    /// Pass fds 3..3+N to the command by the systemd protocol (LISTEN_FDS, LISTEN_PID)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    listen_fds: u32,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -242,6 +249,7 @@ fn dispatch(cli: &Cli) -> Result<i32> {
         Command::Run(a) => run(cli, a),
         Command::Move(a) => move_pids(cli, a),
         Command::Status(a) => status(cli, a),
+        Command::Serve(a) => serve::serve(cli, a),
         Command::Destroy(a) => destroy(cli, a),
         Command::Import(a) => import(a),
         Command::Spawn(a) => spawn::spawn(cli, a),
@@ -421,7 +429,7 @@ fn run(cli: &Cli, a: &RunArgs) -> Result<i32> {
         }
     };
     // The slice is looked up by join itself; the explanation is only built when it is missing.
-    let slice = match parse_slice(&a.slice) {
+    let slice = match a.slice.as_deref().map(parse_slice).transpose() {
         Ok(s) => s,
         Err(e) => {
             report(&e.diagnostics());
@@ -429,7 +437,8 @@ fn run(cli: &Cli, a: &RunArgs) -> Result<i32> {
         }
     };
     let spec = RunSpec {
-        slice: Some(slice),
+        slice,
+        listen_fds: a.listen_fds,
         uid: a.uid.clone(),
         gid: a.gid.clone(),
         cwd: a.cwd.clone(),
@@ -509,11 +518,14 @@ fn status(cli: &Cli, a: &StatusArgs) -> Result<i32> {
     loop {
         let names = fs.slices_on_system();
         let st = bulkhead::metrics::status(&fs, &names, interval);
+        let sockets = bulkhead::activate::state::read_all();
         if a.json {
+            let mut v = serde_json::to_value(&st).unwrap();
+            v["sockets"] = serde_json::to_value(&sockets).unwrap();
             let text = if a.watch.is_some() {
-                serde_json::to_string(&st).unwrap()
+                serde_json::to_string(&v).unwrap()
             } else {
-                serde_json::to_string_pretty(&st).unwrap()
+                serde_json::to_string_pretty(&v).unwrap()
             };
             println!("{text}");
         } else {
@@ -521,6 +533,9 @@ fn status(cli: &Cli, a: &StatusArgs) -> Result<i32> {
                 print!("\x1b[H\x1b[2J");
             }
             print!("{}", show::status_table(&st));
+            if !sockets.is_empty() {
+                print!("{}", show::sockets_table(&sockets));
+            }
         }
         if a.watch.is_none() {
             return Ok(0);

@@ -209,3 +209,32 @@ pub fn status_table(st: &Status) -> String {
     }
     out
 }
+
+/// The sockets `bulkhead serve` runs, for `status`.
+pub fn sockets_table(socks: &[bulkhead::activate::state::SocketStatus]) -> String {
+    let mut out = String::from("\n");
+    let _ = writeln!(
+        out,
+        "{:<16} {:<9} {:<14} {:>6} {:>8} {:>10} {:>10} {:>6} {:>10}",
+        "SOCKET", "STATE", "MODE", "CONNS", "TOTAL", "IN", "OUT", "STARTS", "LAST START"
+    );
+    for s in socks {
+        let _ = writeln!(
+            out,
+            "{:<16} {:<9} {:<14} {:>6} {:>8} {:>10} {:>10} {:>6} {:>10}",
+            s.name,
+            s.state,
+            s.mode,
+            s.connections_active,
+            s.connections_total,
+            bulkhead::units::human_bytes(s.bytes_in),
+            bulkhead::units::human_bytes(s.bytes_out),
+            s.cold_starts,
+            s.last_start_ms.map_or("-".into(), |m| format!("{m:.1} ms"))
+        );
+        if let Some(e) = &s.last_error {
+            let _ = writeln!(out, "  {}: last failed start: {e}", s.name);
+        }
+    }
+    out
+}

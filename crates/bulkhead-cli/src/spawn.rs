@@ -77,6 +77,14 @@ pub struct SpawnArgs {
     /// under bulkhead's tiny init
     #[arg(long)]
     as_pid1: bool,
+    /// Pass fds 3..3+N (sockets bulkhead inherited) to the command by the systemd protocol:
+    /// LISTEN_FDS=N and LISTEN_PID set to the command's PID inside the sandbox
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    listen_fds: u32,
+    /// When bulkhead gets SIGTERM or SIGINT, forward it, and kill the whole sandbox if it
+    /// has not exited this long after (e.g. 10s)
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    stop_timeout: Option<std::time::Duration>,
     /// The default seccomp filter: yes or no
     #[arg(long, default_value = "yes", value_name = "yes|no", value_parser = parse_bool, action = clap::ArgAction::Set)]
     seccomp: bool,
@@ -192,6 +200,8 @@ fn spawn_inner(cli: &Cli, a: &SpawnArgs) -> std::result::Result<i32, bulkhead::r
         timeout: a.timeout,
         as_pid1: a.as_pid1,
         seccomp: a.seccomp,
+        listen_fds: a.listen_fds,
+        stop_timeout: a.stop_timeout,
         argv: a.command.clone(),
     };
     if a.dry_run {

@@ -7,6 +7,7 @@
 //! [`sandbox`] starts commands in namespaces and a root file system; [`snapshot`] makes the writable root copies of ephemeral sandboxes, from images kept by
 //! [`image`].
 
+pub mod activate;
 pub mod cgroup;
 pub mod error;
 pub mod host;

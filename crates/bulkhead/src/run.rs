@@ -26,6 +26,8 @@ pub struct RunSpec {
     /// `KEY=VALUE` settings, applied after the environment files.
     pub env: Vec<(String, String)>,
     pub env_files: Vec<PathBuf>,
+    /// Pass fds 3..3+N by the systemd protocol (LISTEN_FDS, LISTEN_PID).
+    pub listen_fds: u32,
     pub argv: Vec<OsString>,
 }
 
@@ -325,6 +327,11 @@ fn prepare_and_exec(
     cmd.arg0(prog).args(&spec.argv[1..]);
     for (k, v) in &env {
         cmd.env(k, v);
+    }
+    if spec.listen_fds > 0 {
+        // exec keeps the PID, so the command's PID is this one.
+        cmd.env("LISTEN_FDS", spec.listen_fds.to_string())
+            .env("LISTEN_PID", std::process::id().to_string());
     }
     let e = cmd.exec();
     let code = match e.raw_os_error() {

@@ -9,10 +9,12 @@ pub mod import;
 mod name;
 mod parse;
 mod resolve;
+pub mod socket;
 
 pub use directives::{directive_names, nearest, CpuWeight, MemSpec, MemValue, TasksSpec, Value};
 pub use name::SliceName;
 pub use resolve::{CpuMax, IoMax, ResolvedPlan, ResolvedSlice, Setting};
+pub use socket::SocketSpec;
 
 use crate::error::{Diagnostic, Error, Result};
 use std::collections::BTreeMap;
@@ -91,6 +93,8 @@ impl SliceSpec {
 pub struct Plan {
     pub source: Source,
     pub slices: BTreeMap<SliceName, SliceSpec>,
+    /// `[socket.NAME]` sections, by name.
+    pub sockets: BTreeMap<String, SocketSpec>,
     /// Warnings and notes found while reading (legacy directives, implicit parents).
     pub notes: Vec<Diagnostic>,
 }

@@ -8,7 +8,7 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 /// The top-level sections a plan may have.
-const SECTIONS: &[&str] = &["slice"];
+const SECTIONS: &[&str] = &["slice", "socket"];
 
 pub(super) fn parse(source: Source) -> Result<Plan> {
     let root = match DeTable::parse(&source.text) {
@@ -26,6 +26,7 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
     let mut errors = Vec::new();
     let mut notes = Vec::new();
     let mut slices: BTreeMap<SliceName, SliceSpec> = BTreeMap::new();
+    let mut sockets: BTreeMap<String, super::SocketSpec> = BTreeMap::new();
 
     for (key, value) in root.get_ref().iter() {
         let here = source.at(source.loc(key.span().start));
@@ -50,11 +51,28 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
                     );
                 }
             }
+            "socket" => {
+                let Some(table) = value.get_ref().as_table() else {
+                    errors.push(
+                        Diagnostic::error("'socket' must be a table of sockets")
+                            .at(here)
+                            .hint("write [socket.app] followed by its keys"),
+                    );
+                    continue;
+                };
+                for (name_key, body) in table.iter() {
+                    if let Some(s) =
+                        super::socket::parse_socket(&source, name_key, body, &mut errors)
+                    {
+                        sockets.insert(s.name.clone(), s);
+                    }
+                }
+            }
             other => {
                 let mut d = Diagnostic::error(format!("unknown section '{other}'")).at(here);
                 d = match suggest(other, SECTIONS) {
                     Some(s) => d.hint(format!("did you mean [{s}.NAME]?")),
-                    None => d.hint("a plan has [slice.NAME] sections"),
+                    None => d.hint("a plan has [slice.NAME] and [socket.NAME] sections"),
                 };
                 errors.push(d);
             }
@@ -92,6 +110,7 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
     Ok(Plan {
         source,
         slices,
+        sockets,
         notes,
     })
 }

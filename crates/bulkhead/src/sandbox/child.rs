@@ -181,7 +181,11 @@ pub(crate) fn idmapped_tree(
 }
 
 /// Start the sandbox and wait for it. Returns (exit code, timed out).
-pub(crate) fn run(p: &Program, timeout: Option<Duration>) -> Result<(i32, bool), RunError> {
+pub(crate) fn run(
+    p: &Program,
+    timeout: Option<Duration>,
+    stop_timeout: Option<Duration>,
+) -> Result<(i32, bool), RunError> {
     let set = signal_set();
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: plain sigprocmask on valid sets.
@@ -250,8 +254,14 @@ pub(crate) fn run(p: &Program, timeout: Option<Duration>) -> Result<(i32, bool),
         libc::close(go_w);
     }
     let deadline = timeout.map(|t| Instant::now() + t);
+    // Set when bulkhead is asked to stop: the sandbox gets stop_timeout to exit by itself.
+    let mut stop_deadline: Option<Instant> = None;
     let mut timed_out = false;
     let status = loop {
+        let deadline = match (deadline, stop_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         let sig = match deadline {
             None => unsafe { libc::sigwaitinfo(&set, &mut info) },
@@ -267,7 +277,7 @@ pub(crate) fn run(p: &Program, timeout: Option<Duration>) -> Result<(i32, bool),
         if sig == libc::SIGCHLD || sig < 0 {
             if sig < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) {
                 // The timeout: PID 1 dies, and with it the whole PID namespace.
-                timed_out = true;
+                timed_out = stop_deadline.is_none_or(|s| Instant::now() < s);
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
             let mut st = 0;
@@ -281,6 +291,9 @@ pub(crate) fn run(p: &Program, timeout: Option<Duration>) -> Result<(i32, bool),
         // processes in the same process group.
         if info.si_code != libc::SI_KERNEL {
             unsafe { libc::kill(pid, sig) };
+        }
+        if let (Some(t), None, libc::SIGTERM | libc::SIGINT) = (stop_timeout, stop_deadline, sig) {
+            stop_deadline = Some(Instant::now() + t);
         }
     };
     unsafe { libc::close(life_w) };
@@ -522,10 +535,11 @@ unsafe fn init_loop(child: libc::pid_t, err_w: RawFd) -> ! {
 }
 
 unsafe fn exec_command(p: &Program, err_w: RawFd) -> ! {
-    // Every fd above 2 is closed at exec (err_w too: EOF tells the parent exec worked).
+    // Every fd above 2 (above the passed sockets) is closed at exec (err_w too: EOF tells
+    // the parent exec worked).
     libc::syscall(
         libc::SYS_close_range,
-        3u32,
+        3u32 + p.listen_fds,
         u32::MAX,
         libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
     );
@@ -613,10 +627,28 @@ unsafe fn exec_command(p: &Program, err_w: RawFd) -> ! {
             libc::signal(s, libc::SIG_DFL);
         }
     }
+    // LISTEN_PID=<this process's PID in the sandbox>, formatted without allocating.
+    let mut listen_pid = *b"LISTEN_PID=\0\0\0\0\0\0\0\0\0\0\0\0";
+    if p.listen_fds > 0 {
+        let mut n = libc::getpid() as u32;
+        let mut digits = [0u8; 10];
+        let mut len = 0;
+        loop {
+            digits[len] = b'0' + (n % 10) as u8;
+            len += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for i in 0..len {
+            listen_pid[11 + i] = digits[len - 1 - i];
+        }
+    }
     let mut argv: [*const libc::c_char; 256] = [null(); 256];
     let mut envp: [*const libc::c_char; 256] = [null(); 256];
     let av: Vec<*const libc::c_char>;
-    let ev: Vec<*const libc::c_char>;
+    let mut ev: Vec<*const libc::c_char>;
     let (argv_p, envp_p) = if p.argv.len() < 255 && p.envp.len() < 255 {
         for (i, a) in p.argv.iter().enumerate() {
             argv[i] = a.as_ptr();
@@ -624,10 +656,16 @@ unsafe fn exec_command(p: &Program, err_w: RawFd) -> ! {
         for (i, e) in p.envp.iter().enumerate() {
             envp[i] = e.as_ptr();
         }
+        if let Some(i) = p.listen_pid_slot {
+            envp[i] = listen_pid.as_ptr().cast();
+        }
         (argv.as_ptr(), envp.as_ptr())
     } else {
         av = p.argv.iter().map(|a| a.as_ptr()).chain([null()]).collect();
         ev = p.envp.iter().map(|a| a.as_ptr()).chain([null()]).collect();
+        if let Some(i) = p.listen_pid_slot {
+            ev[i] = listen_pid.as_ptr().cast();
+        }
         (av.as_ptr(), ev.as_ptr())
     };
     let mut best = libc::ENOENT;

@@ -121,6 +121,12 @@ pub struct SandboxSpec {
     pub as_pid1: bool,
     /// Install the default seccomp filter (on unless --seccomp=no).
     pub seccomp: bool,
+    /// Keep fds 3..3+N open for the command and tell it by the systemd protocol
+    /// (LISTEN_FDS, and LISTEN_PID set to its PID inside the sandbox).
+    pub listen_fds: u32,
+    /// After bulkhead is asked to stop (SIGTERM, SIGINT), kill the whole sandbox this long
+    /// after forwarding the signal if it has not exited by then.
+    pub stop_timeout: Option<Duration>,
     pub argv: Vec<OsString>,
 }
 
@@ -310,7 +316,7 @@ pub fn spawn(
     if let Some(slice) = &spec.slice {
         backend.join(slice).map_err(failed)?;
     }
-    let result = child::run(&program, spec.timeout);
+    let result = child::run(&program, spec.timeout, spec.stop_timeout);
     let method = snap.as_ref().map(|s| (s.method, s.why.clone()));
     if let Some(s) = snap.as_mut() {
         if let Err(e) = s.discard() {

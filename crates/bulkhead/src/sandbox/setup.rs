@@ -103,6 +103,10 @@ pub struct Program {
     /// What gets ID-mapped: the root, or the overlay's lower layer.
     pub idmap_source: Option<PathBuf>,
     pub(crate) program_name: String,
+    /// fds 3..3+N stay open for the command (socket activation).
+    pub(crate) listen_fds: u32,
+    /// The index in `envp` of the `LISTEN_PID=` entry the child fills in with its own PID.
+    pub(crate) listen_pid_slot: Option<usize>,
 }
 
 /// The IDs the command runs as, from the sandbox root's own /etc/passwd and /etc/group.
@@ -256,7 +260,7 @@ fn last_cap() -> u32 {
         .unwrap_or(40)
 }
 
-const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// /proc files hidden behind /dev/null, directories behind an empty read-only tmpfs, and
 /// paths made read-only: the set runc and systemd-nspawn use.
@@ -606,6 +610,14 @@ impl Program {
             env.retain(|(ek, _)| ek != k);
             env.push((k.clone(), v.clone()));
         }
+        let mut listen_pid_slot = None;
+        if spec.listen_fds > 0 {
+            env.retain(|(k, _)| k != "LISTEN_FDS" && k != "LISTEN_PID");
+            env.push(("LISTEN_FDS".into(), spec.listen_fds.to_string()));
+            // Filled in by the command's process with its PID inside the sandbox.
+            listen_pid_slot = Some(env.len());
+            env.push(("LISTEN_PID".into(), String::new()));
+        }
         let envp = env
             .iter()
             .map(|(k, v)| cstr(format!("{k}={v}")))
@@ -660,6 +672,8 @@ impl Program {
             idmapped: None,
             idmap_source,
             program_name,
+            listen_fds: spec.listen_fds,
+            listen_pid_slot,
         })
     }
 

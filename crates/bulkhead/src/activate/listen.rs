@@ -1,0 +1,161 @@
+//! Binding the plan's listen addresses, before anything else starts: an address in use or a
+//! unix path in a missing directory is an error that names the plan line.
+
+use crate::error::{errno_text, Diagnostic, Error, Result};
+use crate::plan::socket::{Endpoint, SocketSpec};
+use socket2::{Domain, SockAddr, Socket, Type};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+/// A bound, listening socket (or a bound UDP socket).
+pub struct Listener {
+    pub endpoint: Endpoint,
+    pub fd: OwnedFd,
+    /// A unix socket file this process created, removed on exit.
+    pub created: Option<PathBuf>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(p) = &self.created {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn bind_error(spec: &SocketSpec, at: &str, ep: &Endpoint, e: std::io::Error) -> Error {
+    let hint = match (e.raw_os_error(), ep) {
+        (Some(libc::EADDRINUSE), Endpoint::Unix(_)) => {
+            "another process listens on this socket; stop it or pick another path".to_string()
+        }
+        (Some(libc::EADDRINUSE), _) => format!(
+            "another process listens there (ss -ltnp 'sport = :{}' shows which); stop it or pick another port",
+            match ep {
+                Endpoint::Tcp(a) | Endpoint::Udp(a) => a.port(),
+                Endpoint::Unix(_) => 0,
+            }
+        ),
+        (Some(libc::EADDRNOTAVAIL), _) => {
+            "this host has no such address; use 127.0.0.1, 0.0.0.0 or one of `ip -brief addr`".into()
+        }
+        (Some(libc::EACCES), _) => "ports below 1024 and most paths need root".into(),
+        (Some(libc::ENOENT), Endpoint::Unix(p)) => format!(
+            "the directory {} does not exist; create it first",
+            p.parent().unwrap_or(Path::new("/")).display()
+        ),
+        _ => "check the address".into(),
+    };
+    Error::invalid(
+        Diagnostic::error(format!("cannot listen on {ep}: {}", errno_text(&e)))
+            .at(at.to_string())
+            .context(format!("[socket.{}] listen", spec.name))
+            .hint(hint),
+    )
+}
+
+/// Bind every listen address of `spec`, or none.
+pub fn bind_all(spec: &SocketSpec) -> Result<Vec<Listener>> {
+    let mut out = Vec::new();
+    for (ep, at) in &spec.listen {
+        let l = bind(spec, ep).map_err(|e| bind_error(spec, at, ep, e))?;
+        out.push(l);
+    }
+    Ok(out)
+}
+
+fn bind(spec: &SocketSpec, ep: &Endpoint) -> std::io::Result<Listener> {
+    let (sock, addr, created) = match ep {
+        Endpoint::Tcp(a) | Endpoint::Udp(a) => {
+            let ty = if matches!(ep, Endpoint::Tcp(_)) {
+                Type::STREAM
+            } else {
+                Type::DGRAM
+            };
+            let s = Socket::new(Domain::for_address(*a), ty.cloexec(), None)?;
+            s.set_reuse_address(true)?;
+            if a.is_ipv6() {
+                s.set_only_v6(false)?;
+            }
+            (s, SockAddr::from(*a), None)
+        }
+        Endpoint::Unix(p) => {
+            clear_stale(p)?;
+            let s = Socket::new(Domain::UNIX, Type::STREAM.cloexec(), None)?;
+            (s, SockAddr::unix(p)?, Some(p.clone()))
+        }
+    };
+    sock.bind(&addr)?;
+    // From here the file is ours: the Listener removes it if anything below fails.
+    let l = Listener {
+        endpoint: ep.clone(),
+        fd: sock.into(),
+        created,
+    };
+    let sock = socket2::SockRef::from(&l.fd);
+    if let Endpoint::Unix(p) = ep {
+        set_owner(spec, p)?;
+    }
+    if ep.is_stream() {
+        sock.listen(spec.backlog as i32)?;
+    }
+    sock.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// A socket file left by a process that is gone (nothing accepts on it) is removed; a live one
+/// is "in use"; anything else in the way is not touched.
+fn clear_stale(p: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(p) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_socket() {
+        return Err(std::io::Error::from_raw_os_error(libc::EEXIST));
+    }
+    match std::os::unix::net::UnixStream::connect(p) {
+        Ok(_) => Err(std::io::Error::from_raw_os_error(libc::EADDRINUSE)),
+        Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => std::fs::remove_file(p),
+        Err(e) => Err(e),
+    }
+}
+
+fn set_owner(spec: &SocketSpec, p: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(m) = spec.socket_mode {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m))?;
+    }
+    let uid = match &spec.socket_user {
+        Some(u) => Some(lookup_user(u)?),
+        None => None,
+    };
+    let gid = match &spec.socket_group {
+        Some(g) => Some(lookup_group(g)?),
+        None => None,
+    };
+    if uid.is_some() || gid.is_some() {
+        std::os::unix::fs::chown(p, uid, gid)?;
+    }
+    Ok(())
+}
+
+fn lookup_user(u: &str) -> std::io::Result<u32> {
+    if let Ok(n) = u.parse() {
+        return Ok(n);
+    }
+    nix::unistd::User::from_name(u)
+        .ok()
+        .flatten()
+        .map(|x| x.uid.as_raw())
+        .ok_or_else(|| std::io::Error::other(format!("socket_user: no user '{u}' on this host")))
+}
+
+fn lookup_group(g: &str) -> std::io::Result<u32> {
+    if let Ok(n) = g.parse() {
+        return Ok(n);
+    }
+    nix::unistd::Group::from_name(g)
+        .ok()
+        .flatten()
+        .map(|x| x.gid.as_raw())
+        .ok_or_else(|| std::io::Error::other(format!("socket_group: no group '{g}' on this host")))
+}

@@ -1,0 +1,86 @@
+//! What `bulkhead status` shows about served sockets: one JSON file per socket under
+//! /run/bulkhead/sockets, written by the `serve` process that owns it.
+
+use std::path::PathBuf;
+
+/// A socket's state and counters.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct SocketStatus {
+    pub name: String,
+    /// The `bulkhead serve` process.
+    pub pid: u32,
+    pub mode: String,
+    pub listen: Vec<String>,
+    pub backend: Option<String>,
+    /// idle, starting, ready, stopping or backoff.
+    pub state: String,
+    /// The target's process (a `bulkhead spawn` or `bulkhead run`), while it runs.
+    pub target_pid: Option<u32>,
+    pub connections_active: u64,
+    pub connections_total: u64,
+    /// Client -> target bytes.
+    pub bytes_in: u64,
+    /// Target -> client bytes.
+    pub bytes_out: u64,
+    pub cold_starts: u64,
+    pub last_start_ms: Option<f64>,
+    pub failed_starts: u64,
+    pub last_error: Option<String>,
+}
+
+pub fn dir() -> PathBuf {
+    crate::cgroup::runtime_dir().join("sockets")
+}
+
+pub fn path(name: &str) -> PathBuf {
+    dir().join(format!("{name}.json"))
+}
+
+fn alive(pid: u32) -> bool {
+    pid > 0 && unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+}
+
+/// The socket another live `serve` already owns under this name.
+pub fn owner(name: &str) -> Option<u32> {
+    let text = std::fs::read_to_string(path(name)).ok()?;
+    let s: SocketStatus = serde_json::from_str(&text).ok()?;
+    (alive(s.pid) && s.pid != std::process::id()).then_some(s.pid)
+}
+
+/// Write atomically (a reader never sees half a file).
+pub fn write(s: &SocketStatus) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir())?;
+    let p = path(&s.name);
+    let tmp = p.with_extension(format!("json.{}", std::process::id()));
+    std::fs::write(&tmp, serde_json::to_vec(s).map_err(std::io::Error::other)?)?;
+    std::fs::rename(&tmp, &p)
+}
+
+pub fn remove(name: &str) {
+    let _ = std::fs::remove_file(path(name));
+}
+
+/// Every socket a live `serve` owns, by name. Files left by a killed `serve` are removed.
+pub fn read_all() -> Vec<SocketStatus> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir()) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&p) else {
+            continue;
+        };
+        match serde_json::from_str::<SocketStatus>(&text) {
+            Ok(s) if alive(s.pid) => out.push(s),
+            _ => {
+                let _ = std::fs::remove_file(&p);
+            }
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}

@@ -1,0 +1,866 @@
+//! The target behind a socket: started on demand, checked for readiness, stopped when idle.
+//!
+//! A target runs as a child process of `serve`: `bulkhead spawn` (an ephemeral sandbox) or
+//! `bulkhead run` (a plain command in a slice), so everything those commands guarantee (the
+//! slice, the snapshot's cleanup, the exit codes) holds here too, and `ps` shows what runs.
+
+use super::proxy::Conn;
+use crate::plan::socket::{Endpoint, Mode, Ready, SocketSpec};
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::{TcpSocket, UnixStream};
+use tokio::sync::watch;
+
+/// How `serve` starts targets: its own binary and the global options to pass on.
+#[derive(Debug, Clone)]
+pub struct Launcher {
+    pub exe: PathBuf,
+    /// e.g. `--cgroup-root /x -c plan.toml`, placed before the subcommand.
+    pub global_args: Vec<OsString>,
+}
+
+/// Where the notify socket is seen from inside a sandbox.
+const NOTIFY_IN_SANDBOX: &str = "/run/bulkhead/notify";
+
+impl Launcher {
+    /// The target's command line. `listen_fds`: sockets passed as fds 3.. (pass mode).
+    pub fn command(
+        &self,
+        spec: &SocketSpec,
+        listen_fds: u32,
+        notify_dir: Option<&Path>,
+        extra_env: &[(String, String)],
+    ) -> Vec<OsString> {
+        let t = &spec.target;
+        let mut a: Vec<OsString> = vec![self.exe.clone().into()];
+        a.extend(self.global_args.iter().cloned());
+        let mut env = t.environment.clone();
+        env.extend(extra_env.iter().cloned());
+        if let Some(root) = &t.rootfs {
+            a.extend([
+                "spawn".into(),
+                "-D".into(),
+                root.into(),
+                "--ephemeral".into(),
+            ]);
+            if let Some(s) = &t.snapshot {
+                a.extend(["--snapshot".into(), s.into()]);
+            }
+            if let Some(n) = &t.network {
+                a.extend(["--net".into(), n.into()]);
+            }
+            for b in &t.bind {
+                a.extend(["--bind".into(), b.into()]);
+            }
+            if let Some(u) = &t.user {
+                a.extend(["--uid".into(), u.into()]);
+            }
+            a.push("--stop-timeout".into());
+            a.push(format!("{}ms", spec.stop_timeout.as_millis()).into());
+            if let Some(d) = notify_dir {
+                let mut b = d.as_os_str().to_os_string();
+                b.push(":");
+                b.push(NOTIFY_IN_SANDBOX);
+                a.extend(["--bind".into(), b]);
+                env.push((
+                    "NOTIFY_SOCKET".into(),
+                    format!("{NOTIFY_IN_SANDBOX}/notify"),
+                ));
+            }
+        } else {
+            a.push("run".into());
+            if let Some(u) = &t.user {
+                a.extend(["--uid".into(), u.into()]);
+            }
+            if let Some(d) = notify_dir {
+                env.push((
+                    "NOTIFY_SOCKET".into(),
+                    d.join("notify").display().to_string(),
+                ));
+            }
+        }
+        if let Some(s) = &t.slice {
+            a.extend(["--slice".into(), s.to_string().into()]);
+        }
+        if let Some(g) = &t.group {
+            a.extend(["--gid".into(), g.into()]);
+        }
+        if let Some(c) = &t.working_directory {
+            a.extend(["--cwd".into(), c.into()]);
+        }
+        if listen_fds > 0 {
+            a.extend(["--listen-fds".into(), listen_fds.to_string().into()]);
+            let names = vec![spec.name.as_str(); listen_fds as usize].join(":");
+            env.push(("LISTEN_FDNAMES".into(), names));
+        }
+        for (k, v) in env {
+            a.extend(["--env".into(), format!("{k}={v}").into()]);
+        }
+        a.push("--".into());
+        a.extend(t.command.iter().map(OsString::from));
+        a
+    }
+}
+
+/// Start a target process. `fds` become fds 3.. of the child; `stdio` (per-connection
+/// mode) becomes its stdin and stdout. The child gets SIGTERM if `serve` dies.
+pub fn start_process(
+    argv: &[OsString],
+    fds: &[RawFd],
+    stdio: Option<OwnedFd>,
+) -> io::Result<tokio::process::Child> {
+    let mut cmd = tokio::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..]).kill_on_drop(false);
+    match stdio {
+        Some(fd) => {
+            let dup = fd.try_clone()?;
+            cmd.stdin(std::process::Stdio::from(fd))
+                .stdout(std::process::Stdio::from(dup));
+        }
+        None => {
+            cmd.stdin(std::process::Stdio::null());
+        }
+    }
+    // Move the passed fds out of the way of 3..3+N first (F_DUPFD_CLOEXEC above 100), so
+    // the dup2 calls in the child cannot overwrite one another.
+    let high: Vec<OwnedFd> = fds
+        .iter()
+        .map(|&fd| {
+            let r = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 100) };
+            if r < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(unsafe { OwnedFd::from_raw_fd(r) })
+            }
+        })
+        .collect::<io::Result<_>>()?;
+    let raw: Vec<RawFd> = high.iter().map(|f| f.as_raw_fd()).collect();
+    // SAFETY: only async-signal-safe calls (prctl, dup2, fcntl) on pre-built data.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            for (i, &fd) in raw.iter().enumerate() {
+                let to = 3 + i as RawFd;
+                if libc::dup2(fd, to) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // Passed sockets are blocking for the target, as systemd passes them.
+                let fl = libc::fcntl(to, libc::F_GETFL);
+                libc::fcntl(to, libc::F_SETFL, fl & !libc::O_NONBLOCK);
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn();
+    drop(high);
+    child
+}
+
+/// Connects to the target's backend, from the host or from inside the sandbox's network.
+pub enum Dialer {
+    Host,
+    /// A sandbox: TCP sockets are made in its network namespace, unix paths are resolved in
+    /// its root.
+    Sandbox {
+        root: PathBuf,
+        netns: Option<NetnsThread>,
+    },
+}
+
+type SocketRequest = (
+    libc::c_int,
+    libc::c_int,
+    std::sync::mpsc::Sender<io::Result<OwnedFd>>,
+);
+
+/// A thread that lives in another network namespace and makes sockets there (a socket
+/// belongs to the namespace it was created in, whoever connects it later).
+pub struct NetnsThread {
+    tx: std::sync::mpsc::Sender<SocketRequest>,
+}
+
+impl NetnsThread {
+    pub fn new(ns: std::fs::File) -> io::Result<NetnsThread> {
+        let (tx, rx) = std::sync::mpsc::channel::<SocketRequest>();
+        let (ok_tx, ok_rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("bulkhead-netns".into())
+            .spawn(move || {
+                if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    let _ = ok_tx.send(Err(io::Error::last_os_error()));
+                    return;
+                }
+                let _ = ok_tx.send(Ok(()));
+                drop(ns);
+                for (domain, ty, reply) in rx {
+                    let fd = unsafe {
+                        libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
+                    };
+                    let r = if fd < 0 {
+                        Err(io::Error::last_os_error())
+                    } else {
+                        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+                    };
+                    let _ = reply.send(r);
+                }
+            })?;
+        ok_rx
+            .recv()
+            .unwrap_or_else(|_| Err(io::Error::other("netns thread died")))?;
+        Ok(NetnsThread { tx })
+    }
+    fn socket(&self, domain: libc::c_int, ty: libc::c_int) -> io::Result<OwnedFd> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.tx
+            .send((domain, ty, tx))
+            .map_err(|_| io::Error::other("netns thread gone"))?;
+        rx.recv()
+            .unwrap_or_else(|_| Err(io::Error::other("netns thread gone")))
+    }
+}
+
+impl Dialer {
+    pub async fn dial(&self, ep: &Endpoint) -> io::Result<Conn> {
+        match (self, ep) {
+            (Dialer::Host, Endpoint::Tcp(a))
+            | (Dialer::Sandbox { netns: None, .. }, Endpoint::Tcp(a)) => {
+                let s = if a.is_ipv4() {
+                    TcpSocket::new_v4()?
+                } else {
+                    TcpSocket::new_v6()?
+                };
+                let c = s.connect(*a).await?;
+                c.set_nodelay(true)?;
+                Ok(Conn::Tcp(c))
+            }
+            (Dialer::Sandbox { netns: Some(t), .. }, Endpoint::Tcp(a)) => {
+                let domain = if a.is_ipv4() {
+                    libc::AF_INET
+                } else {
+                    libc::AF_INET6
+                };
+                let fd = t.socket(domain, libc::SOCK_STREAM)?;
+                let s = TcpSocket::from_std_stream(std::net::TcpStream::from(fd));
+                let c = s.connect(*a).await?;
+                c.set_nodelay(true)?;
+                Ok(Conn::Tcp(c))
+            }
+            (Dialer::Host, Endpoint::Unix(p)) => Ok(Conn::Unix(UnixStream::connect(p).await?)),
+            (Dialer::Sandbox { root, .. }, Endpoint::Unix(p)) => {
+                let inside = root.join(p.strip_prefix("/").unwrap_or(p));
+                Ok(Conn::Unix(UnixStream::connect(inside).await?))
+            }
+            (_, Endpoint::Udp(_)) => Err(io::Error::other("a UDP backend is not a stream")),
+        }
+    }
+
+    /// A UDP socket connected to the backend.
+    pub fn udp(&self, a: std::net::SocketAddr) -> io::Result<tokio::net::UdpSocket> {
+        let domain = if a.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        };
+        let fd = match self {
+            Dialer::Sandbox { netns: Some(t), .. } => t.socket(domain, libc::SOCK_DGRAM)?,
+            _ => {
+                let fd = unsafe {
+                    libc::socket(
+                        domain,
+                        libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                        0,
+                    )
+                };
+                if fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                unsafe { OwnedFd::from_raw_fd(fd) }
+            }
+        };
+        let s = std::net::UdpSocket::from(fd);
+        s.connect(a)?;
+        tokio::net::UdpSocket::from_std(s)
+    }
+}
+
+/// The sandbox's PID 1: the child of the `bulkhead spawn` process.
+pub fn sandbox_init(spawn_pid: u32) -> Option<u32> {
+    let text =
+        std::fs::read_to_string(format!("/proc/{spawn_pid}/task/{spawn_pid}/children")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// The dialer for a running target.
+pub fn dialer_for(spec: &SocketSpec, pid: u32) -> io::Result<Option<Dialer>> {
+    if spec.target.rootfs.is_none() {
+        return Ok(Some(Dialer::Host));
+    }
+    let Some(init) = sandbox_init(pid) else {
+        return Ok(None);
+    };
+    let root = PathBuf::from(format!("/proc/{init}/root"));
+    let netns = if spec.target.network.as_deref() == Some("host") {
+        None
+    } else {
+        let ns = std::fs::File::open(format!("/proc/{init}/ns/net"))?;
+        Some(NetnsThread::new(ns)?)
+    };
+    Ok(Some(Dialer::Sandbox { root, netns }))
+}
+
+/// The state the socket shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Idle,
+    Starting,
+    Ready,
+    Stopping,
+}
+
+impl State {
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Idle => "idle",
+            State::Starting => "starting",
+            State::Ready => "ready",
+            State::Stopping => "stopping",
+        }
+    }
+}
+
+pub struct Inner {
+    pub state: State,
+    pub pid: Option<u32>,
+    pub dialer: Option<Arc<Dialer>>,
+    /// Bumped when a connection opens: an idle timer armed before is void.
+    pub epoch: u64,
+    pub active: u64,
+    /// Start attempts; `failed_gen` is the last one that failed.
+    pub start_gen: u64,
+    pub failed_gen: u64,
+    pub failures_in_row: u32,
+    pub backoff_until: Option<Instant>,
+    pub cold_starts: u64,
+    pub failed_starts: u64,
+    pub last_start: Option<Duration>,
+    pub last_error: Option<String>,
+    pub total: u64,
+}
+
+/// One socket's target supervisor, shared by its connection tasks.
+pub struct Activator {
+    pub spec: SocketSpec,
+    pub launcher: Launcher,
+    pub inner: Mutex<Inner>,
+    pub changed: watch::Sender<u64>,
+    pub counters: super::proxy::Counters,
+    pub notify_dir: Option<PathBuf>,
+    pub log: super::Log,
+    /// Set when `serve` stops: loops that own a target process stop it and return.
+    pub stopping: watch::Sender<bool>,
+}
+
+/// Counts a connection while it lives.
+pub struct ConnGuard(Arc<Activator>);
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.0.close_conn();
+    }
+}
+
+impl Activator {
+    pub fn new(
+        spec: SocketSpec,
+        launcher: Launcher,
+        notify_dir: Option<PathBuf>,
+        log: super::Log,
+    ) -> Arc<Activator> {
+        Arc::new(Activator {
+            spec,
+            launcher,
+            inner: Mutex::new(Inner {
+                state: State::Idle,
+                pid: None,
+                dialer: None,
+                epoch: 0,
+                active: 0,
+                start_gen: 0,
+                failed_gen: 0,
+                failures_in_row: 0,
+                backoff_until: None,
+                cold_starts: 0,
+                failed_starts: 0,
+                last_start: None,
+                last_error: None,
+                total: 0,
+            }),
+            changed: watch::channel(0).0,
+            counters: Default::default(),
+            notify_dir,
+            log,
+            stopping: watch::channel(false).0,
+        })
+    }
+
+    /// Resolves once `serve` is stopping.
+    pub async fn stopped(&self) {
+        let mut rx = self.stopping.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|v| *v += 1);
+    }
+
+    pub fn open_conn(self: &Arc<Self>) -> ConnGuard {
+        let mut g = self.inner.lock().unwrap();
+        g.active += 1;
+        g.total += 1;
+        g.epoch += 1;
+        drop(g);
+        ConnGuard(self.clone())
+    }
+
+    fn close_conn(self: &Arc<Self>) {
+        let mut g = self.inner.lock().unwrap();
+        g.active -= 1;
+        if g.active == 0 && g.state == State::Ready {
+            self.arm_idle(&g);
+        }
+    }
+
+    /// Stop the target `idle_timeout` from now unless a connection comes first.
+    fn arm_idle(self: &Arc<Self>, g: &Inner) {
+        let Some(idle) = self.spec.idle_timeout else {
+            return;
+        };
+        if self.spec.mode != Mode::Proxy {
+            return;
+        }
+        let epoch = g.epoch;
+        let me = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(idle).await;
+            let g = me.inner.lock().unwrap();
+            if g.epoch == epoch && g.active == 0 && g.state == State::Ready {
+                drop(g);
+                me.stop(&format!("idle for {}", show(idle)));
+            }
+        });
+    }
+
+    /// Wait until the target is ready, starting it if needed.
+    pub async fn ensure_ready(self: &Arc<Self>) -> Result<Arc<Dialer>, String> {
+        let mut rx = self.changed.subscribe();
+        let mut waiting_for = None;
+        loop {
+            {
+                let mut g = self.inner.lock().unwrap();
+                if let Some(gen) = waiting_for {
+                    if g.failed_gen >= gen {
+                        return Err(g.last_error.clone().unwrap_or_default());
+                    }
+                }
+                match g.state {
+                    State::Ready => {
+                        if let Some(d) = &g.dialer {
+                            return Ok(d.clone());
+                        }
+                    }
+                    State::Idle => {
+                        if let Some(until) = g.backoff_until {
+                            let now = Instant::now();
+                            if now < until {
+                                return Err(format!(
+                                    "not starting the target for another {}: {} starts failed in a row (last: {})",
+                                    show(until - now),
+                                    g.failures_in_row,
+                                    g.last_error.as_deref().unwrap_or("?")
+                                ));
+                            }
+                        }
+                        g.state = State::Starting;
+                        g.start_gen += 1;
+                        waiting_for = Some(g.start_gen);
+                        let gen = g.start_gen;
+                        drop(g);
+                        self.bump();
+                        let me = self.clone();
+                        tokio::spawn(async move { me.start(gen).await });
+                    }
+                    State::Starting => {
+                        if waiting_for.is_none() {
+                            waiting_for = Some(g.start_gen);
+                        }
+                    }
+                    State::Stopping => {}
+                }
+            }
+            if rx.changed().await.is_err() {
+                return Err("shutting down".into());
+            }
+        }
+    }
+
+    async fn start(self: Arc<Self>, gen: u64) {
+        let t0 = Instant::now();
+        let notify = match self.open_notify() {
+            Ok(n) => n,
+            Err(e) => return self.fail(gen, None, format!("cannot make the notify socket: {e}")),
+        };
+        let notify_dir = notify.as_ref().and(self.notify_dir.as_deref());
+        let argv = self.launcher.command(&self.spec, 0, notify_dir, &[]);
+        let mut child = match start_process(&argv, &[], None) {
+            Ok(c) => c,
+            Err(e) => {
+                return self.fail(
+                    gen,
+                    None,
+                    format!("cannot start {}: {e}", argv[0].to_string_lossy()),
+                )
+            }
+        };
+        let pid = child.id().unwrap_or(0);
+        {
+            let mut g = self.inner.lock().unwrap();
+            g.pid = Some(pid);
+        }
+        self.log.line(&format!(
+            "[{}] starting the target (pid {pid}): {}",
+            self.spec.name,
+            self.spec.target.command.join(" ")
+        ));
+        let deadline = t0 + self.spec.start_timeout;
+        let mut exited = None;
+        let mut dialer: Option<Dialer> = None;
+        let mut pause = Duration::from_micros(250);
+        let mut ready = false;
+        let mut notify_buf = [0u8; 4096];
+        loop {
+            if let Ok(Some(st)) = child.try_wait() {
+                exited = Some(st);
+                break;
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            if dialer.is_none() {
+                match dialer_for(&self.spec, pid) {
+                    Ok(d) => dialer = d,
+                    Err(e) => {
+                        let _ = kill(pid, libc::SIGKILL);
+                        return self.fail(
+                            gen,
+                            Some(child),
+                            format!("cannot reach the sandbox: {e}"),
+                        );
+                    }
+                }
+            }
+            match self.spec.ready {
+                Ready::Connect => match (&dialer, &self.spec.backend) {
+                    (Some(d), Some(b)) => {
+                        if d.dial(b).await.is_ok() {
+                            ready = true;
+                            break;
+                        }
+                    }
+                    // Nothing to connect to: started is ready.
+                    (_, None) => {
+                        ready = true;
+                        break;
+                    }
+                    // The sandbox's PID 1 is not there yet.
+                    (None, Some(_)) => {}
+                },
+                Ready::Notify => {
+                    if let Some(sock) = &notify {
+                        let got = tokio::time::timeout(pause, sock.recv(&mut notify_buf)).await;
+                        if let Ok(Ok(n)) = got {
+                            let text = String::from_utf8_lossy(&notify_buf[..n]);
+                            if text.lines().any(|l| l == "READY=1") {
+                                if dialer.is_none() {
+                                    dialer = dialer_for(&self.spec, pid).ok().flatten();
+                                }
+                                ready = true;
+                                break;
+                            }
+                        }
+                        pause = (pause * 2).min(Duration::from_millis(10));
+                        continue;
+                    }
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+        if !ready {
+            let why = match exited {
+                Some(st) => format!(
+                    "the target exited ({}) before it was ready",
+                    status_text(st)
+                ),
+                None => format!(
+                    "the target was not ready within start_timeout ({}){}",
+                    show(self.spec.start_timeout),
+                    match (&self.spec.ready, &self.spec.backend) {
+                        (Ready::Connect, Some(b)) => format!(": nothing accepted on {b}"),
+                        (Ready::Notify, _) => ": it never sent READY=1".into(),
+                        _ => String::new(),
+                    }
+                ),
+            };
+            return self.fail(gen, if exited.is_some() { None } else { Some(child) }, why);
+        }
+        let took = t0.elapsed();
+        {
+            let mut g = self.inner.lock().unwrap();
+            g.state = State::Ready;
+            g.dialer = dialer.map(Arc::new).or(Some(Arc::new(Dialer::Host)));
+            g.cold_starts += 1;
+            g.last_start = Some(took);
+            g.failures_in_row = 0;
+            g.backoff_until = None;
+            if g.active == 0 {
+                self.arm_idle(&g);
+            }
+        }
+        self.bump();
+        self.log.line(&format!(
+            "[{}] target ready in {:.1} ms",
+            self.spec.name,
+            took.as_secs_f64() * 1e3
+        ));
+        // Watch for its exit.
+        let st = child.wait().await;
+        let mut g = self.inner.lock().unwrap();
+        let was = g.state;
+        g.state = State::Idle;
+        g.pid = None;
+        g.dialer = None;
+        drop(g);
+        self.bump();
+        let st = st.map(status_text).unwrap_or_else(|e| e.to_string());
+        if was == State::Stopping {
+            self.log
+                .line(&format!("[{}] target stopped ({st})", self.spec.name));
+        } else {
+            self.log.line(&format!(
+                "[{}] target exited ({st}); the next connection starts it again",
+                self.spec.name
+            ));
+        }
+    }
+
+    fn fail(self: &Arc<Self>, gen: u64, child: Option<tokio::process::Child>, why: String) {
+        self.log
+            .line(&format!("[{}] start failed: {why}", self.spec.name));
+        let mut g = self.inner.lock().unwrap();
+        g.failed_gen = gen;
+        g.failures_in_row += 1;
+        g.failed_starts += 1;
+        g.last_error = Some(why);
+        if g.failures_in_row >= 3 {
+            let wait = Duration::from_secs(1 << (g.failures_in_row - 3).min(6))
+                .min(Duration::from_secs(60));
+            g.backoff_until = Some(Instant::now() + wait);
+            self.log.line(&format!(
+                "[{}] {} starts failed in a row: connections are refused for {}",
+                self.spec.name,
+                g.failures_in_row,
+                show(wait)
+            ));
+        }
+        match child {
+            Some(mut c) => {
+                g.state = State::Stopping;
+                drop(g);
+                self.bump();
+                let me = self.clone();
+                tokio::spawn(async move {
+                    me.terminate(&mut c).await;
+                    me.inner.lock().unwrap().state = State::Idle;
+                    me.inner.lock().unwrap().pid = None;
+                    me.bump();
+                });
+            }
+            None => {
+                g.state = State::Idle;
+                g.pid = None;
+                drop(g);
+                self.bump();
+            }
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after stop_timeout (plus a little for a sandbox, which kills
+    /// itself at stop_timeout and then removes its snapshot).
+    pub async fn terminate(&self, c: &mut tokio::process::Child) {
+        if let Some(pid) = c.id() {
+            let _ = kill(pid, libc::SIGTERM);
+        }
+        let grace = self.spec.stop_timeout
+            + if self.spec.target.rootfs.is_some() {
+                Duration::from_secs(5)
+            } else {
+                Duration::ZERO
+            };
+        if tokio::time::timeout(grace, c.wait()).await.is_err() {
+            self.log.line(&format!(
+                "[{}] the target did not stop within {}: killing it",
+                self.spec.name,
+                show(grace)
+            ));
+            let _ = c.kill().await;
+        }
+    }
+
+    /// Ask a ready target to stop; `start` sees it exit.
+    pub fn stop(self: &Arc<Self>, why: &str) {
+        let mut g = self.inner.lock().unwrap();
+        if g.state != State::Ready {
+            return;
+        }
+        g.state = State::Stopping;
+        let pid = g.pid;
+        drop(g);
+        self.bump();
+        self.log
+            .line(&format!("[{}] stopping the target: {why}", self.spec.name));
+        if let Some(pid) = pid {
+            let _ = kill(pid, libc::SIGTERM);
+            let me = self.clone();
+            let grace = self.spec.stop_timeout
+                + if self.spec.target.rootfs.is_some() {
+                    Duration::from_secs(5)
+                } else {
+                    Duration::ZERO
+                };
+            tokio::spawn(async move {
+                tokio::time::sleep(grace).await;
+                let g = me.inner.lock().unwrap();
+                if g.state == State::Stopping && g.pid == Some(pid) {
+                    let _ = kill(pid, libc::SIGKILL);
+                }
+            });
+        }
+    }
+
+    /// A fresh notify socket for one start (READY=1 from an earlier run does not count).
+    fn open_notify(&self) -> io::Result<Option<tokio::net::UnixDatagram>> {
+        let Some(dir) = &self.notify_dir else {
+            return Ok(None);
+        };
+        if self.spec.ready != Ready::Notify {
+            return Ok(None);
+        }
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join("notify");
+        let _ = std::fs::remove_file(&path);
+        let s = tokio::net::UnixDatagram::bind(&path)?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
+        Ok(Some(s))
+    }
+
+    pub fn status(&self) -> super::state::SocketStatus {
+        use std::sync::atomic::Ordering::Relaxed;
+        let g = self.inner.lock().unwrap();
+        let state = match (g.state, g.backoff_until) {
+            (State::Idle, Some(u)) if Instant::now() < u => "backoff",
+            (s, _) => s.name(),
+        };
+        super::state::SocketStatus {
+            name: self.spec.name.clone(),
+            pid: std::process::id(),
+            mode: match self.spec.mode {
+                Mode::Proxy => "proxy",
+                Mode::Pass => "pass",
+                Mode::PerConnection => "per-connection",
+            }
+            .into(),
+            listen: self
+                .spec
+                .listen
+                .iter()
+                .map(|(e, _)| e.to_string())
+                .collect(),
+            backend: self.spec.backend.as_ref().map(|b| b.to_string()),
+            state: state.into(),
+            target_pid: g.pid,
+            connections_active: g.active,
+            connections_total: g.total,
+            bytes_in: self.counters.bytes_in.load(Relaxed),
+            bytes_out: self.counters.bytes_out.load(Relaxed),
+            cold_starts: g.cold_starts,
+            last_start_ms: g.last_start.map(|d| d.as_secs_f64() * 1e3),
+            failed_starts: g.failed_starts,
+            last_error: g.last_error.clone(),
+        }
+    }
+
+    /// Stop whatever runs, for shutdown.
+    pub async fn shutdown(self: &Arc<Self>) {
+        let pid = {
+            let g = self.inner.lock().unwrap();
+            g.pid
+        };
+        if pid.is_none() {
+            return;
+        }
+        {
+            let mut g = self.inner.lock().unwrap();
+            if g.state == State::Ready {
+                drop(g);
+                self.stop("bulkhead serve is stopping");
+            } else {
+                g.state = State::Stopping;
+                if let Some(p) = pid {
+                    let _ = kill(p, libc::SIGTERM);
+                }
+            }
+        }
+        let mut rx = self.changed.subscribe();
+        let limit = Instant::now() + self.spec.stop_timeout + Duration::from_secs(6);
+        while self.inner.lock().unwrap().pid.is_some() && Instant::now() < limit {
+            let _ = tokio::time::timeout(Duration::from_millis(100), rx.changed()).await;
+        }
+    }
+}
+
+pub fn kill(pid: u32, sig: libc::c_int) -> io::Result<()> {
+    if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+pub fn status_text(st: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.code(), st.signal()) {
+        (Some(0), _) => "exit status 0".into(),
+        (Some(c), _) => format!("exit status {c}"),
+        (_, Some(s)) => format!("killed by signal {s}"),
+        _ => "unknown status".into(),
+    }
+}
+
+/// A duration as systemd prints it.
+pub fn show(d: Duration) -> String {
+    if d.as_millis() < 1000 {
+        format!("{}ms", d.as_millis())
+    } else if d.as_secs() < 120 {
+        format!("{:.3}", d.as_secs_f64())
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+            + "s"
+    } else {
+        format!("{}min {}s", d.as_secs() / 60, d.as_secs() % 60)
+    }
+}
