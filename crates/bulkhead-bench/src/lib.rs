@@ -39,6 +39,7 @@ pub struct LoadResult {
     pub latency: LatencySummary,
 }
 
+pub mod activation;
 pub mod env;
 pub mod hog;
 pub mod isolation;

@@ -419,7 +419,7 @@ fn fs_name(p: &Path) -> String {
     }
 }
 
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpus = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);

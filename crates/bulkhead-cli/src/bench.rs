@@ -19,6 +19,10 @@ pub enum BenchCmd {
     /// Start-to-exit of an ephemeral sandbox per snapshot method, beside systemd-nspawn
     /// --ephemeral, plain unshare and /bin/true
     Spawn(SpawnBench),
+    /// Socket activation: cold start of a sandboxed server, bursts of clients during it, and
+    /// warm latency and bulk throughput through `bulkhead serve` beside a direct connection
+    /// and systemd-socket-proxyd
+    Activation(ActivationBench),
     /// The RESP load generator alone (the isolation bench runs it in its own slice)
     #[command(hide = true)]
     Loadgen(LoadgenArgs),
@@ -166,6 +170,90 @@ pub struct SpawnBench {
     chart: Option<PathBuf>,
 }
 
+#[derive(Args)]
+pub struct ActivationBench {
+    /// Cold starts per target (sandboxed and plain httpd), alternating
+    #[arg(long, default_value_t = 30)]
+    cold_runs: usize,
+    /// Bursts of clients connecting at once to an idle socket
+    #[arg(long, default_value_t = 5)]
+    bursts: usize,
+    /// Clients per burst
+    #[arg(long, default_value_t = 100)]
+    burst_clients: usize,
+    /// Rounds of warm requests and bulk transfers; peers are rotated each round
+    #[arg(long, default_value_t = 7)]
+    rounds: usize,
+    /// Warm requests per peer per round
+    #[arg(long, default_value_t = 1000)]
+    requests: usize,
+    /// Bytes per bulk transfer (e.g. 2G)
+    #[arg(long, default_value = "2G", value_name = "SIZE")]
+    bulk: String,
+    /// The pipe_size of bulkhead's socket [default: bulkhead's default]
+    #[arg(long, value_name = "SIZE")]
+    pipe_size: Option<String>,
+    /// Write the results as JSON to this file
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a PNG chart to this file
+    #[arg(long, value_name = "FILE.png")]
+    chart: Option<PathBuf>,
+}
+
+fn activation_bench(cli: &Cli, a: &ActivationBench) -> Result<i32> {
+    use bulkhead_bench::activation;
+    for (v, flag) in [
+        (a.cold_runs, "--cold-runs"),
+        (a.bursts, "--bursts"),
+        (a.burst_clients, "--burst-clients"),
+        (a.rounds, "--rounds"),
+        (a.requests, "--requests"),
+    ] {
+        if v == 0 {
+            return Err(bad(format!("{flag} must be at least 1")));
+        }
+    }
+    let bulk_bytes =
+        bulkhead::units::parse_size(&a.bulk, 1024).map_err(|e| bad(format!("--bulk: {e}")))?;
+    if bulk_bytes < 1 << 20 {
+        return Err(bad("--bulk must be at least 1M"));
+    }
+    if let Some(c) = &a.chart {
+        if c.extension().is_none_or(|e| e != "png") {
+            return Err(bad(format!(
+                "--chart {}: the chart is a PNG file (FILE.png)",
+                c.display()
+            )));
+        }
+    }
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(bad("bench activation needs root (sandboxes)").with_hint("run it with sudo"));
+    }
+    bulkhead_bench::stop::install_handler();
+    let spec = activation::Spec {
+        bulkhead: std::env::current_exe().map_err(|e| Error::failed(e.to_string()))?,
+        cold_runs: a.cold_runs,
+        bursts: a.bursts,
+        burst_clients: a.burst_clients,
+        rounds: a.rounds,
+        requests: a.requests,
+        bulk_bytes,
+        pipe_size: a.pipe_size.clone(),
+        progress: !cli.quiet,
+    };
+    let r = activation::run(&spec).map_err(Error::failed)?;
+    print!("{}", activation::text(&r));
+    if let Some(j) = &a.json {
+        std::fs::write(j, serde_json::to_string_pretty(&r).unwrap_or_default())
+            .map_err(|e| bulkhead::error::io_failed("cannot write", j, e))?;
+    }
+    if let Some(c) = &a.chart {
+        activation::chart(&r, c).map_err(Error::failed)?;
+    }
+    Ok(0)
+}
+
 fn spawn_bench(cli: &Cli, a: &SpawnBench) -> Result<i32> {
     use bulkhead_bench::spawn;
     if a.runs == 0 {
@@ -207,6 +295,7 @@ pub fn dispatch(cli: &Cli, b: &BenchCmd) -> Result<i32> {
         BenchCmd::Run(a) => run_overhead(cli, a),
         BenchCmd::Isolation(a) => isolation(cli, a),
         BenchCmd::Spawn(a) => spawn_bench(cli, a),
+        BenchCmd::Activation(a) => activation_bench(cli, a),
         BenchCmd::Loadgen(a) => loadgen(a),
         BenchCmd::Hog(h) => hog(h),
     }

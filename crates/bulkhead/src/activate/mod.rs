@@ -208,8 +208,11 @@ pub fn describe(specs: &[SocketSpec], launcher: &Launcher) -> Vec<String> {
                 .join(" ")
         ));
         out.push(format!(
-            "  ready: {:?}; start_timeout {}; idle_timeout {}; stop: SIGTERM, SIGKILL after {}",
-            s.ready,
+            "  ready: {}; start_timeout {}; idle_timeout {}; stop: SIGTERM, SIGKILL after {}",
+            match s.ready {
+                crate::plan::socket::Ready::Connect => "when the backend accepts a connection",
+                crate::plan::socket::Ready::Notify => "on READY=1",
+            },
             target::show(s.start_timeout),
             s.idle_timeout.map_or("infinity".into(), target::show),
             target::show(s.stop_timeout)
@@ -458,6 +461,7 @@ async fn proxy_one(
     }
     let backend_ep = act.spec.backend.as_ref().expect("proxy mode has a backend");
     let mut tries = 0;
+    let t0 = Instant::now();
     let backend = loop {
         let dialer = match act.ensure_ready().await {
             Ok(d) => d,
@@ -470,21 +474,31 @@ async fn proxy_one(
                 return;
             }
         };
-        match dialer.dial(backend_ep).await {
-            Ok(b) => break b,
-            Err(e) => {
+        let why =
+            match tokio::time::timeout(act.spec.connect_timeout, dialer.dial(backend_ep)).await {
+                Ok(Ok(b)) => break b,
                 // The target may have just exited: the next round starts it again.
-                tries += 1;
-                if tries >= 3 {
-                    act.log.line(&format!(
-                        "[{}] closing the connection from {}: cannot reach {backend_ep}: {e}",
-                        act.spec.name,
-                        peer_text(src)
-                    ));
-                    return;
+                Ok(Err(e)) => {
+                    tries += 1;
+                    e.to_string()
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+                // A full accept queue drops the SYN: try again now rather than after the
+                // kernel's 1 s retransmission.
+                Err(_) => format!(
+                    "no answer within {}",
+                    target::show(act.spec.connect_timeout)
+                ),
+            };
+        if tries >= 3 || t0.elapsed() >= act.spec.start_timeout {
+            act.log.line(&format!(
+                "[{}] closing the connection from {}: cannot reach {backend_ep}: {why}",
+                act.spec.name,
+                peer_text(src)
+            ));
+            return;
+        }
+        if tries > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
     if let Some(v) = act.spec.proxy_protocol {

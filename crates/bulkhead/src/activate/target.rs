@@ -565,7 +565,8 @@ impl Activator {
             match self.spec.ready {
                 Ready::Connect => match (&dialer, &self.spec.backend) {
                     (Some(d), Some(b)) => {
-                        if d.dial(b).await.is_ok() {
+                        let probe = tokio::time::timeout(self.spec.connect_timeout, d.dial(b));
+                        if matches!(probe.await, Ok(Ok(_))) {
                             ready = true;
                             break;
                         }

@@ -157,10 +157,13 @@ pub struct SocketSpec {
     pub ready: Ready,
     pub start_timeout: Duration,
     pub stop_timeout: Duration,
+    /// A connect to the backend that takes longer is abandoned and tried again (a full accept
+    /// queue drops SYNs silently, and the kernel would retry only after 1 s, 3 s, 7 s...).
+    pub connect_timeout: Duration,
     pub max_connections: u32,
     /// Close a proxied connection with no traffic either way for this long.
     pub connection_idle_timeout: Option<Duration>,
-    /// The splice pipe's size in bytes (F_SETPIPE_SZ); the kernel default otherwise.
+    /// The splice pipe's size in bytes (F_SETPIPE_SZ; 256K by default, as socket-proxyd's).
     pub pipe_size: Option<u64>,
     pub backlog: u32,
     pub proxy_protocol: Option<ProxyVersion>,
@@ -180,6 +183,7 @@ const KEYS: &[&str] = &[
     "ready",
     "start_timeout",
     "stop_timeout",
+    "connect_timeout",
     "max_connections",
     "connection_idle_timeout",
     "pipe_size",
@@ -356,9 +360,11 @@ pub(super) fn parse_socket(
     let mut ready = Ready::Connect;
     let mut start_timeout = Duration::from_secs(10);
     let mut stop_timeout = Duration::from_secs(10);
+    let mut connect_timeout = Duration::from_millis(250);
     let mut max_connections = None;
     let mut connection_idle_timeout = None;
-    let mut pipe_size = None;
+    // As systemd-socket-proxyd's.
+    let mut pipe_size = Some(256 << 10);
     let mut backlog = 4096;
     let mut proxy_protocol = None;
     let mut accept_proxy_protocol = false;
@@ -411,14 +417,12 @@ pub(super) fn parse_socket(
                     connection_idle_timeout = d;
                 }
             }
-            "start_timeout" | "stop_timeout" => match c.duration(kloc, key, val) {
-                Some(Some(d)) if !d.is_zero() => {
-                    if key == "start_timeout" {
-                        start_timeout = d
-                    } else {
-                        stop_timeout = d
-                    }
-                }
+            "start_timeout" | "stop_timeout" | "connect_timeout" => match c.duration(kloc, key, val) {
+                Some(Some(d)) if !d.is_zero() => match key {
+                    "start_timeout" => start_timeout = d,
+                    "stop_timeout" => stop_timeout = d,
+                    _ => connect_timeout = d,
+                },
                 Some(_) => c.err(
                     kloc,
                     key,
@@ -550,7 +554,7 @@ pub(super) fn parse_socket(
             );
         }
         let udp_listen = listen.iter().any(|(e, _)| !e.is_stream());
-        if udp_listen != !b.is_stream() || listen.iter().any(|(e, _)| e.is_stream() == udp_listen) {
+        if udp_listen == b.is_stream() || listen.iter().any(|(e, _)| e.is_stream() == udp_listen) {
             c.err(
                 at("backend"),
                 "backend",
@@ -616,6 +620,7 @@ pub(super) fn parse_socket(
         ready,
         start_timeout,
         stop_timeout,
+        connect_timeout,
         max_connections,
         connection_idle_timeout,
         pipe_size,
@@ -775,5 +780,96 @@ fn parse_target(c: &mut Ctx<'_>, loc: Loc, v: &DeValue<'_>) -> Option<TargetSpec
         None
     } else {
         Some(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Plan;
+
+    fn errors(text: &str) -> String {
+        match Plan::parse(text, Some(std::path::Path::new("p.toml"))) {
+            Ok(_) => panic!("accepted:\n{text}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_full_socket_with_defaults() {
+        let p = Plan::parse(
+            r#"
+[socket.app]
+listen = ["127.0.0.1:8080", "unix:/run/bulkhead/app.sock", "9090", "[::1]:81"]
+backend = "127.0.0.1:8000"
+socket_mode = "0660"
+[socket.app.target]
+rootfs = "app"
+command = ["/usr/bin/python3", "-m", "http.server", "8000"]
+slice = "db-helper"
+environment = { PYTHONUNBUFFERED = "1" }
+"#,
+            None,
+        )
+        .unwrap();
+        let s = &p.sockets["app"];
+        assert_eq!(s.listen.len(), 4);
+        assert_eq!(
+            s.listen[2].0,
+            Endpoint::Tcp("0.0.0.0:9090".parse().unwrap())
+        );
+        assert_eq!(s.mode, Mode::Proxy);
+        assert_eq!(s.ready, Ready::Connect);
+        assert_eq!(s.idle_timeout, Some(Duration::from_secs(30)));
+        assert_eq!(s.start_timeout, Duration::from_secs(10));
+        assert_eq!(s.max_connections, 1024);
+        assert_eq!(s.pipe_size, Some(256 << 10));
+        assert_eq!(s.socket_mode, Some(0o660));
+        assert_eq!(s.target.slice.as_ref().unwrap().to_string(), "db-helper");
+        assert_eq!(
+            s.target.environment,
+            vec![("PYTHONUNBUFFERED".into(), "1".into())]
+        );
+    }
+
+    #[test]
+    fn cross_key_rules_and_locations() {
+        let t = "[socket.a.target]\ncommand = [\"/bin/true\"]\n";
+        let e = errors(&format!(
+            "[socket.a]\nlisten = [\"udp:127.0.0.1:53\"]\nbackend = \"udp:127.0.0.1:5353\"\n{t}"
+        ));
+        assert!(
+            e.contains("p.toml:") && e.contains("cannot check a UDP backend"),
+            "{e}"
+        );
+        let e = errors(&format!(
+            "[socket.a]\nlisten = [\"1234\"]\nmode = \"pass\"\nbackend = \"127.0.0.1:1\"\n{t}"
+        ));
+        assert!(
+            e.contains("p.toml:4:1") && e.contains("only used in proxy mode"),
+            "{e}"
+        );
+        let e = errors(&format!(
+            "[socket.a]\nlisten = [\"udp:127.0.0.1:53\"]\nmode = \"per-connection\"\n{t}"
+        ));
+        assert!(e.contains("per-connection mode needs stream"), "{e}");
+        let e = errors(&format!("[socket.a]\nlisten = [\"1234\"]\nbackend = \"udp:127.0.0.1:1\"\nready = \"notify\"\n{t}"));
+        assert!(e.contains("a UDP listener needs a UDP backend"), "{e}");
+        let e = errors("[socket.a]\nlisten = [\"1234\"]\nbackend = \"127.0.0.1:1\"\n[socket.a.target]\ncommand = [\"x\"]\nnetwork = \"host\"\nsnapshott = \"btrfs\"\n");
+        assert!(
+            e.contains("network only applies to a sandboxed target"),
+            "{e}"
+        );
+        assert!(
+            e.contains("unknown key 'snapshott'") && e.contains("did you mean snapshot?"),
+            "{e}"
+        );
+        let e = errors("[socket.\"a/b\"]\nlisten = [\"1\"]\n");
+        assert!(e.contains("not a valid socket name"), "{e}");
+        let e = errors("[socket.a]\nlisten = [\"localhost:80\", \"unix:rel.sock\"]\nbackend = \"127.0.0.1:1\"\nidle_timeout = \"5 parsecs\"\n");
+        assert!(e.contains("'localhost:80' is not an address"), "{e}");
+        assert!(e.contains("must be absolute"), "{e}");
+        assert!(e.contains("idle_timeout = 5 parsecs"), "{e}");
+        assert!(e.contains("a socket needs a target"), "{e}");
     }
 }

@@ -1,0 +1,780 @@
+//! `bench activation`: socket activation measured against a direct connection and
+//! systemd-socket-proxyd, side by side in one run.
+//!
+//! 1. Cold start: connect to an idle socket whose target is busybox httpd in an ephemeral
+//!    sandbox (and, for reference, as a plain command); time to the first response byte.
+//!    `idle_timeout = 0` stops the target after each request, so every sample is cold.
+//! 2. Bursts: 100 clients connect at once to the idle sandboxed socket; every one must get
+//!    its answer (none refused, none reset).
+//! 3. Warm request latency and 4. bulk throughput: the same backend server (this process's
+//!    own, so all peers reach one server) reached directly, through `bulkhead serve` (proxy
+//!    mode) and through systemd-socket-proxyd (started by systemd-socket-activate), in
+//!    rotated order each round.
+
+use serde::Serialize;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+pub const SOCKET_PROXYD: &str = "/lib/systemd/systemd-socket-proxyd";
+pub const SOCKET_ACTIVATE: &str = "/usr/bin/systemd-socket-activate";
+
+pub struct Spec {
+    pub bulkhead: PathBuf,
+    pub cold_runs: usize,
+    pub bursts: usize,
+    pub burst_clients: usize,
+    pub rounds: usize,
+    pub requests: usize,
+    pub bulk_bytes: u64,
+    /// The warm socket's pipe_size (None: bulkhead's default).
+    pub pipe_size: Option<String>,
+    pub progress: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Dist {
+    pub name: String,
+    pub samples: Vec<f64>,
+    pub median: f64,
+    pub p10: f64,
+    pub p90: f64,
+    pub p99: f64,
+}
+
+impl Dist {
+    fn new(name: &str, mut samples: Vec<f64>) -> Dist {
+        samples.sort_by(|a, b| a.total_cmp(b));
+        let q = |f: f64| {
+            if samples.is_empty() {
+                f64::NAN
+            } else {
+                samples[((samples.len() - 1) as f64 * f).round() as usize]
+            }
+        };
+        Dist {
+            name: name.into(),
+            median: q(0.5),
+            p10: q(0.1),
+            p90: q(0.9),
+            p99: q(0.99),
+            samples,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Burst {
+    pub rounds: usize,
+    pub clients: usize,
+    pub answered: usize,
+    pub refused: usize,
+    pub reset: usize,
+    pub other: usize,
+    /// The slowest client of each burst, ms.
+    pub slowest_ms: Vec<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub what: String,
+    pub target: String,
+    pub measured: String,
+    pub met: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub machine: String,
+    /// Time to first byte of a cold start, ms: sandboxed httpd, plain httpd.
+    pub cold: Vec<Dist>,
+    /// The target's own start-to-ready time as `serve` measured it, ms.
+    pub cold_ready_ms: Vec<Dist>,
+    pub burst: Burst,
+    /// Warm request latency (connect, GET, read to EOF), µs: direct, bulkhead, socket-proxyd.
+    pub warm_us: Vec<Dist>,
+    /// Bulk throughput per round, GB/s.
+    pub bulk_gbps: Vec<Dist>,
+    pub bulk_bytes: u64,
+    pub checks: Vec<Check>,
+    pub skipped: Vec<String>,
+}
+
+/// Everything the run made, removed on drop (also on an error or a panic).
+struct Setup {
+    dir: PathBuf,
+    serve: Option<Child>,
+    proxyd: Option<Child>,
+    stop: Arc<AtomicBool>,
+    backend_port: u16,
+    names: Vec<String>,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        for c in [self.serve.as_mut(), self.proxyd.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let t0 = Instant::now();
+            while let Ok(None) = c.try_wait() {
+                if t0.elapsed() > Duration::from_secs(20) {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.backend_port));
+        for n in &self.names {
+            let _ = std::fs::remove_file(format!("/run/bulkhead/sockets/{n}.json"));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A port below the ephemeral range (ip_local_port_range starts at 32768), so that no
+/// outgoing connection takes it as its source port between this check and the bind.
+fn free_port() -> Result<u16, String> {
+    use std::sync::atomic::AtomicU32;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    for _ in 0..1000 {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let port = 20000
+            + (std::process::id()
+                .wrapping_mul(7919)
+                .wrapping_add(n.wrapping_mul(104729))
+                % 12000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err("no free port between 20000 and 32000".into())
+}
+
+const SMALL: &[u8] = b"HTTP/1.0 200 OK\r\nContent-Length: 13\r\n\r\nhello, world\n";
+
+/// The backend for warm and bulk runs: `GET /bulk` streams zeros until the client closes,
+/// anything else gets a small response. A thread per connection.
+fn backend(stop: Arc<AtomicBool>) -> Result<u16, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let port = l.local_addr().map_err(|e| e.to_string())?.port();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let Ok(mut c) = c else { continue };
+            std::thread::spawn(move || {
+                let _ = c.set_nodelay(true);
+                let mut buf = [0u8; 1024];
+                let Ok(n) = c.read(&mut buf) else { return };
+                if buf[..n].starts_with(b"GET /bulk") {
+                    let chunk = vec![0u8; 256 << 10];
+                    while c.write_all(&chunk).is_ok() {}
+                } else {
+                    let _ = c.write_all(SMALL);
+                }
+            });
+        }
+    });
+    Ok(port)
+}
+
+fn busybox_root(dir: &Path) -> Result<PathBuf, String> {
+    let root = dir.join("root");
+    for d in ["bin", "etc", "proc", "sys", "dev", "tmp", "www"] {
+        std::fs::create_dir_all(root.join(d)).map_err(|e| e.to_string())?;
+    }
+    let out = Command::new("ldd")
+        .arg("/bin/busybox")
+        .output()
+        .map_err(|e| format!("ldd: {e}"))?;
+    if String::from_utf8_lossy(&out.stdout).contains("=>") {
+        return Err("/bin/busybox is not static (apt install busybox-static)".into());
+    }
+    std::fs::copy("/bin/busybox", root.join("bin/busybox")).map_err(|e| e.to_string())?;
+    for a in ["httpd", "sh"] {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(a))
+            .map_err(|e| e.to_string())?;
+    }
+    std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/:/bin/sh\n")
+        .map_err(|e| e.to_string())?;
+    std::fs::write(root.join("etc/group"), "root:x:0:\n").map_err(|e| e.to_string())?;
+    std::fs::write(root.join("www/index.html"), "hello, world\n").map_err(|e| e.to_string())?;
+    Ok(root)
+}
+
+fn status(name: &str) -> Option<serde_json::Value> {
+    let t = std::fs::read_to_string(format!("/run/bulkhead/sockets/{name}.json")).ok()?;
+    serde_json::from_str(&t).ok()
+}
+
+/// Wait until the socket's target is stopped (state idle, no process).
+fn wait_idle(name: &str) -> Result<(), String> {
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = status(name) {
+            if s["state"] == "idle" && s["target_pid"].is_null() {
+                return Ok(());
+            }
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            return Err(format!("socket {name} did not go idle within 30 s"));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Connect, send a GET, return (time to first byte, the whole answer).
+fn get(port: u16, path: &str) -> std::io::Result<(Duration, Vec<u8>)> {
+    let t0 = Instant::now();
+    let mut c = TcpStream::connect(("127.0.0.1", port))?;
+    c.set_read_timeout(Some(Duration::from_secs(30)))?;
+    c.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())?;
+    let mut first = [0u8; 1];
+    let n = c.read(&mut first)?;
+    let ttfb = t0.elapsed();
+    if n == 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "closed without an answer",
+        ));
+    }
+    let mut rest = first.to_vec();
+    c.read_to_end(&mut rest)?;
+    Ok((ttfb, rest))
+}
+
+fn bulk(port: u16, bytes: u64) -> std::io::Result<f64> {
+    let mut c = TcpStream::connect(("127.0.0.1", port))?;
+    c.set_read_timeout(Some(Duration::from_secs(60)))?;
+    c.write_all(b"GET /bulk HTTP/1.0\r\n\r\n")?;
+    let mut buf = vec![0u8; 256 << 10];
+    let mut got = 0u64;
+    let t0 = Instant::now();
+    while got < bytes {
+        let n = c.read(&mut buf)?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "stream ended early",
+            ));
+        }
+        got += n as u64;
+    }
+    Ok(got as f64 / t0.elapsed().as_secs_f64() / 1e9)
+}
+
+fn with_pdeathsig(cmd: &mut Command) -> &mut Command {
+    // SAFETY: prctl is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        })
+    }
+}
+
+pub fn run(spec: &Spec) -> Result<Report, String> {
+    let say = |m: &str| {
+        if spec.progress {
+            eprintln!("bench activation: {m}");
+        }
+    };
+    let tag = std::process::id();
+    let dir = PathBuf::from(format!("/var/tmp/bulkhead-bench-activation-{tag}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut setup = Setup {
+        dir: dir.clone(),
+        serve: None,
+        proxyd: None,
+        stop: stop.clone(),
+        backend_port: 0,
+        names: Vec::new(),
+    };
+    let root = busybox_root(&dir)?;
+    setup.backend_port = backend(stop)?;
+    let b = setup.backend_port;
+    let (p_sb, p_plain, p_warm, p_proxyd, b_plain) = (
+        free_port()?,
+        free_port()?,
+        free_port()?,
+        free_port()?,
+        free_port()?,
+    );
+    let (n_sb, n_plain, n_warm) = (
+        format!("bench-cold-sandbox-{tag}"),
+        format!("bench-cold-plain-{tag}"),
+        format!("bench-warm-{tag}"),
+    );
+    setup.names = vec![n_sb.clone(), n_plain.clone(), n_warm.clone()];
+    let plan = format!(
+        r#"# bench activation
+[socket.{n_sb}]
+listen = ["127.0.0.1:{p_sb}"]
+backend = "127.0.0.1:8000"
+idle_timeout = "0"
+[socket.{n_sb}.target]
+rootfs = "{root}"
+command = ["/bin/httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]
+
+[socket.{n_plain}]
+listen = ["127.0.0.1:{p_plain}"]
+backend = "127.0.0.1:{b_plain}"
+idle_timeout = "0"
+[socket.{n_plain}.target]
+command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{b_plain}", "-h", "{www}"]
+
+# The warm socket's backend is the bench's own server (all peers reach the same server); its
+# target only has to exist.
+[socket.{n_warm}]
+listen = ["127.0.0.1:{p_warm}"]
+backend = "127.0.0.1:{b}"
+idle_timeout = "infinity"
+{pipe}
+[socket.{n_warm}.target]
+command = ["/bin/sleep", "infinity"]
+"#,
+        root = root.display(),
+        www = root.join("www").display(),
+        pipe = spec
+            .pipe_size
+            .as_ref()
+            .map_or(String::new(), |p| format!("pipe_size = \"{p}\"")),
+    );
+    let plan_path = dir.join("plan.toml");
+    std::fs::write(&plan_path, plan).map_err(|e| e.to_string())?;
+    let log = std::fs::File::create(dir.join("serve.log")).map_err(|e| e.to_string())?;
+    setup.serve = Some(
+        with_pdeathsig(
+            Command::new(&spec.bulkhead)
+                .arg("-c")
+                .arg(&plan_path)
+                .arg("serve")
+                .env_remove("NOTIFY_SOCKET")
+                .stdout(Stdio::null())
+                .stderr(log),
+        )
+        .spawn()
+        .map_err(|e| format!("cannot start bulkhead serve: {e}"))?,
+    );
+    let mut skipped = Vec::new();
+    let have_proxyd = Path::new(SOCKET_PROXYD).exists() && Path::new(SOCKET_ACTIVATE).exists();
+    if have_proxyd {
+        let mut cmd = Command::new(SOCKET_ACTIVATE);
+        // As systemd starts it (IgnoreSIGPIPE=yes): a client that closes mid-transfer must be
+        // an EPIPE for the proxy, not its death.
+        // SAFETY: signal() is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+        setup.proxyd = Some(
+            with_pdeathsig(
+                cmd.arg("-l")
+                    .arg(format!("127.0.0.1:{p_proxyd}"))
+                    .arg(SOCKET_PROXYD)
+                    .arg(format!("127.0.0.1:{b}"))
+                    .stdout(Stdio::null())
+                    .stderr(
+                        std::fs::File::create(dir.join("proxyd.log")).map_err(|e| e.to_string())?,
+                    ),
+            )
+            .spawn()
+            .map_err(|e| format!("cannot start systemd-socket-activate: {e}"))?,
+        );
+    } else {
+        skipped.push(format!(
+            "systemd-socket-proxyd: {SOCKET_PROXYD} or {SOCKET_ACTIVATE} missing (apt install systemd)"
+        ));
+    }
+    // Wait until everything listens.
+    let t0 = Instant::now();
+    for p in [p_sb, p_plain, p_warm]
+        .into_iter()
+        .chain(have_proxyd.then_some(p_proxyd))
+    {
+        while TcpStream::connect(("127.0.0.1", p)).is_err() {
+            if t0.elapsed() > Duration::from_secs(10) {
+                let log = std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
+                return Err(format!("nothing listens on port {p} after 10 s:\n{log}"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    // Those probe connections started nothing that lingers: wait for idle.
+    wait_idle(&n_sb)?;
+    wait_idle(&n_plain)?;
+
+    // 1. Cold starts, rotated.
+    say(&format!("{} cold starts per target", spec.cold_runs));
+    let mut cold = [Vec::new(), Vec::new()];
+    let mut ready = [Vec::new(), Vec::new()];
+    let targets = [(p_sb, &n_sb), (p_plain, &n_plain)];
+    for i in 0..spec.cold_runs {
+        if crate::stop::requested() {
+            return Err("stopped".into());
+        }
+        for k in 0..2 {
+            let j = (i + k) % 2;
+            let (port, name) = targets[j];
+            wait_idle(name)?;
+            let (ttfb, body) = get(port, "/index.html").map_err(|e| {
+                format!(
+                    "cold start of {name}: {e}\n{}",
+                    std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+                )
+            })?;
+            if !String::from_utf8_lossy(&body).contains("hello, world") {
+                return Err(format!("cold start of {name}: unexpected answer"));
+            }
+            cold[j].push(ttfb.as_secs_f64() * 1e3);
+            wait_idle(name)?;
+            if let Some(ms) = status(name).and_then(|s| s["last_start_ms"].as_f64()) {
+                ready[j].push(ms);
+            }
+        }
+    }
+    // 2. Bursts of clients on the idle sandboxed socket.
+    say(&format!(
+        "{} bursts of {} clients at a cold start",
+        spec.bursts, spec.burst_clients
+    ));
+    let mut burst = Burst {
+        rounds: spec.bursts,
+        clients: spec.burst_clients,
+        ..Default::default()
+    };
+    for _ in 0..spec.bursts {
+        wait_idle(&n_sb)?;
+        let barrier = Arc::new(Barrier::new(spec.burst_clients));
+        let hs: Vec<_> = (0..spec.burst_clients)
+            .map(|_| {
+                let b = barrier.clone();
+                std::thread::spawn(move || {
+                    b.wait();
+                    let t0 = Instant::now();
+                    (get(p_sb, "/index.html"), t0.elapsed())
+                })
+            })
+            .collect();
+        let mut slowest = 0f64;
+        for h in hs {
+            let (r, took) = h.join().map_err(|_| "a client thread panicked")?;
+            slowest = slowest.max(took.as_secs_f64() * 1e3);
+            match r {
+                Ok((_, body)) if String::from_utf8_lossy(&body).contains("hello, world") => {
+                    burst.answered += 1
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => burst.refused += 1,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof
+                    ) =>
+                {
+                    burst.reset += 1
+                }
+                _ => burst.other += 1,
+            }
+        }
+        burst.slowest_ms.push(slowest);
+    }
+    // 3. Warm latency and 4. bulk throughput, peers rotated each round.
+    let mut peers: Vec<(&str, u16)> = vec![("direct", b), ("bulkhead serve", p_warm)];
+    if have_proxyd {
+        peers.push(("systemd-socket-proxyd", p_proxyd));
+    }
+    // Warm up: the warm socket's target and socket-proxyd start on their first connection.
+    for (_, p) in &peers {
+        for _ in 0..20 {
+            get(*p, "/").map_err(|e| {
+                let log = std::fs::read_to_string(dir.join("proxyd.log")).unwrap_or_default();
+                format!("warm-up of port {p}: {e}\nsystemd-socket-activate's log:\n{log}")
+            })?;
+        }
+    }
+    let mut warm: Vec<Vec<f64>> = vec![Vec::new(); peers.len()];
+    let mut thr: Vec<Vec<f64>> = vec![Vec::new(); peers.len()];
+    for r in 0..spec.rounds {
+        if crate::stop::requested() {
+            return Err("stopped".into());
+        }
+        say(&format!(
+            "round {}/{}: {} requests and {} MB per peer",
+            r + 1,
+            spec.rounds,
+            spec.requests,
+            spec.bulk_bytes >> 20
+        ));
+        for k in 0..peers.len() {
+            let j = (r + k) % peers.len();
+            let port = peers[j].1;
+            for _ in 0..spec.requests {
+                let t0 = Instant::now();
+                let (_, body) = get(port, "/").map_err(|e| {
+                    let logs: String = ["serve.log", "proxyd.log"]
+                        .iter()
+                        .map(|f| std::fs::read_to_string(dir.join(f)).unwrap_or_default())
+                        .collect();
+                    format!("{}: {e}\n{logs}", peers[j].0)
+                })?;
+                warm[j].push(t0.elapsed().as_secs_f64() * 1e6);
+                if body != SMALL {
+                    return Err(format!("{}: unexpected answer", peers[j].0));
+                }
+            }
+            thr[j].push(bulk(port, spec.bulk_bytes).map_err(|e| format!("{}: {e}", peers[j].0))?);
+            if crate::stop::requested() {
+                return Err("stopped".into());
+            }
+        }
+    }
+    let cold = vec![
+        Dist::new(
+            "sandboxed busybox httpd (ephemeral overlay root)",
+            cold[0].clone(),
+        ),
+        Dist::new("plain busybox httpd", cold[1].clone()),
+    ];
+    let cold_ready_ms = vec![
+        Dist::new("sandboxed: target start to ready", ready[0].clone()),
+        Dist::new("plain: target start to ready", ready[1].clone()),
+    ];
+    let warm_us: Vec<Dist> = peers
+        .iter()
+        .zip(warm)
+        .map(|((n, _), s)| Dist::new(n, s))
+        .collect();
+    let bulk_gbps: Vec<Dist> = peers
+        .iter()
+        .zip(thr)
+        .map(|((n, _), s)| Dist::new(n, s))
+        .collect();
+    let mut checks = Vec::new();
+    let direct = bulk_gbps[0].median;
+    let ours = bulk_gbps[1].median;
+    checks.push(Check {
+        what: "bulk throughput through bulkhead / direct".into(),
+        target: ">= 0.90".into(),
+        measured: format!("{:.3} ({ours:.2} / {direct:.2} GB/s)", ours / direct),
+        met: ours / direct >= 0.90,
+    });
+    if let Some(p) = bulk_gbps.get(2) {
+        checks.push(Check {
+            what: "bulk throughput bulkhead / systemd-socket-proxyd".into(),
+            target: ">= 1.00".into(),
+            measured: format!("{:.3} ({ours:.2} / {:.2} GB/s)", ours / p.median, p.median),
+            met: ours >= p.median,
+        });
+    }
+    checks.push(Check {
+        what: "cold start, sandboxed httpd, median time to first byte".into(),
+        target: "< 30 ms".into(),
+        measured: format!("{:.2} ms", cold[0].median),
+        met: cold[0].median < 30.0,
+    });
+    checks.push(Check {
+        what: format!(
+            "{} clients at once during a cold start: refused or reset",
+            spec.burst_clients
+        ),
+        target: "0".into(),
+        measured: format!(
+            "{} refused, {} reset, {} other of {}",
+            burst.refused,
+            burst.reset,
+            burst.other,
+            spec.bursts * spec.burst_clients
+        ),
+        met: burst.refused + burst.reset + burst.other == 0,
+    });
+    let machine = crate::spawn::machine();
+    drop(setup);
+    Ok(Report {
+        machine,
+        cold,
+        cold_ready_ms,
+        burst,
+        warm_us,
+        bulk_gbps,
+        bulk_bytes: spec.bulk_bytes,
+        checks,
+        skipped,
+    })
+}
+
+pub fn text(r: &Report) -> String {
+    let mut s = format!("bench activation\nmachine: {}\n\n", r.machine);
+    s.push_str(&format!(
+        "{:<52} {:>6} {:>9} {:>9} {:>9}\n",
+        "cold start: connect to first byte (ms)", "runs", "median", "p10", "p90"
+    ));
+    for d in r.cold.iter().chain(&r.cold_ready_ms) {
+        s.push_str(&format!(
+            "{:<52} {:>6} {:>9.2} {:>9.2} {:>9.2}\n",
+            d.name,
+            d.samples.len(),
+            d.median,
+            d.p10,
+            d.p90
+        ));
+    }
+    let b = &r.burst;
+    s.push_str(&format!(
+        "\nbursts: {} x {} clients at once on the idle sandboxed socket: {} answered, {} refused, {} reset, {} other; slowest client per burst (ms): {}\n",
+        b.rounds,
+        b.clients,
+        b.answered,
+        b.refused,
+        b.reset,
+        b.other,
+        b.slowest_ms.iter().map(|v| format!("{v:.1}")).collect::<Vec<_>>().join(" ")
+    ));
+    s.push_str(&format!(
+        "\n{:<28} {:>8} {:>10} {:>10} {:>10} {:>9}\n",
+        "warm request (µs)", "requests", "median", "p90", "p99", "vs direct"
+    ));
+    let d0 = r.warm_us[0].median;
+    for d in &r.warm_us {
+        s.push_str(&format!(
+            "{:<28} {:>8} {:>10.1} {:>10.1} {:>10.1} {:>8.2}x\n",
+            d.name,
+            d.samples.len(),
+            d.median,
+            d.p90,
+            d.p99,
+            d.median / d0
+        ));
+    }
+    s.push_str(&format!(
+        "\n{:<28} {:>8} {:>10} {:>10} {:>10} {:>9}\n",
+        format!("bulk {} MB (GB/s)", r.bulk_bytes >> 20),
+        "rounds",
+        "median",
+        "min",
+        "max",
+        "vs direct"
+    ));
+    let t0 = r.bulk_gbps[0].median;
+    for d in &r.bulk_gbps {
+        s.push_str(&format!(
+            "{:<28} {:>8} {:>10.2} {:>10.2} {:>10.2} {:>9.3}\n",
+            d.name,
+            d.samples.len(),
+            d.median,
+            d.samples.first().copied().unwrap_or(f64::NAN),
+            d.samples.last().copied().unwrap_or(f64::NAN),
+            d.median / t0
+        ));
+    }
+    s.push('\n');
+    for c in &r.checks {
+        s.push_str(&format!(
+            "{} {:<62} target {:<8} measured {}\n",
+            if c.met { "met   " } else { "MISSED" },
+            c.what,
+            c.target,
+            c.measured
+        ));
+    }
+    for k in &r.skipped {
+        s.push_str(&format!("skipped: {k}\n"));
+    }
+    s
+}
+
+/// A PNG with three panels: cold start, warm latency, bulk throughput.
+pub fn chart(r: &Report, path: &Path) -> Result<(), String> {
+    use plotters::prelude::*;
+    crate::report::register_font()?;
+    let root = BitMapBackend::new(path, (1200, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let root = root
+        .titled(
+            "bulkhead bench activation (median; whisker p10-p90)",
+            ("sans-serif", 20),
+        )
+        .map_err(|e| e.to_string())?;
+    let panels = root.split_evenly((1, 3));
+    let sets: [(&str, &[Dist]); 3] = [
+        ("cold start, ms to first byte", &r.cold),
+        ("warm request, µs", &r.warm_us),
+        ("bulk throughput, GB/s", &r.bulk_gbps),
+    ];
+    for (area, (title, ds)) in panels.iter().zip(sets) {
+        let n = ds.len();
+        let max = ds
+            .iter()
+            .map(|d| d.p90)
+            .filter(|v| v.is_finite())
+            .fold(0.0f64, f64::max)
+            * 1.25;
+        let mut c = ChartBuilder::on(area)
+            .caption(title, ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(60)
+            .y_label_area_size(50)
+            .build_cartesian_2d((0..n).into_segmented(), 0.0..max.max(1e-9))
+            .map_err(|e| e.to_string())?;
+        let labels: Vec<String> = ds
+            .iter()
+            .map(|d| d.name.split(' ').take(2).collect::<Vec<_>>().join(" "))
+            .collect();
+        c.configure_mesh()
+            .disable_x_mesh()
+            .x_labels(n)
+            .x_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+                _ => String::new(),
+            })
+            .draw()
+            .map_err(|e| e.to_string())?;
+        let color = |name: &str| {
+            if name.starts_with("bulkhead") || name.starts_with("sandboxed") {
+                BLUE
+            } else if name.starts_with("systemd") {
+                RED
+            } else {
+                BLACK
+            }
+        };
+        c.draw_series(ds.iter().enumerate().map(|(i, d)| {
+            let mut bar = Rectangle::new(
+                [
+                    (SegmentValue::Exact(i), 0.0),
+                    (SegmentValue::Exact(i + 1), d.median),
+                ],
+                color(&d.name).mix(0.5).filled(),
+            );
+            bar.set_margin(0, 0, 12, 12);
+            bar
+        }))
+        .map_err(|e| e.to_string())?;
+        c.draw_series(ds.iter().enumerate().map(|(i, d)| {
+            PathElement::new(
+                vec![
+                    (SegmentValue::CenterOf(i), d.p10),
+                    (SegmentValue::CenterOf(i), d.p90),
+                ],
+                BLACK.stroke_width(2),
+            )
+        }))
+        .map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}
