@@ -17,7 +17,7 @@ use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -108,19 +108,14 @@ pub struct Report {
 /// Everything the run made, removed on drop (also on an error or a panic).
 struct Setup {
     dir: PathBuf,
-    serve: Option<Child>,
-    proxyd: Option<Child>,
-    stop: Arc<AtomicBool>,
-    backend_port: u16,
+    children: Vec<Child>,
     names: Vec<String>,
 }
 
 impl Drop for Setup {
     fn drop(&mut self) {
-        for c in [self.serve.as_mut(), self.proxyd.as_mut()]
-            .into_iter()
-            .flatten()
-        {
+        // Last started first: serve (which stops its targets) before the backend.
+        for c in self.children.iter_mut().rev() {
             unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
             let t0 = Instant::now();
             while let Ok(None) = c.try_wait() {
@@ -132,8 +127,6 @@ impl Drop for Setup {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(("127.0.0.1", self.backend_port));
         for n in &self.names {
             let _ = std::fs::remove_file(format!("/run/bulkhead/sockets/{n}.json"));
         }
@@ -162,31 +155,25 @@ fn free_port() -> Result<u16, String> {
 
 const SMALL: &[u8] = b"HTTP/1.0 200 OK\r\nContent-Length: 13\r\n\r\nhello, world\n";
 
-/// The backend for warm and bulk runs: `GET /bulk` streams zeros until the client closes,
-/// anything else gets a small response. A thread per connection.
-fn backend(stop: Arc<AtomicBool>) -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    let port = l.local_addr().map_err(|e| e.to_string())?.port();
-    std::thread::spawn(move || {
-        for c in l.incoming() {
-            if stop.load(Ordering::SeqCst) {
-                return;
+/// The backend for warm and bulk runs (`bulkhead bench backend`): `GET /bulk` streams zeros
+/// until the client closes, anything else gets a small response; a thread per connection.
+/// Serves on `listener` until the process ends.
+pub fn serve_backend(listener: TcpListener) -> ! {
+    for c in listener.incoming() {
+        let Ok(mut c) = c else { continue };
+        std::thread::spawn(move || {
+            let _ = c.set_nodelay(true);
+            let mut buf = [0u8; 1024];
+            let Ok(n) = c.read(&mut buf) else { return };
+            if buf[..n].starts_with(b"GET /bulk") {
+                let chunk = vec![0u8; 256 << 10];
+                while c.write_all(&chunk).is_ok() {}
+            } else {
+                let _ = c.write_all(SMALL);
             }
-            let Ok(mut c) = c else { continue };
-            std::thread::spawn(move || {
-                let _ = c.set_nodelay(true);
-                let mut buf = [0u8; 1024];
-                let Ok(n) = c.read(&mut buf) else { return };
-                if buf[..n].starts_with(b"GET /bulk") {
-                    let chunk = vec![0u8; 256 << 10];
-                    while c.write_all(&chunk).is_ok() {}
-                } else {
-                    let _ = c.write_all(SMALL);
-                }
-            });
-        }
-    });
-    Ok(port)
+        });
+    }
+    std::process::exit(0)
 }
 
 fn busybox_root(dir: &Path) -> Result<PathBuf, String> {
@@ -294,31 +281,44 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
     let dir = PathBuf::from(format!("/var/tmp/bulkhead-bench-activation-{tag}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let stop = Arc::new(AtomicBool::new(false));
     let mut setup = Setup {
         dir: dir.clone(),
-        serve: None,
-        proxyd: None,
-        stop: stop.clone(),
-        backend_port: 0,
+        children: Vec::new(),
         names: Vec::new(),
     };
     let root = busybox_root(&dir)?;
-    setup.backend_port = backend(stop)?;
-    let b = setup.backend_port;
-    let (p_sb, p_plain, p_warm, p_proxyd, b_plain) = (
+    let (b, p_sb, p_plain, p_warm, p_pass, p_proxyd, b_plain) = (
+        free_port()?,
+        free_port()?,
         free_port()?,
         free_port()?,
         free_port()?,
         free_port()?,
         free_port()?,
     );
-    let (n_sb, n_plain, n_warm) = (
+    // The one backend server every warm peer reaches (pass mode starts its own copy).
+    setup.children.push(
+        with_pdeathsig(
+            Command::new(&spec.bulkhead)
+                .args(["bench", "backend", "--listen"])
+                .arg(format!("127.0.0.1:{b}"))
+                .stdout(Stdio::null()),
+        )
+        .spawn()
+        .map_err(|e| format!("cannot start the backend: {e}"))?,
+    );
+    let (n_sb, n_plain, n_warm, n_pass) = (
         format!("bench-cold-sandbox-{tag}"),
         format!("bench-cold-plain-{tag}"),
         format!("bench-warm-{tag}"),
+        format!("bench-pass-{tag}"),
     );
-    setup.names = vec![n_sb.clone(), n_plain.clone(), n_warm.clone()];
+    setup.names = vec![
+        n_sb.clone(),
+        n_plain.clone(),
+        n_warm.clone(),
+        n_pass.clone(),
+    ];
     let plan = format!(
         r#"# bench activation
 [socket.{n_sb}]
@@ -345,7 +345,15 @@ idle_timeout = "infinity"
 {pipe}
 [socket.{n_warm}.target]
 command = ["/bin/sleep", "infinity"]
+
+# Pass mode: the same backend program gets the listening socket; bulkhead is out of the path.
+[socket.{n_pass}]
+listen = ["127.0.0.1:{p_pass}"]
+mode = "pass"
+[socket.{n_pass}.target]
+command = ["{exe}", "bench", "backend", "--listen-fd", "3"]
 "#,
+        exe = spec.bulkhead.display(),
         root = root.display(),
         www = root.join("www").display(),
         pipe = spec
@@ -356,7 +364,7 @@ command = ["/bin/sleep", "infinity"]
     let plan_path = dir.join("plan.toml");
     std::fs::write(&plan_path, plan).map_err(|e| e.to_string())?;
     let log = std::fs::File::create(dir.join("serve.log")).map_err(|e| e.to_string())?;
-    setup.serve = Some(
+    setup.children.push(
         with_pdeathsig(
             Command::new(&spec.bulkhead)
                 .arg("-c")
@@ -382,7 +390,7 @@ command = ["/bin/sleep", "infinity"]
                 Ok(())
             });
         }
-        setup.proxyd = Some(
+        setup.children.push(
             with_pdeathsig(
                 cmd.arg("-l")
                     .arg(format!("127.0.0.1:{p_proxyd}"))
@@ -403,7 +411,7 @@ command = ["/bin/sleep", "infinity"]
     }
     // Wait until everything listens.
     let t0 = Instant::now();
-    for p in [p_sb, p_plain, p_warm]
+    for p in [b, p_sb, p_plain, p_warm, p_pass]
         .into_iter()
         .chain(have_proxyd.then_some(p_proxyd))
     {
@@ -498,6 +506,7 @@ command = ["/bin/sleep", "infinity"]
     if have_proxyd {
         peers.push(("systemd-socket-proxyd", p_proxyd));
     }
+    peers.push(("bulkhead serve, pass mode", p_pass));
     // Warm up: the warm socket's target and socket-proxyd start on their first connection.
     for (_, p) in &peers {
         for _ in 0..20 {
@@ -573,7 +582,19 @@ command = ["/bin/sleep", "infinity"]
         measured: format!("{:.3} ({ours:.2} / {direct:.2} GB/s)", ours / direct),
         met: ours / direct >= 0.90,
     });
-    if let Some(p) = bulk_gbps.get(2) {
+    if let Some(p) = bulk_gbps.iter().find(|d| d.name.ends_with("pass mode")) {
+        checks.push(Check {
+            what: "bulk throughput, bulkhead pass mode / direct".into(),
+            target: ">= 0.90".into(),
+            measured: format!(
+                "{:.3} ({:.2} / {direct:.2} GB/s)",
+                p.median / direct,
+                p.median
+            ),
+            met: p.median / direct >= 0.90,
+        });
+    }
+    if let Some(p) = bulk_gbps.iter().find(|d| d.name == "systemd-socket-proxyd") {
         checks.push(Check {
             what: "bulk throughput bulkhead / systemd-socket-proxyd".into(),
             target: ">= 1.00".into(),

@@ -26,6 +26,9 @@ pub enum BenchCmd {
     /// The RESP load generator alone (the isolation bench runs it in its own slice)
     #[command(hide = true)]
     Loadgen(LoadgenArgs),
+    /// The server `bench activation` reaches through each peer
+    #[command(hide = true)]
+    Backend(BackendArgs),
     /// One hog (the isolation bench runs them in slices)
     #[command(hide = true, subcommand)]
     Hog(HogCmd),
@@ -201,6 +204,28 @@ pub struct ActivationBench {
     chart: Option<PathBuf>,
 }
 
+#[derive(Args)]
+pub struct BackendArgs {
+    /// Listen on this address
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "listen_fd")]
+    listen: Option<String>,
+    /// Serve on this inherited listening socket (systemd's LISTEN_FDS protocol)
+    #[arg(long, value_name = "FD")]
+    listen_fd: Option<i32>,
+}
+
+fn backend_server(a: &BackendArgs) -> Result<i32> {
+    use std::os::fd::FromRawFd;
+    let l = match (&a.listen, a.listen_fd) {
+        (Some(addr), _) => std::net::TcpListener::bind(addr)
+            .map_err(|e| Error::failed(format!("cannot listen on {addr}: {e}")))?,
+        // SAFETY: the fd was passed to this process to be owned by it.
+        (None, Some(fd)) => unsafe { std::net::TcpListener::from_raw_fd(fd) },
+        (None, None) => return Err(bad("give --listen or --listen-fd")),
+    };
+    bulkhead_bench::activation::serve_backend(l)
+}
+
 fn activation_bench(cli: &Cli, a: &ActivationBench) -> Result<i32> {
     use bulkhead_bench::activation;
     for (v, flag) in [
@@ -298,6 +323,7 @@ pub fn dispatch(cli: &Cli, b: &BenchCmd) -> Result<i32> {
         BenchCmd::Activation(a) => activation_bench(cli, a),
         BenchCmd::Loadgen(a) => loadgen(a),
         BenchCmd::Hog(h) => hog(h),
+        BenchCmd::Backend(a) => backend_server(a),
     }
 }
 
