@@ -463,6 +463,86 @@ fn btrfs_snapshot_of_an_imported_image() {
     assert!(hidden_snapshots(&store.mnt).is_empty());
 }
 
+fn pool_entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with(".#bulkhead-pool"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn wait_pool(dir: &Path, want: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let t0 = std::time::Instant::now();
+    loop {
+        let p = pool_entries(dir);
+        if want(&p) {
+            return p;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "the pool never got there: {p:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_read_only_image_keeps_snapshots_ready_and_never_serves_old_content() {
+    if !setup() {
+        return;
+    }
+    let mut store = Store::create(200);
+    let image = store.import_busybox("ro");
+    let img = image.to_str().unwrap();
+    sh("btrfs", &["property", "set", img, "ro", "true"]);
+    // The first start has no pool yet; after it, the pool is filled in the background.
+    let mut s = snapshot::create(&image, Choice::Auto).unwrap();
+    assert_eq!(s.why, "ROOTFS is a btrfs subvolume");
+    let key = s.pool.clone().expect("a read-only subvolume has a pool");
+    s.discard().unwrap();
+    snapshot::refill_pool(&key);
+    let first = wait_pool(&store.mnt, |p| p.len() == snapshot::POOL_SIZE);
+    // The next start takes one of them (a rename), and it is a full, private, writable copy.
+    let s = snapshot::create(&image, Choice::Auto).unwrap();
+    assert!(s.why.contains("made ahead of time"), "{}", s.why);
+    check_isolated(&s);
+    check_registry(&s);
+    discard_and_check(s);
+    assert_eq!(pool_entries(&store.mnt).len(), snapshot::POOL_SIZE - 1);
+    // The image changes (writable, modified, read-only again): the old pool is not used...
+    sh("btrfs", &["property", "set", img, "ro", "false"]);
+    std::fs::write(image.join("etc/changed"), "new content").unwrap();
+    sh("btrfs", &["property", "set", img, "ro", "true"]);
+    let s = snapshot::create(&image, Choice::Auto).unwrap();
+    assert!(!s.why.contains("ahead"), "{}", s.why);
+    assert_eq!(
+        std::fs::read_to_string(s.root.join("etc/changed")).unwrap(),
+        "new content"
+    );
+    let key = s.pool.clone().unwrap();
+    discard_and_check(s);
+    // ...and the next fill replaces it with snapshots of the new content.
+    snapshot::refill_pool(&key);
+    let now = wait_pool(&store.mnt, |p| {
+        p.len() == snapshot::POOL_SIZE && p.iter().all(|n| !first.contains(n))
+    });
+    let s = snapshot::create(&image, Choice::Auto).unwrap();
+    assert!(s.why.contains("made ahead of time"), "{}", s.why);
+    assert!(s.root.join("etc/changed").exists(), "{now:?}");
+    discard_and_check(s);
+    // A writable image has no pool.
+    sh("btrfs", &["property", "set", img, "ro", "false"]);
+    let s = snapshot::create(&image, Choice::Auto).unwrap();
+    assert!(s.pool.is_none());
+    discard_and_check(s);
+    // Removing the image removes its pool.
+    store.ok(&["image", "rm", "ro"]);
+    assert!(pool_entries(&store.mnt).is_empty());
+}
+
 #[test]
 fn reflink_on_xfs() {
     if !setup() {

@@ -972,6 +972,7 @@ pub fn remove(name: &str) -> Result<Image> {
         ));
     }
     let image = describe(name, &path);
+    snapshot::drop_pool(&path);
     snapshot::remove_tree(&path).map_err(|(p, e)| {
         Error::failed(format!(
             "cannot remove the image {name}: {}: {}",

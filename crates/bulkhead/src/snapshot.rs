@@ -27,6 +27,14 @@ pub const DEFAULT_STATE_ROOT: &str = "/run/bulkhead/sandbox";
 /// The start of every on-disk snapshot's name; nothing else is ever removed by name.
 pub const SNAPSHOT_PREFIX: &str = ".#bulkhead-";
 
+/// Snapshots of a read-only btrfs image made ahead of time, beside it:
+/// `.#bulkhead-pool.T<subvolume id>.C<its ctransid>.<pid>.<n>`. A start takes one with a
+/// rename instead of waiting for a snapshot's transaction commit.
+pub const POOL_PREFIX: &str = ".#bulkhead-pool.";
+/// A pooled snapshot being made (renamed to POOL_PREFIX when complete).
+const POOL_TMP_PREFIX: &str = ".#bulkhead-pooltmp.";
+/// How many snapshots a read-only image keeps ready.
+pub const POOL_SIZE: usize = 2;
 pub(crate) const BTRFS_MAGIC: u32 = 0x9123_683e;
 pub(crate) const XFS_MAGIC: u32 = 0x5846_5342;
 /// The inode number of every btrfs subvolume's root directory.
@@ -40,6 +48,11 @@ const fn iow(ty: u32, nr: u32, size: usize) -> u32 {
 const BTRFS_IOC_SUBVOL_CREATE: u32 = 0x5000_940e; // struct btrfs_ioctl_vol_args
 const BTRFS_IOC_SNAP_DESTROY: u32 = 0x5000_940f; // struct btrfs_ioctl_vol_args
 const BTRFS_IOC_SNAP_CREATE_V2: u32 = 0x5000_9417; // struct btrfs_ioctl_vol_args_v2
+/// _IOR(0x94, 60, struct btrfs_ioctl_get_subvol_info_args), 504 bytes (Linux 4.18+).
+const BTRFS_IOC_GET_SUBVOL_INFO: u32 = 0x81f8_943c;
+const SUBVOL_INFO_SIZE: usize = 504;
+/// BTRFS_ROOT_SUBVOL_RDONLY in the root item's flags.
+const ROOT_SUBVOL_RDONLY: u64 = 1;
 const _: () = assert!(iow(0x94, 14, size_of::<VolArgs>()) == BTRFS_IOC_SUBVOL_CREATE);
 const _: () = assert!(iow(0x94, 15, size_of::<VolArgs>()) == BTRFS_IOC_SNAP_DESTROY);
 const _: () = assert!(iow(0x94, 23, size_of::<VolArgsV2>()) == BTRFS_IOC_SNAP_CREATE_V2);
@@ -157,6 +170,8 @@ pub struct Snapshot {
     pub lower: PathBuf,
     /// The on-disk copy (btrfs, reflink, copy).
     disk: Option<PathBuf>,
+    /// The source is a read-only btrfs subvolume: its pool is topped up after use.
+    pub pool: Option<PoolKey>,
     discarded: bool,
     /// The process that made it: a forked child that drops its copy of the value leaves the
     /// snapshot alone.
@@ -177,7 +192,10 @@ pub fn create(src: &Path, choice: Choice) -> Result<Snapshot> {
     match choice {
         Choice::Only(m) => match attempt(&source, m)? {
             Ok(mut s) => {
-                s.why = format!("--snapshot {m}");
+                s.why = match s.why.as_str() {
+                    "" => format!("--snapshot {m}"),
+                    pooled => format!("--snapshot {m}; {pooled}"),
+                };
                 Ok(s)
             }
             Err(refusal) => Err(refusal.error),
@@ -304,7 +322,10 @@ fn auto(src: &Source) -> Result<Snapshot> {
     if src.magic == BTRFS_MAGIC && src.ino == BTRFS_FIRST_FREE_OBJECTID {
         match attempt(src, Method::Btrfs)? {
             Ok(mut s) => {
-                s.why = "ROOTFS is a btrfs subvolume".into();
+                s.why = match s.why.as_str() {
+                    "" => "ROOTFS is a btrfs subvolume".into(),
+                    pooled => format!("ROOTFS is a btrfs subvolume; {pooled}"),
+                };
                 return Ok(s);
             }
             Err(r) => why_not.push(r.reason),
@@ -402,6 +423,7 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
                 state_dir: entry.dir,
                 lower: src.lower.clone(),
                 disk: None,
+                pool: None,
                 discarded: false,
                 owner: entry.pid,
             }));
@@ -416,12 +438,22 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
             "give a root file system below /, e.g. an image (bulkhead image import)",
         )));
     };
+    let pool = if method == Method::Btrfs {
+        PoolKey::of(src)
+    } else {
+        None
+    };
     // A leftover from a crash with the same PID may hold the name: take the next one.
     for _ in 0..64 {
         let entry = Entry::new()?;
         let disk = parent.join(snapshot_name(base, entry.pid, entry.seq));
         entry.record(&disk)?;
+        let mut pooled = false;
         let made = match method {
+            Method::Btrfs if pool.as_ref().is_some_and(|k| k.claim(&disk)) => {
+                pooled = true;
+                Ok(())
+            }
             Method::Btrfs => btrfs_snapshot(src.fd.as_raw_fd(), &disk)
                 .map_err(|e| CopyFail::At(disk.clone(), "cannot create the btrfs snapshot", e)),
             _ => copy_tree(&src.lower, &disk, method == Method::Reflink, true),
@@ -430,11 +462,16 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
             Ok(()) => {
                 return Ok(Ok(Snapshot {
                     method,
-                    why: String::new(),
+                    why: if pooled {
+                        "made ahead of time: ROOTFS is a read-only subvolume".into()
+                    } else {
+                        String::new()
+                    },
                     state_dir: entry.dir.clone(),
                     root: disk.clone(),
                     lower: src.lower.clone(),
                     disk: Some(disk),
+                    pool,
                     discarded: false,
                     owner: entry.pid,
                 }))
@@ -473,6 +510,161 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
             ),
         ),
     )
+}
+
+// ---------------------------------------------------------------------------------------
+// The snapshot pool of read-only btrfs images
+
+/// Which pool a read-only subvolume's snapshots go to. A change to the subvolume (made
+/// writable, modified, made read-only again) changes its ctransid, and with it the key, so a
+/// pooled snapshot never serves an older content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolKey {
+    src: PathBuf,
+    parent: PathBuf,
+    treeid: u64,
+    ctransid: u64,
+}
+
+/// (subvolume id, root item flags, ctransid) of the subvolume `fd` is the root of.
+fn subvol_info(fd: RawFd) -> io::Result<(u64, u64, u64)> {
+    let mut buf = vec![0u8; SUBVOL_INFO_SIZE];
+    ioctl(fd, BTRFS_IOC_GET_SUBVOL_INFO, buf.as_mut_ptr().cast())?;
+    let u64_at = |o: usize| u64::from_ne_bytes(buf[o..o + 8].try_into().unwrap());
+    Ok((u64_at(0), u64_at(288), u64_at(344)))
+}
+
+impl PoolKey {
+    /// The key of a read-only btrfs subvolume; None for anything else.
+    fn of(src: &Source) -> Option<PoolKey> {
+        if src.magic != BTRFS_MAGIC || src.ino != BTRFS_FIRST_FREE_OBJECTID {
+            return None;
+        }
+        let (treeid, flags, ctransid) = subvol_info(src.fd.as_raw_fd()).ok()?;
+        if flags & ROOT_SUBVOL_RDONLY == 0 {
+            return None;
+        }
+        Some(PoolKey {
+            src: src.lower.clone(),
+            parent: src.lower.parent()?.to_path_buf(),
+            treeid,
+            ctransid,
+        })
+    }
+    fn prefix(&self) -> String {
+        format!("{POOL_PREFIX}T{}.C{}.", self.treeid, self.ctransid)
+    }
+    fn entries(&self, prefix: &str) -> Vec<PathBuf> {
+        let Ok(rd) = std::fs::read_dir(&self.parent) else {
+            return Vec::new();
+        };
+        rd.flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
+            .map(|e| e.path())
+            .collect()
+    }
+    /// Take a pooled snapshot by renaming it to `dest` (atomic: two starts never get the same).
+    fn claim(&self, dest: &Path) -> bool {
+        self.entries(&self.prefix())
+            .iter()
+            .any(|p| std::fs::rename(p, dest).is_ok())
+    }
+    /// Make snapshots until the pool holds [`POOL_SIZE`]; remove those of older contents.
+    /// One filler per image at a time (a lock on the image's directory).
+    fn fill(&self) -> io::Result<()> {
+        let src = std::fs::File::open(&self.src)?;
+        if unsafe { libc::flock(src.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Ok(());
+        }
+        let (treeid, flags, ctransid) = subvol_info(src.as_raw_fd())?;
+        let live = format!("{POOL_PREFIX}T{treeid}.C{ctransid}.");
+        let read_only = flags & ROOT_SUBVOL_RDONLY != 0;
+        let ours = format!("{POOL_PREFIX}T{treeid}.");
+        let tmp = format!("{POOL_TMP_PREFIX}T{treeid}.");
+        // Leftovers of an interrupted filler (we hold the lock), and snapshots of an older
+        // content or of an image that is writable now.
+        for p in self.entries(&ours).into_iter().chain(self.entries(&tmp)) {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if !read_only || name.starts_with(&tmp) || !name.starts_with(&live) {
+                let _ = remove_snapshot(&p, true);
+            }
+        }
+        if !read_only || treeid != self.treeid {
+            return Ok(());
+        }
+        // Labelled with what the image is now (its ctransid can move once after it was made
+        // read-only, without a change of content); a start only takes a snapshot whose label
+        // matches the image's ctransid at that moment.
+        let live_key = PoolKey {
+            ctransid,
+            ..self.clone()
+        };
+        let mut have = live_key.entries(&live_key.prefix()).len();
+        let mut n = 0;
+        while have < POOL_SIZE {
+            let id = format!("T{treeid}.C{ctransid}.{}.{n}", std::process::id());
+            let t = self.parent.join(format!("{POOL_TMP_PREFIX}{id}"));
+            btrfs_snapshot(src.as_raw_fd(), &t)?;
+            std::fs::rename(&t, self.parent.join(format!("{POOL_PREFIX}{id}")))?;
+            have += 1;
+            n += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Top up the pool in a detached process, so the caller (a sandbox that just exited) does not
+/// wait for the snapshots' transaction commits.
+pub fn refill_pool(key: &PoolKey) {
+    // SAFETY: called from a single-threaded process (bulkhead spawn); the grandchild only runs
+    // `fill` and exits.
+    unsafe {
+        let pid = libc::fork();
+        if pid < 0 {
+            return;
+        }
+        if pid > 0 {
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+            return;
+        }
+        libc::setsid();
+        if libc::fork() != 0 {
+            libc::_exit(0);
+        }
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+        }
+        libc::_exit(if key.fill().is_ok() { 0 } else { 1 })
+    }
+}
+
+/// Remove every pooled snapshot of the subvolume at `src` (before the image is removed).
+pub fn drop_pool(src: &Path) {
+    let (Ok(f), Some(parent)) = (std::fs::File::open(src), src.parent()) else {
+        return;
+    };
+    let Ok((treeid, _, _)) = subvol_info(f.as_raw_fd()) else {
+        return;
+    };
+    let Ok(rd) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let n = e.file_name();
+        let n = n.to_string_lossy();
+        if n.starts_with(&format!("{POOL_PREFIX}T{treeid}."))
+            || n.starts_with(&format!("{POOL_TMP_PREFIX}T{treeid}."))
+        {
+            let _ = remove_snapshot(&e.path(), true);
+        }
+    }
 }
 
 fn copy_error(path: &Path, what: &str, e: io::Error, parent: &Path) -> Error {
@@ -973,7 +1165,8 @@ fn parent_and_name(p: &Path, max: usize) -> io::Result<(OwnedFd, Vec<u8>)> {
 
 fn ioctl(fd: RawFd, req: u32, arg: *mut libc::c_void) -> io::Result<()> {
     // SAFETY: callers pass a request and an argument buffer of the size the request encodes.
-    if unsafe { libc::ioctl(fd, req as _, arg) } != 0 {
+    // (GET_SUBVOL_INFO returns a positive value on success.)
+    if unsafe { libc::ioctl(fd, req as _, arg) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

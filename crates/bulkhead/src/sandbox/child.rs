@@ -926,6 +926,7 @@ unsafe fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
             src,
             target: t,
             read_only,
+            noatime,
         } => {
             let tree = libc::syscall(
                 libc::SYS_open_tree,
@@ -942,13 +943,20 @@ unsafe fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
                     &format!("cannot bind {}: {}", lossy(src), strerror(e)),
                 );
             }
-            if *read_only {
-                let attr = libc::mount_attr {
-                    attr_set: libc::MOUNT_ATTR_RDONLY,
+            if *read_only || *noatime {
+                let mut attr = libc::mount_attr {
+                    attr_set: 0,
                     attr_clr: 0,
                     propagation: 0,
                     userns_fd: 0,
                 };
+                if *read_only {
+                    attr.attr_set |= libc::MOUNT_ATTR_RDONLY;
+                }
+                if *noatime {
+                    attr.attr_clr |= libc::MOUNT_ATTR__ATIME;
+                    attr.attr_set |= libc::MOUNT_ATTR_NOATIME;
+                }
                 if libc::syscall(
                     libc::SYS_mount_setattr,
                     tree,
@@ -962,7 +970,11 @@ unsafe fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
                     die(
                         err_w,
                         EXIT_RUN_FAILED,
-                        &format!("cannot make {} read-only: {}", lossy(src), strerror(e)),
+                        &format!(
+                            "cannot set the mount flags of {}: {}",
+                            lossy(src),
+                            strerror(e)
+                        ),
                     );
                 }
             }

@@ -322,6 +322,10 @@ pub fn spawn(
         if let Err(e) = s.discard() {
             note(&format!("could not remove the snapshot: {e}"));
         }
+        // A read-only image: the next start takes a snapshot made meanwhile.
+        if let Some(k) = &s.pool {
+            snapshot::refill_pool(k);
+        }
     }
     let (code, timed_out) = result?;
     Ok(Outcome {

@@ -55,6 +55,9 @@ pub enum Op {
         src: CString,
         target: Target,
         read_only: bool,
+        /// No access-time updates (a throw-away root: atime writes would only dirty
+        /// metadata of a copy that is about to be deleted).
+        noatime: bool,
     },
     /// Attach the ID-mapped copy of the root (or of the overlay's lower layer) the parent
     /// made for `--private-users`: files owned by host IDs 0..size show as 0..size inside.
@@ -364,6 +367,7 @@ impl Program {
                     src: cstr(&s.root)?,
                     target: Target::Abs(cstr(&s.root)?),
                     read_only: false,
+                    noatime: true,
                 });
                 s.root.clone()
             }
@@ -388,6 +392,7 @@ impl Program {
                     src: cstr(rootfs)?,
                     target: Target::Abs(cstr(rootfs)?),
                     read_only: !spec.writable && !spec.ephemeral,
+                    noatime: false,
                 });
                 rootfs.to_path_buf()
             }
@@ -414,6 +419,7 @@ impl Program {
                 src: cstr("/sys")?,
                 target: in_root(Path::new("sys"), mp)?,
                 read_only: true,
+                noatime: false,
             });
         } else {
             ops.push(Op::Mount {
@@ -451,6 +457,7 @@ impl Program {
                     src: cstr(format!("/dev/{name}"))?,
                     target: Target::Abs(r(&format!("dev/{name}"))?),
                     read_only: false,
+                    noatime: false,
                 });
             } else {
                 ops.push(Op::Mknod {
@@ -513,6 +520,7 @@ impl Program {
                 src: cstr(&b.src)?,
                 target: in_root(&b.dst, create)?,
                 read_only: b.read_only,
+                noatime: false,
             });
         }
         for t in &spec.tmpfs {
@@ -735,11 +743,13 @@ impl Program {
                     src,
                     target,
                     read_only,
+                    noatime,
                 } => format!(
-                    "bind {} on {}{}",
+                    "bind {} on {}{}{}",
                     s(src),
                     t(target),
-                    if *read_only { " read-only" } else { "" }
+                    if *read_only { " read-only" } else { "" },
+                    if *noatime { " noatime" } else { "" }
                 ),
                 Op::AttachIdmapped { target } => format!(
                     "attach {} ID-mapped 0-{} -> {}-{} on {}",
