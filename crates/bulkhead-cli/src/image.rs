@@ -56,6 +56,10 @@ pub struct ImportArgs {
     /// The image name: letters, digits, '.', '_', '-', starting with a letter or digit
     #[arg(value_name = "NAME")]
     name: String,
+    /// Make the image read-only (a btrfs store is needed): ephemeral sandboxes of it then
+    /// start from snapshots made ahead of time
+    #[arg(long)]
+    read_only: bool,
 }
 
 #[derive(Args)]
@@ -134,7 +138,20 @@ pub fn dispatch(cli: &Cli, cmd: &ImageCmd) -> Result<i32> {
         }
         ImageCmd::Store(StoreCmd::Status(a)) => store_status(a.json)?,
         ImageCmd::Import(a) => {
+            if a.read_only && !image::images_on_btrfs() {
+                return Err(bulkhead::error::Error::invalid(
+                    bulkhead::error::Diagnostic::error(
+                        "--read-only needs the btrfs image store: images here are plain directories",
+                    )
+                    .hint("create the store first: bulkhead image store create --size 10G FILE"),
+                ));
+            }
             let img = image::import(&a.src, &a.name)?;
+            if a.read_only {
+                bulkhead::snapshot::set_read_only(&img.path).map_err(|e| {
+                    bulkhead::error::io_failed("cannot make the image read-only:", &img.path, e)
+                })?;
+            }
             say(format!(
                 "imported {} as {} ({}, {})",
                 a.src.display(),

@@ -497,6 +497,27 @@ fn a_read_only_image_keeps_snapshots_ready_and_never_serves_old_content() {
     let mut store = Store::create(200);
     let image = store.import_busybox("ro");
     let img = image.to_str().unwrap();
+    // `image import --read-only` makes such an image; the flag is the subvolume's own.
+    let src = TmpDir::new("ro-src");
+    busybox_root(&src.0.join("r"));
+    store.ok(&[
+        "image",
+        "import",
+        "--read-only",
+        src.0.join("r").to_str().unwrap(),
+        "ro2",
+    ]);
+    let out = sh(
+        "btrfs",
+        &[
+            "property",
+            "get",
+            store.mnt.join("ro2").to_str().unwrap(),
+            "ro",
+        ],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ro=true");
+    store.ok(&["image", "rm", "ro2"]);
     sh("btrfs", &["property", "set", img, "ro", "true"]);
     // The first start has no pool yet; after it, the pool is filled in the background.
     let mut s = snapshot::create(&image, Choice::Auto).unwrap();

@@ -120,6 +120,11 @@ pub fn images_dir() -> Result<PathBuf> {
     }
 }
 
+/// Whether images are btrfs subvolumes here (the images directory is on btrfs).
+pub fn images_on_btrfs() -> bool {
+    images_dir().is_ok_and(|d| snapshot::fs_magic(&d) == Some(BTRFS_MAGIC))
+}
+
 /// The images directory goes with the sandbox registry in use: the machine's own when
 /// neither is overridden, a test's when both are. Only then does `clean_stale` look there for
 /// snapshots no registry entry names (left by a crash and a reboot, which empties /run).

@@ -645,6 +645,20 @@ pub fn refill_pool(key: &PoolKey) {
     }
 }
 
+/// Make the subvolume at `path` read-only (BTRFS_IOC_SUBVOL_SETFLAGS): an image then gets a
+/// pool of snapshots made ahead of time.
+pub fn set_read_only(path: &Path) -> io::Result<()> {
+    // _IOW(0x94, 26, __u64); BTRFS_SUBVOL_RDONLY is bit 1 in this ioctl's flags.
+    const BTRFS_IOC_SUBVOL_SETFLAGS: u32 = 0x4008_941a;
+    let f = std::fs::File::open(path)?;
+    let mut flags: u64 = 1 << 1;
+    ioctl(
+        f.as_raw_fd(),
+        BTRFS_IOC_SUBVOL_SETFLAGS,
+        (&mut flags as *mut u64).cast(),
+    )
+}
+
 /// Remove every pooled snapshot of the subvolume at `src` (before the image is removed).
 pub fn drop_pool(src: &Path) {
     let (Ok(f), Some(parent)) = (std::fs::File::open(src), src.parent()) else {
