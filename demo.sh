@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main demo on a fresh machine (run as root): build bulkhead, create the default
 # database slices, show that a command run in the helper slice is confined, show status,
-# start an ephemeral sandbox in the helper slice, then remove everything again.
+# start an ephemeral sandbox in the helper slice, serve a sandboxed web server on demand,
+# then remove everything again.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup
@@ -29,6 +30,33 @@ echo 'root:x:0:0:root:/root:/bin/sh' > "$ROOT/etc/passwd"
 say "bulkhead spawn -D ROOT --ephemeral --slice db-helper -v -- sh -c 'ps; ip link; rm /bin/ls; cat /proc/self/cgroup'"
 $B spawn -D "$ROOT" --ephemeral --slice db-helper --hostname demo -v -- sh -c 'hostname; ps; ip link; rm /bin/ls && echo "removed /bin/ls in the copy"; cat /proc/self/cgroup'
 echo "the original root still has /bin/ls: $(ls "$ROOT/bin/ls")"
+# Socket activation: busybox httpd in an ephemeral sandbox, started by the first request.
+ln -s busybox "$ROOT/bin/httpd"; mkdir -p "$ROOT/www"
+echo "hello from a sandbox started on demand" > "$ROOT/www/index.html"
+cat > "$ROOT.toml" <<PLAN
+[socket.web]
+listen = ["127.0.0.1:18080"]
+backend = "127.0.0.1:8000"
+idle_timeout = "2s"
+[socket.web.target]
+rootfs = "$ROOT"
+command = ["/bin/httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]
+slice = "db-helper"
+PLAN
+SV=
+trap '$B destroy --kill -q || true; [ -n "$SV" ] && kill $SV 2>/dev/null; rm -rf "$ROOT" "$ROOT.toml"' EXIT
+say "bulkhead serve -c web.toml &   # listens; nothing runs until the first connection"
+$B -c "$ROOT.toml" serve & SV=$!
+sleep 0.5
+say "curl http://127.0.0.1:18080/   # twice: a cold start, then a warm request"
+curl -s -w 'first byte after %{time_starttransfer}s\n' http://127.0.0.1:18080/
+curl -s -w 'first byte after %{time_starttransfer}s\n' http://127.0.0.1:18080/
+say bulkhead status;      $B status --interval 0.2 | tail -3
+sleep 3
+say "bulkhead status   # idle_timeout (2s) later: the target is stopped"
+$B status --interval 0.2 | tail -3
+kill $SV; wait $SV 2>/dev/null || true; SV=
+rm -f "$ROOT.toml"
 say bulkhead destroy;     $B destroy
 rm -rf "$ROOT"
 trap - EXIT
