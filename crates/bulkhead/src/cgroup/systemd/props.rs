@@ -225,6 +225,7 @@ fn limit(l: Limit) -> u64 {
 
 fn limit_text(l: Limit) -> String {
     match l {
+        Limit::Bytes(0) => "0".into(),
         Limit::Bytes(b) => crate::units::human_bytes(b),
         Limit::Infinity => "infinity".into(),
     }

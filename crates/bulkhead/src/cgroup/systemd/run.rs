@@ -59,9 +59,21 @@ fn systemd_exit_name(status: i32) -> Option<&'static str> {
     })
 }
 
-/// Run the command as a transient service in its slice and wait for it. Returns the exit
-/// code `run` should give: the command's, 128+N for signal N, 125 when it never started.
-pub fn run_service(sd: &Systemd, spec: &RunSpec, opts: ServiceOptions) -> Result<i32, RunError> {
+/// How the service ended.
+#[derive(Debug)]
+pub struct ServiceExit {
+    /// The exit code `run` gives: the command's, or 128+N for signal N.
+    pub code: i32,
+    /// A remark for the user (an exit status systemd also uses for its own failures).
+    pub note: Option<Diagnostic>,
+}
+
+/// Run the command as a transient service in its slice and wait for it.
+pub fn run_service(
+    sd: &Systemd,
+    spec: &RunSpec,
+    opts: ServiceOptions,
+) -> Result<ServiceExit, RunError> {
     let Some(prog) = spec.argv.first() else {
         return Err(RunError::with_code(
             EXIT_RUN_FAILED,
@@ -123,11 +135,19 @@ pub fn run_service(sd: &Systemd, spec: &RunSpec, opts: ServiceOptions) -> Result
 
     let unit = format!("bulkhead-run-{}.service", std::process::id());
     let text = |s: &std::ffi::OsString| s.to_string_lossy().into_owned();
-    let argv: Vec<String> = spec.argv.iter().map(text).collect();
+    // systemd expands $VAR in command lines; `$$` is its literal `$`.
+    let argv: Vec<String> = spec
+        .argv
+        .iter()
+        .map(|a| text(a).replace('$', "$$"))
+        .collect();
     let mut props = vec![
         Prop::new(
             "Description",
-            PropValue::Str(format!("bulkhead run: {}", argv.join(" "))),
+            PropValue::Str(format!(
+                "bulkhead run: {}",
+                spec.argv.iter().map(text).collect::<Vec<_>>().join(" ")
+            )),
         ),
         Prop::new("Slice", PropValue::Str(slice.unit())),
         Prop::new("Type", PropValue::Str("exec".into())),
@@ -229,17 +249,6 @@ pub fn run_service(sd: &Systemd, spec: &RunSpec, opts: ServiceOptions) -> Result
     };
     let code = get_i32("ExecMainCode").unwrap_or(0);
     let status = get_i32("ExecMainStatus").unwrap_or(0);
-    let entered_active = bus
-        .unit_property(
-            &unit,
-            "org.freedesktop.systemd1.Unit",
-            "ActiveEnterTimestamp",
-        )
-        .ok()
-        .flatten()
-        .and_then(|v| u64::try_from(&*v).ok())
-        .unwrap_or(0)
-        > 0;
     let result = bus
         .unit_property(&unit, "org.freedesktop.systemd1.Service", "Result")
         .ok()
@@ -248,20 +257,23 @@ pub fn run_service(sd: &Systemd, spec: &RunSpec, opts: ServiceOptions) -> Result
         .unwrap_or_default();
     bus.unref(&unit);
     match code {
-        // CLD_EXITED
-        1 if !entered_active => {
-            let what = systemd_exit_name(status).unwrap_or("the command could not be started");
-            Err(fail(
-                EXIT_RUN_FAILED,
-                Diagnostic::error(format!(
-                    "systemd could not start the command: exit status {status} ({what})"
-                ))
-                .hint(format!("see: journalctl -u {unit}")),
-            ))
-        }
-        1 => Ok(status),
+        // CLD_EXITED. systemd's own failures (bad user, working directory, ...) are exit
+        // statuses too, as with systemd-run; say what they mean.
+        1 => Ok(ServiceExit {
+            code: status,
+            note: systemd_exit_name(status)
+                .filter(|_| result != "success")
+                .map(|what| {
+                    Diagnostic::note(format!(
+                        "exit status {status} is also systemd's {what}; if the command did not run, see: journalctl -u {unit}"
+                    ))
+                }),
+        }),
         // CLD_KILLED, CLD_DUMPED
-        2 | 3 => Ok(128 + status),
+        2 | 3 => Ok(ServiceExit {
+            code: 128 + status,
+            note: None,
+        }),
         _ => Err(fail(
             EXIT_RUN_FAILED,
             Diagnostic::error(format!(
