@@ -1,5 +1,4 @@
-//! The D-Bus side: a connection to systemd (the system bus, or systemd's own private socket
-//! when no bus daemon runs), small hand-written proxies for the calls bulkhead makes, and
+//! The D-Bus side: a connection to systemd over the system bus, small hand-written proxies for the calls bulkhead makes, and
 //! systemd's errors turned into messages that say what to do.
 
 use super::props::{Prop, PropValue, Version};
@@ -9,9 +8,6 @@ use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 use zbus::blocking::Connection;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue, Value};
-
-/// systemd's private socket: root only, works without a bus daemon (systemctl uses it too).
-pub const PRIVATE_SOCKET: &str = "/run/systemd/private";
 
 /// How long one D-Bus call may take before bulkhead gives up on it.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -84,7 +80,7 @@ pub struct Bus {
     pub version: Version,
     /// The full version string, e.g. `252.39-1~deb12u2`.
     pub version_text: String,
-    /// `system bus` or the private socket's path.
+    /// How bulkhead reached systemd (`the system bus`).
     pub via: String,
 }
 
@@ -103,48 +99,29 @@ pub struct UnitState {
 }
 
 impl Bus {
-    /// Connect: the system bus first, systemd's private socket when there is no bus daemon.
+    /// Connect through the system bus. (systemd's private socket, /run/systemd/private, is not
+    /// used: zbus cannot read the sender names systemd puts on messages there.)
     pub fn connect() -> Result<Bus> {
-        let system = zbus::blocking::connection::Builder::system()
+        let conn = zbus::blocking::connection::Builder::system()
             .map(|b| b.method_timeout(CALL_TIMEOUT))
-            .and_then(|b| b.build());
-        let (conn, via, first_err) = match system {
-            Ok(c) => (c, "the system bus".to_string(), None),
-            Err(e) => {
-                let private = zbus::blocking::connection::Builder::address(
-                    format!("unix:path={PRIVATE_SOCKET}").as_str(),
+            .and_then(|b| b.build())
+            .map_err(|e| {
+                Error::failed_with(
+                    Diagnostic::error(format!(
+                        "cannot reach systemd over D-Bus: the system bus: {}",
+                        short(&e)
+                    ))
+                    .hint(unreachable_hint(&e)),
                 )
-                .map(|b| b.p2p().method_timeout(CALL_TIMEOUT))
-                .and_then(|b| b.build());
-                match private {
-                    Ok(c) => (c, PRIVATE_SOCKET.to_string(), Some(e)),
-                    Err(pe) => {
-                        return Err(Error::failed_with(
-                            Diagnostic::error(format!(
-                                "cannot reach systemd over D-Bus: the system bus: {}; {PRIVATE_SOCKET}: {}",
-                                short(&e),
-                                short(&pe)
-                            ))
-                            .hint(unreachable_hint(&pe)),
-                        ))
-                    }
-                }
-            }
-        };
+            })?;
+        let via = "the system bus".to_string();
         let manager = Manager::new(&conn).map_err(|e| call_failed("connect to systemd", &e))?;
         let version_text = match manager.version() {
             Ok(v) => v,
             Err(e) => {
                 let mut d =
                     Diagnostic::error(format!("systemd does not answer on {via}: {}", short(&e)));
-                d = d.hint(match &first_err {
-                    Some(_) => "check that systemd is PID 1 (ps -p 1), or use --backend cgroupfs"
-                        .to_string(),
-                    None => {
-                        "check that systemd is PID 1 and dbus is running, or use --backend cgroupfs"
-                            .to_string()
-                    }
-                });
+                d = d.hint("check that systemd is PID 1 (ps -p 1), or use --backend cgroupfs");
                 return Err(Error::failed_with(d));
             }
         };
@@ -391,12 +368,12 @@ pub fn short(e: &zbus::Error) -> String {
     }
 }
 
-fn unreachable_hint(private_err: &zbus::Error) -> String {
-    let denied = matches!(private_err, zbus::Error::InputOutput(io) if io.kind() == std::io::ErrorKind::PermissionDenied);
+fn unreachable_hint(e: &zbus::Error) -> String {
+    let denied = matches!(e, zbus::Error::InputOutput(io) if io.kind() == std::io::ErrorKind::PermissionDenied);
     if denied {
-        "systemd's private socket is for root only: run as root".into()
+        "the system bus socket is not accessible to this user: run as root".into()
     } else {
-        "is systemd PID 1 here, and is dbus running (systemctl status dbus)? Otherwise use --backend cgroupfs".into()
+        "is systemd PID 1 here, and is dbus running (systemctl start dbus)? Otherwise use --backend cgroupfs".into()
     }
 }
 

@@ -166,7 +166,7 @@ impl Systemd {
         } else if st.transient {
             "a transient unit".to_string()
         } else {
-            "created by systemd as the parent of another unit".to_string()
+            "made by systemd itself, without a unit file".to_string()
         };
         Diagnostic::error(format!(
             "slice '{name}' exists in systemd as {unit} ({from}, {}) and was not created by bulkhead; refusing to {verb} it",
@@ -244,7 +244,7 @@ impl Systemd {
                         "slice '{name}' was made persistent by an earlier `apply --persist` ({})",
                         self.persisted_path(&unit).display()
                     ))
-                    .hint("apply with --persist again, or remove it first: bulkhead destroy --slice NAME"),
+                    .hint(format!("apply with --persist again, or remove it first: bulkhead destroy --slice {name}")),
                 ),
                 Some(st) if free(&st) => ops.push(Call::StartTransientUnit {
                     unit,
@@ -335,7 +335,9 @@ impl Systemd {
                         ))
                         .hint(format!("remove it first: bulkhead destroy --slice {}", s.name())),
                     );
-                } else if !st.fragment_path.is_empty() && Path::new(&st.fragment_path) != mine {
+                } else if !st.fragment_path.is_empty()
+                    && (Path::new(&st.fragment_path) != mine || !export::ours(&mine))
+                {
                     errors.push(self.foreign(s.name(), &st, "replace"));
                 } else if st.fragment_path.is_empty() && !free(&st) {
                     errors.push(self.foreign(s.name(), &st, "adopt"));
@@ -400,11 +402,15 @@ impl Systemd {
             Call::StartTransientUnit { unit, properties } => {
                 let _ = std::fs::create_dir_all(record_dir());
                 std::fs::write(record(unit), "").map_err(|e| {
-                    Error::failed(format!(
+                    let mut d = Diagnostic::error(format!(
                         "cannot record {unit} in {}: {}",
                         record_dir().display(),
                         errno_text(&e)
-                    ))
+                    ));
+                    if e.kind() == std::io::ErrorKind::PermissionDenied {
+                        d = d.hint("creating systemd units needs root: run bulkhead as root");
+                    }
+                    Error::failed_with(d)
                 })?;
                 if let Err(e) = self.bus.start_transient(unit, properties) {
                     let _ = std::fs::remove_file(record(unit));
@@ -543,6 +549,15 @@ fn refused(unit: &str, properties: &[Prop], e: &zbus::Error) -> Error {
     } else {
         Error::failed_with(d)
     }
+}
+
+/// Add to an error's hint (what went wrong keeps its own advice).
+fn add_hint(e: Error, more: &str) -> Error {
+    let joined = match e.diagnostics().last().and_then(|d| d.hint.clone()) {
+        Some(h) => format!("{h}\n  hint: {more}"),
+        None => more.to_string(),
+    };
+    e.with_hint(joined)
 }
 
 fn undo(call: &Call) -> Option<Call> {
@@ -730,7 +745,7 @@ impl Backend for Systemd {
                             failed_undo.join("; ")
                         )
                     };
-                    return Err(e.with_hint(hint));
+                    return Err(add_hint(e, &hint));
                 }
             }
         }
