@@ -82,7 +82,7 @@ fn si(n: u64) -> String {
         ("M", 1_000_000),
         ("K", 1000),
     ] {
-        if n >= u && n % u == 0 {
+        if n >= u && n.is_multiple_of(u) {
             return format!("{}{s}", n / u);
         }
     }
@@ -166,7 +166,7 @@ pub fn value_toml(v: &Value) -> String {
 
 fn duration(d: std::time::Duration) -> String {
     let us = d.as_micros();
-    if us % 1000 == 0 {
+    if us.is_multiple_of(1000) {
         format!("{}ms", us / 1000)
     } else {
         format!("{us}us")
