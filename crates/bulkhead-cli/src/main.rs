@@ -343,7 +343,7 @@ fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
         };
         let out = serde_json::json!({
             "backend": fs.name(),
-            "layout": fs.describe(),
+            "layout": systemd::layout_line(&chosen),
             "plan": resolved.source,
             "dry_run": a.dry_run,
             "changes": changes.ops,
