@@ -6,6 +6,7 @@ mod image;
 mod serve;
 mod show;
 mod spawn;
+mod systemd;
 
 use bulkhead::cgroup::{Backend, CgroupFs, Changes, Layout};
 use bulkhead::error::{Diagnostic, Error, Result, Severity};
@@ -58,6 +59,18 @@ struct Cli {
     #[arg(short, long, global = true)]
     quiet: bool,
 
+    /// Who creates slices: systemd over D-Bus, or bulkhead writing cgroupfs [auto: systemd
+    /// when PID 1 is systemd and answers on D-Bus, else cgroupfs]
+    #[arg(
+        long,
+        global = true,
+        env = "BULKHEAD_BACKEND",
+        value_enum,
+        default_value_t = systemd::BackendArg::Auto,
+        value_name = "BACKEND"
+    )]
+    backend: systemd::BackendArg,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -83,6 +96,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Convert systemd .slice files (and their .d/*.conf drop-ins) to plan TOML
     Import(ImportArgs),
+    /// Write the plan in another format (systemd unit files)
+    #[command(subcommand)]
+    Export(systemd::ExportCmd),
     /// Benchmarks that measure bulkhead against what people use today
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -131,6 +147,10 @@ struct ApplyArgs {
     /// Print JSON
     #[arg(long)]
     json: bool,
+    /// systemd backend: write unit files and drop-ins under /etc/systemd/system and reload
+    /// systemd, instead of transient units (which are gone at reboot)
+    #[arg(long)]
+    persist: bool,
 }
 
 #[derive(Args)]
@@ -157,6 +177,13 @@ struct RunArgs {
     /// Pass fds 3..3+N to the command by the systemd protocol (LISTEN_FDS, LISTEN_PID)
     #[arg(long, value_name = "N", default_value_t = 0)]
     listen_fds: u32,
+    /// systemd backend: move bulkhead itself into a transient scope in the slice and exec
+    /// the command there (like systemd-run --scope), instead of starting a service
+    #[arg(long)]
+    scope: bool,
+    /// systemd backend: give the command a pseudo-terminal (like systemd-run --pty)
+    #[arg(long, short = 't', conflicts_with = "scope")]
+    pty: bool,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -252,6 +279,7 @@ fn dispatch(cli: &Cli) -> Result<i32> {
         Command::Serve(a) => serve::serve(cli, a),
         Command::Destroy(a) => destroy(cli, a),
         Command::Import(a) => import(a),
+        Command::Export(e) => systemd::export(cli, e),
         Command::Spawn(a) => spawn::spawn(cli, a),
         Command::Bench(b) => bench::dispatch(cli, b),
         Command::Image(i) => image::dispatch(cli, i),
@@ -292,9 +320,10 @@ fn plan_show(cli: &Cli, a: &PlanShowArgs) -> Result<i32> {
 
 fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
     let host = Host::detect();
-    let (_, resolved) = load_resolved(cli, &host)?;
-    let fs = backend(cli)?;
-    let changes = fs.plan_apply(&resolved)?;
+    let (plan, resolved) = load_resolved(cli, &host)?;
+    let chosen = systemd::choose(cli)?;
+    let fs = chosen.backend();
+    let changes = systemd::plan_apply(&chosen, &plan, &resolved, a.persist)?;
     let mut notes = resolved.notes.clone();
     notes.extend(changes.warnings.iter().cloned());
     if a.strict {
@@ -322,7 +351,7 @@ fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
         };
         let out = serde_json::json!({
             "backend": fs.name(),
-            "layout": fs.layout.describe(),
+            "layout": systemd::layout_line(&chosen),
             "plan": resolved.source,
             "dry_run": a.dry_run,
             "changes": changes.ops,
@@ -421,7 +450,7 @@ fn require_slice(cli: &Cli, fs: &dyn Backend, name: &SliceName) -> Result<()> {
 }
 
 fn run(cli: &Cli, a: &RunArgs) -> Result<i32> {
-    let fs = match backend(cli) {
+    let chosen = match systemd::choose(cli) {
         Ok(f) => f,
         Err(e) => {
             report(&e.diagnostics());
@@ -446,7 +475,11 @@ fn run(cli: &Cli, a: &RunArgs) -> Result<i32> {
         env_files: a.setenv_file.clone(),
         argv: a.command.clone(),
     };
-    let e = bulkhead::run::exec(&fs, &spec);
+    let fs = chosen.backend();
+    let e = match systemd::run(&chosen, &spec, a.scope, a.pty) {
+        Ok(code) => return Ok(code),
+        Err(e) => e,
+    };
     let missing = e
         .error
         .diagnostics()
@@ -454,7 +487,7 @@ fn run(cli: &Cli, a: &RunArgs) -> Result<i32> {
         .any(|d| d.context.as_deref() == Some(bulkhead::cgroup::MISSING_SLICE));
     match (missing, &spec.slice) {
         (true, Some(s)) => report(
-            &require_slice(cli, &fs, s)
+            &require_slice(cli, fs, s)
                 .err()
                 .unwrap_or(e.error)
                 .diagnostics(),
@@ -465,9 +498,10 @@ fn run(cli: &Cli, a: &RunArgs) -> Result<i32> {
 }
 
 fn move_pids(cli: &Cli, a: &MoveArgs) -> Result<i32> {
-    let fs = backend(cli)?;
+    let chosen = systemd::choose(cli)?;
+    let fs = chosen.backend();
     let slice = parse_slice(&a.slice)?;
-    require_slice(cli, &fs, &slice)?;
+    require_slice(cli, fs, &slice)?;
     let mut results = Vec::new();
     for &pid in &a.pids {
         let r = if pid <= 0 {
@@ -507,7 +541,8 @@ fn move_pids(cli: &Cli, a: &MoveArgs) -> Result<i32> {
 }
 
 fn status(cli: &Cli, a: &StatusArgs) -> Result<i32> {
-    let fs = backend(cli)?;
+    let chosen = systemd::choose(cli)?;
+    let fs = chosen.backend();
     let secs = a.watch.unwrap_or(a.interval);
     if !(secs.is_finite() && secs > 0.0 && secs <= 3600.0) {
         return Err(Error::invalid(Diagnostic::error(format!(
@@ -516,8 +551,10 @@ fn status(cli: &Cli, a: &StatusArgs) -> Result<i32> {
     }
     let interval = Duration::from_secs_f64(secs);
     loop {
-        let names = fs.slices_on_system();
-        let st = bulkhead::metrics::status(&fs, &names, interval);
+        let names = fs.slices();
+        let mut st = bulkhead::metrics::status(chosen.reader(), &names, interval);
+        st.backend = fs.name().into();
+        st.layout = systemd::layout_line(&chosen);
         let sockets = bulkhead::activate::state::read_all();
         if a.json {
             let mut v = serde_json::to_value(&st).unwrap();
@@ -544,9 +581,10 @@ fn status(cli: &Cli, a: &StatusArgs) -> Result<i32> {
 }
 
 fn destroy(cli: &Cli, a: &DestroyArgs) -> Result<i32> {
-    let fs = backend(cli)?;
+    let chosen = systemd::choose(cli)?;
+    let fs = chosen.backend();
     let names: Vec<SliceName> = if a.all {
-        fs.slices_on_system()
+        fs.slices()
     } else if !a.slices.is_empty() {
         a.slices
             .iter()

@@ -52,7 +52,12 @@ pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<i32> {
         let c = std::path::absolute(c).unwrap_or_else(|_| c.clone());
         global_args.extend(["--config".into(), c.into()]);
     }
-    global_args.extend(["--cgroup-root".into(), cli.cgroup_root.clone().into()]);
+    if !cli.cgroup_root.trim_matches('/').is_empty() {
+        global_args.extend(["--cgroup-root".into(), cli.cgroup_root.clone().into()]);
+    }
+    if let Some(b) = clap::ValueEnum::to_possible_value(&cli.backend) {
+        global_args.extend(["--backend".into(), b.get_name().into()]);
+    }
     let launcher = TargetLauncher { exe, global_args };
     if a.dry_run {
         activate::check(&plan, &specs)?;

@@ -223,6 +223,12 @@ fn spawn_inner(cli: &Cli, a: &SpawnArgs) -> std::result::Result<i32, bulkhead::r
         }
         return Ok(0);
     }
+    if slice.is_some() && crate::systemd::spawn_slice_unsupported(cli) {
+        return Err(rerr(Error::invalid(
+            Diagnostic::error("spawn --slice cannot join systemd's slices yet: it works with the cgroupfs backend")
+                .hint("start it with bulkhead run --slice S -- bulkhead spawn ..., or pass --backend cgroupfs with a delegated --cgroup-root"),
+        )));
+    }
     let fs = backend(cli).map_err(rerr)?;
     if let Some(s) = &slice {
         require_slice(cli, &fs, s).map_err(rerr)?;

@@ -173,7 +173,8 @@ pub fn io_stat_v1(texts: &[String]) -> (u64, u64) {
         .fold((0, 0), |(r, w), (a, b)| (r + a, w + b))
 }
 
-fn count_procs(dir: &Path) -> usize {
+/// Processes in a cgroup and everything below it.
+pub fn count_procs(dir: &Path) -> usize {
     let own = read(&dir.join("cgroup.procs")).map_or(0, |s| s.lines().count());
     let children: usize = fs::read_dir(dir)
         .map(|rd| {

@@ -118,13 +118,13 @@ pub fn read_env_file(path: &Path) -> Result<Vec<(String, String)>> {
     Ok(out)
 }
 
-struct Ids {
-    uid: Option<u32>,
-    gid: Option<u32>,
+pub(crate) struct Ids {
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
     groups: Option<Vec<nix::unistd::Gid>>,
 }
 
-fn resolve_ids(spec: &RunSpec) -> std::result::Result<Ids, RunError> {
+pub(crate) fn resolve_ids(spec: &RunSpec) -> std::result::Result<Ids, RunError> {
     use nix::unistd::{Group, Uid, User};
     let bad = |m: String, h: &str| RunError {
         code: EXIT_RUN_FAILED,
@@ -197,7 +197,10 @@ fn resolve_ids(spec: &RunSpec) -> std::result::Result<Ids, RunError> {
 
 /// Find the program the way execvp(3) would, so a missing command is reported before the
 /// process joins the slice.
-fn find_program(prog: &OsString, path_var: Option<&str>) -> std::result::Result<PathBuf, RunError> {
+pub(crate) fn find_program(
+    prog: &OsString,
+    path_var: Option<&str>,
+) -> std::result::Result<PathBuf, RunError> {
     use std::os::unix::fs::PermissionsExt;
     let p = Path::new(prog);
     let check = |c: &Path| -> Option<std::result::Result<PathBuf, i32>> {

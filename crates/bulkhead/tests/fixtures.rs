@@ -368,6 +368,7 @@ fn op_paths(op: &Op) -> Vec<&Path> {
         Op::Write { file, .. } => vec![file],
         Op::Enable { dir, .. } | Op::Disable { dir, .. } => vec![dir],
         Op::Kill { dirs } => dirs.iter().map(PathBuf::as_path).collect(),
+        Op::Systemd(_) => vec![],
     }
 }
 

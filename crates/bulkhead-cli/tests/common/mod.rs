@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod container;
 pub mod rootfs;
 
 use bulkhead::cgroup::Layout;

@@ -2,13 +2,14 @@
 //! run) and executes them; it also puts processes into slices.
 //!
 //! [`CgroupFs`] writes cgroupfs directly and handles pure v2, pure v1 and hybrid layouts.
-//! A systemd backend (for hosts where systemd is PID 1 and owns the tree) implements the
-//! same [`Backend`] trait.
+//! [`systemd::Systemd`] (for hosts where systemd is PID 1 and owns the tree) implements the
+//! same [`Backend`] trait through systemd's D-Bus API.
 
 pub mod layout;
 pub mod mapping;
 pub mod mark;
 pub mod ops;
+pub mod systemd;
 
 pub use layout::{Hierarchy, Layout, Version};
 pub use ops::{Op, Outcome};

@@ -35,6 +35,8 @@ pub enum Op {
     Kill { dirs: Vec<PathBuf> },
     /// Remove a cgroup.
     Rmdir { dir: PathBuf },
+    /// A call to systemd (the systemd backend's changes; never run by [`execute`]).
+    Systemd(super::systemd::Call),
 }
 
 impl fmt::Display for Op {
@@ -62,6 +64,7 @@ impl fmt::Display for Op {
                     .unwrap_or_default()
             ),
             Op::Rmdir { dir } => write!(f, "rmdir {}", dir.display()),
+            Op::Systemd(call) => write!(f, "{call}"),
         }
     }
 }
@@ -127,6 +130,10 @@ pub fn run_op(op: &Op) -> std::io::Result<()> {
             &format!("-{controller}"),
         ),
         Op::Kill { dirs } => kill_all(dirs),
+        Op::Systemd(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "a systemd call is carried out by the systemd backend",
+        )),
         Op::Rmdir { dir } => {
             // Exiting tasks leave a cgroup a moment after they are reaped.
             let deadline = Instant::now() + Duration::from_secs(3);

@@ -17,6 +17,9 @@ struct Unit {
     /// directive -> values in order (systemd: later assignments win, empty resets, device
     /// directives accumulate).
     directives: BTreeMap<String, Vec<String>>,
+    /// `[X-Bulkhead]`: plan values (TOML) that `bulkhead export` kept because systemd
+    /// cannot say them; they win over the `[Slice]` lines for the same directive.
+    kept: BTreeMap<String, String>,
     comments: Vec<String>,
 }
 
@@ -35,8 +38,9 @@ fn accumulates(key: &str) -> bool {
     )
 }
 
-/// Split unit-file text into (section, key, value, line) entries, joining `\` continuations.
-fn entries(text: &str) -> Vec<(String, String, String, usize)> {
+/// Split unit-file text into (section, key, value, line, value as written) entries, joining
+/// `\` continuations.
+fn entries(text: &str) -> Vec<(String, String, String, usize, String)> {
     let mut out = Vec::new();
     let mut section = String::new();
     let mut pending: Option<(String, usize)> = None;
@@ -70,6 +74,7 @@ fn entries(text: &str) -> Vec<(String, String, String, usize)> {
                 k.trim().to_string(),
                 unquote(v.trim()),
                 start,
+                v.trim().to_string(),
             ));
         }
     }
@@ -93,12 +98,12 @@ fn read(path: &Path, unit: &mut Unit) -> Result<()> {
                 .at(path.display().to_string()),
         )
     })?;
-    for (section, key, value, line) in entries(&text) {
+    for (section, key, value, line, raw) in entries(&text) {
         let here = format!("{}:{line}", path.display());
         match section.as_str() {
             "Unit" => {
                 if key == "Description" {
-                    unit.description = Some(value);
+                    unit.description = Some(value.replace("%%", "%"));
                 } else {
                     unit.comments.push(format!(
                         "{here}: [Unit] {key}={value} (unit ordering; not needed without systemd)"
@@ -110,7 +115,8 @@ fn read(path: &Path, unit: &mut Unit) -> Result<()> {
                 if value.is_empty() {
                     list.clear(); // an empty assignment resets, as in systemd
                 } else if accumulates(&key) {
-                    list.push(value);
+                    // Device paths take systemd's specifiers: %% is a literal %.
+                    list.push(value.replace("%%", "%"));
                 } else {
                     *list = vec![value];
                 }
@@ -118,6 +124,11 @@ fn read(path: &Path, unit: &mut Unit) -> Result<()> {
             "Install" => unit.comments.push(format!(
                 "{here}: [Install] {key}={value} (not needed without systemd)"
             )),
+            "X-Bulkhead" => {
+                unit.kept.insert(key, raw);
+            }
+            // systemd ignores sections whose names start with X-; so does import.
+            other if other.starts_with("X-") => {}
             other => {
                 return Err(Error::invalid(
                     Diagnostic::error(format!("section [{other}] does not belong in a slice unit"))
@@ -224,6 +235,14 @@ pub fn import(files: &[PathBuf]) -> Result<String> {
             if values.is_empty() {
                 continue;
             }
+            // A kept plan value replaces the directive and the legacy ones that become it.
+            let becomes = match key.as_str() {
+                "BlockIOAccounting" => "IOAccounting",
+                k => LEGACY.iter().find(|l| l.name == k).map_or(k, |l| l.becomes),
+            };
+            if unit.kept.contains_key(key) || unit.kept.contains_key(becomes) {
+                continue;
+            }
             if key.ends_with("Accounting") {
                 match bool_value(&values[0]) {
                     Some(b) => {
@@ -250,6 +269,9 @@ pub fn import(files: &[PathBuf]) -> Result<String> {
             } else {
                 let _ = writeln!(out, "{key} = {}", toml_value(key, &values[0]));
             }
+        }
+        for (key, value) in &unit.kept {
+            let _ = writeln!(out, "{key} = {value}");
         }
     }
     // What import writes must load as a plan.

@@ -70,6 +70,9 @@ pub struct ResolvedSlice {
     pub io_device_weight: BTreeMap<DevNum, u64>,
     #[serde(skip)]
     pub io_max: BTreeMap<DevNum, IoMax>,
+    /// The path the plan names for each device (systemd takes paths, not numbers).
+    #[serde(skip)]
+    pub device_paths: BTreeMap<DevNum, String>,
     #[serde(skip)]
     pub tasks_max: Option<Limit>,
     /// page size in bytes -> limit
@@ -423,6 +426,7 @@ fn resolve_one(
                 match DevNum::resolve(Path::new(dev)) {
                     Ok(d) => {
                         r.io_device_weight.insert(d, *w);
+                        r.device_paths.insert(d, dev.clone());
                         push(Setting {
                             directive: key.into(),
                             value: format!("{d} {w}"),
@@ -445,6 +449,7 @@ fn resolve_one(
             for (dev, l) in list {
                 match DevNum::resolve(Path::new(dev)) {
                     Ok(d) => {
+                        r.device_paths.insert(d, dev.clone());
                         let e = r.io_max.entry(d).or_default();
                         match key {
                             "IOReadBandwidthMax" => e.rbps = Some(*l),

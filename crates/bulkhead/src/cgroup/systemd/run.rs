@@ -1,0 +1,557 @@
+//! `run` through systemd: the command becomes a transient service in the slice, as with
+//! `systemd-run --wait --pipe` (or `--pty`), and bulkhead waits for it and exits with its
+//! status. The command gets bulkhead's standard input, output and error (passed to systemd
+//! as file descriptors), its environment and working directory, so `bulkhead run` means the
+//! same on both backends; signals bulkhead receives are forwarded to it.
+
+use super::bus::{call_failed, unit_object_path, Bus};
+use super::props::{Prop, PropValue, COLLECT_MODE_SINCE, RUN_SERVICE_SINCE};
+use super::{refused, Systemd};
+use crate::cgroup::{Backend, MISSING_SLICE};
+use crate::error::{errno_text, Diagnostic, Error};
+use crate::run::{find_program, read_env_file, resolve_ids, RunError, RunSpec, EXIT_RUN_FAILED};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
+
+/// How `run` talks to the command.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServiceOptions {
+    /// Give the command a pseudo-terminal (like `systemd-run --pty`) instead of bulkhead's
+    /// own standard input, output and error.
+    pub pty: bool,
+}
+
+/// Variables that describe bulkhead's own service, not the command's.
+const NOT_INHERITED: &[&str] = &[
+    "INVOCATION_ID",
+    "JOURNAL_STREAM",
+    "NOTIFY_SOCKET",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+    "SYSTEMD_EXEC_PID",
+    "WATCHDOG_PID",
+    "WATCHDOG_USEC",
+    "MAINPID",
+    "MANAGERPID",
+];
+
+fn fail(code: i32, d: Diagnostic) -> RunError {
+    RunError::with_code(code, Error::failed_with(d))
+}
+
+/// The names systemd gives its own exit statuses (systemd.exec(5), "Process Exit Codes").
+fn systemd_exit_name(status: i32) -> Option<&'static str> {
+    Some(match status {
+        200 => "CHDIR: the working directory could not be entered",
+        203 => "EXEC: the command could not be executed",
+        204 => "MEMORY",
+        208 => "STDIN: standard input could not be set up",
+        209 => "STDOUT: standard output could not be set up",
+        216 => "GROUP: the group could not be set",
+        217 => "USER: the user could not be set",
+        218 => "CAPABILITIES",
+        219 => "CGROUP: the process could not join its cgroup",
+        222 => "STDERR: standard error could not be set up",
+        224 => "PAM",
+        _ => return None,
+    })
+}
+
+/// How the service ended.
+#[derive(Debug)]
+pub struct ServiceExit {
+    /// The exit code `run` gives: the command's, or 128+N for signal N.
+    pub code: i32,
+    /// A remark for the user (an exit status systemd also uses for its own failures).
+    pub note: Option<Diagnostic>,
+}
+
+/// Run the command as a transient service in its slice and wait for it.
+pub fn run_service(
+    sd: &Systemd,
+    spec: &RunSpec,
+    opts: ServiceOptions,
+) -> Result<ServiceExit, RunError> {
+    let Some(prog) = spec.argv.first() else {
+        return Err(RunError::with_code(
+            EXIT_RUN_FAILED,
+            Error::invalid(Diagnostic::error("no command given").hint(
+                "write the command after --, e.g. bulkhead run --slice db-helper -- /usr/bin/backup",
+            )),
+        ));
+    };
+    let Some(slice) = &spec.slice else {
+        return Err(fail(EXIT_RUN_FAILED, Diagnostic::error("no slice given")));
+    };
+    let ids = resolve_ids(spec)?;
+    // The command gets bulkhead's environment, then the files, then -E.
+    let mut env: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| !NOT_INHERITED.contains(&k.as_str()))
+        .collect();
+    for f in &spec.env_files {
+        env.extend(read_env_file(f).map_err(|error| RunError::with_code(EXIT_RUN_FAILED, error))?);
+    }
+    env.extend(spec.env.iter().cloned());
+    let cwd = match &spec.cwd {
+        Some(c) if !c.is_dir() => {
+            return Err(RunError::with_code(
+                EXIT_RUN_FAILED,
+                Error::invalid(Diagnostic::error(format!(
+                    "--cwd {}: not a directory",
+                    c.display()
+                ))),
+            ))
+        }
+        Some(c) => std::path::absolute(c).unwrap_or_else(|_| c.clone()),
+        None => std::env::current_dir().unwrap_or_else(|_| "/".into()),
+    };
+    let path_override = env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    let program = find_program(prog, path_override)?;
+    let program = std::path::absolute(&program).unwrap_or(program);
+    if sd.version() < RUN_SERVICE_SINCE {
+        return Err(fail(
+            EXIT_RUN_FAILED,
+            Diagnostic::error(format!(
+                "systemd {} is too old to run a command as a service and wait for it (AddRef= and Type=exec came in systemd {RUN_SERVICE_SINCE})",
+                sd.bus.version_text
+            ))
+            .hint("use `bulkhead run --scope`, which works with any systemd"),
+        ));
+    }
+    if !sd.slice_exists(slice) {
+        return Err(RunError::with_code(
+            EXIT_RUN_FAILED,
+            Error::invalid(
+                Diagnostic::error(format!("slice '{slice}' does not exist")).context(MISSING_SLICE),
+            ),
+        ));
+    }
+
+    let unit = format!("bulkhead-run-{}.service", std::process::id());
+    let text = |s: &std::ffi::OsString| s.to_string_lossy().into_owned();
+    // systemd expands $VAR in command lines; `$$` is its literal `$`.
+    let argv: Vec<String> = spec
+        .argv
+        .iter()
+        .map(|a| text(a).replace('$', "$$"))
+        .collect();
+    let mut props = vec![
+        Prop::new(
+            "Description",
+            PropValue::Str(format!(
+                "bulkhead run: {}",
+                spec.argv.iter().map(text).collect::<Vec<_>>().join(" ")
+            )),
+        ),
+        Prop::new("Slice", PropValue::Str(slice.unit())),
+        Prop::new("Type", PropValue::Str("exec".into())),
+        Prop::new(
+            "ExecStart",
+            PropValue::Exec(vec![(program.display().to_string(), argv, false)]),
+        ),
+        Prop::new("AddRef", PropValue::Bool(true)),
+        Prop::new(
+            "Environment",
+            PropValue::Strs(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        ),
+        Prop::new(
+            "WorkingDirectory",
+            PropValue::Str(cwd.display().to_string()),
+        ),
+    ];
+    if sd.version() >= COLLECT_MODE_SINCE {
+        props.push(Prop::new(
+            "CollectMode",
+            PropValue::Str("inactive-or-failed".into()),
+        ));
+    }
+    if let Some(u) = ids.uid {
+        props.push(Prop::new("User", PropValue::Str(u.to_string())));
+    }
+    if let Some(g) = ids.gid {
+        props.push(Prop::new("Group", PropValue::Str(g.to_string())));
+    }
+    let pty = if opts.pty {
+        let p = Pty::open().map_err(|e| {
+            fail(
+                EXIT_RUN_FAILED,
+                Diagnostic::error(format!(
+                    "cannot allocate a pseudo-terminal: {}",
+                    errno_text(&e)
+                )),
+            )
+        })?;
+        props.push(Prop::new("TTYPath", PropValue::Str(p.path.clone())));
+        for s in ["StandardInput", "StandardOutput", "StandardError"] {
+            props.push(Prop::new(s, PropValue::Str("tty".into())));
+        }
+        Some(p)
+    } else {
+        for (name, fd) in [
+            ("StandardInputFileDescriptor", 0),
+            ("StandardOutputFileDescriptor", 1),
+            ("StandardErrorFileDescriptor", 2),
+        ] {
+            // SAFETY: F_GETFD only asks whether the descriptor is open.
+            if unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0 {
+                props.push(Prop::new(name, PropValue::Fd(fd)));
+            }
+        }
+        None
+    };
+
+    let bus = &sd.bus;
+    let conn = bus.conn.clone();
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .sender("org.freedesktop.systemd1")
+        .and_then(|b| b.path(unit_object_path(&unit)))
+        .and_then(|b| b.interface("org.freedesktop.DBus.Properties"))
+        .and_then(|b| b.member("PropertiesChanged"))
+        .map(|b| b.build())
+        .map_err(|e| RunError::with_code(EXIT_RUN_FAILED, call_failed("watch the service", &e)))?;
+    let mut changes = zbus::blocking::MessageIterator::for_match_rule(rule, &conn, Some(1024))
+        .map_err(|e| RunError::with_code(EXIT_RUN_FAILED, call_failed("watch the service", &e)))?;
+    bus.manager()
+        .subscribe()
+        .map_err(|e| RunError::with_code(EXIT_RUN_FAILED, call_failed("Subscribe", &e)))?;
+    let forwarder = Forwarder::install(
+        conn.clone(),
+        unit.clone(),
+        pty.as_ref().map(|p| p.master.as_raw_fd()),
+    );
+    if let Err(e) = bus.start_transient(&unit, &props) {
+        drop(forwarder);
+        return Err(RunError::with_code(
+            EXIT_RUN_FAILED,
+            refused(&unit, &props, &e),
+        ));
+    }
+    let io = pty.map(|p| p.forward());
+    let finished = wait_finished(bus, &unit, &mut changes);
+    drop(forwarder);
+    if let Some(io) = io {
+        io.finish();
+    }
+    finished.map_err(|e| RunError::with_code(EXIT_RUN_FAILED, e))?;
+
+    let get_i32 = |name: &str| {
+        bus.unit_property(&unit, "org.freedesktop.systemd1.Service", name)
+            .ok()
+            .flatten()
+            .and_then(|v| i32::try_from(&*v).ok())
+    };
+    let code = get_i32("ExecMainCode").unwrap_or(0);
+    let status = get_i32("ExecMainStatus").unwrap_or(0);
+    let result = bus
+        .unit_property(&unit, "org.freedesktop.systemd1.Service", "Result")
+        .ok()
+        .flatten()
+        .and_then(|v| <&str>::try_from(&*v).ok().map(String::from))
+        .unwrap_or_default();
+    bus.unref(&unit);
+    match code {
+        // CLD_EXITED. systemd's own failures (bad user, working directory, ...) are exit
+        // statuses too, as with systemd-run; say what they mean.
+        1 => Ok(ServiceExit {
+            code: status,
+            note: systemd_exit_name(status)
+                .filter(|_| result != "success")
+                .map(|what| {
+                    Diagnostic::note(format!(
+                        "exit status {status} is also systemd's {what}; if the command did not run, see: journalctl -u {unit}"
+                    ))
+                }),
+        }),
+        // CLD_KILLED, CLD_DUMPED
+        2 | 3 => Ok(ServiceExit {
+            code: 128 + status,
+            note: None,
+        }),
+        _ => Err(fail(
+            EXIT_RUN_FAILED,
+            Diagnostic::error(format!(
+                "systemd did not start the command (result: {})",
+                if result.is_empty() {
+                    "unknown"
+                } else {
+                    &result
+                }
+            ))
+            .hint(format!("see: journalctl -u {unit}")),
+        )),
+    }
+}
+
+/// Wait until the service has no job and is inactive or failed.
+fn wait_finished(
+    bus: &Bus,
+    unit: &str,
+    changes: &mut zbus::blocking::MessageIterator,
+) -> crate::error::Result<()> {
+    loop {
+        match bus.unit_state(unit)? {
+            None => return Ok(()),
+            Some(s) if !s.job && matches!(s.active_state.as_str(), "inactive" | "failed") => {
+                return Ok(())
+            }
+            _ => {}
+        }
+        match changes.next() {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(call_failed(&format!("wait for {unit}"), &e)),
+            None => {
+                return Err(Error::failed(format!(
+                    "the connection to systemd closed while waiting for {unit}"
+                )))
+            }
+        }
+    }
+}
+
+/// The write end of the pipe the signal handler writes signal numbers to.
+static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let b = sig as u8;
+        // SAFETY: write(2) is async-signal-safe; the buffer is on the stack.
+        unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
+    }
+}
+
+const FORWARDED: &[libc::c_int] = &[
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+];
+
+/// Forwards the signals bulkhead gets to the service (KillUnit), and window size changes to
+/// its pseudo-terminal. Dropping it puts the default handlers back.
+struct Forwarder {
+    write_end: Option<OwnedFd>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Forwarder {
+    fn install(
+        conn: zbus::blocking::Connection,
+        unit: String,
+        pty_master: Option<i32>,
+    ) -> Forwarder {
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe2 fills the two descriptors.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Forwarder {
+                write_end: None,
+                thread: None,
+            };
+        }
+        // SAFETY: both descriptors were just created and are owned here.
+        let (read_end, write_end) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        SIGNAL_PIPE.store(write_end.as_raw_fd(), Ordering::Relaxed);
+        for &s in FORWARDED {
+            // SAFETY: the handler only calls write(2).
+            unsafe { libc::signal(s, on_signal as *const () as libc::sighandler_t) };
+        }
+        let thread = std::thread::spawn(move || {
+            let manager = match super::bus::Manager::new(&conn) {
+                Ok(m) => m,
+                Err(_) => return,
+            };
+            let mut b = [0u8; 1];
+            loop {
+                // SAFETY: reading one byte into a stack buffer.
+                let n = unsafe { libc::read(read_end.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+                if n <= 0 {
+                    return;
+                }
+                let sig = b[0] as libc::c_int;
+                if sig == 0 {
+                    return;
+                }
+                if sig == libc::SIGWINCH {
+                    if let Some(m) = pty_master {
+                        copy_window_size(m);
+                    }
+                    continue;
+                }
+                // Keyboard signals go to the whole unit, as to a foreground process group.
+                let whom = if matches!(sig, libc::SIGINT | libc::SIGQUIT) {
+                    "all"
+                } else {
+                    "main"
+                };
+                let _ = manager.kill_unit(&unit, whom, sig);
+            }
+        });
+        Forwarder {
+            write_end: Some(write_end),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        for &s in FORWARDED {
+            // SAFETY: restoring the default disposition.
+            unsafe { libc::signal(s, libc::SIG_DFL) };
+        }
+        SIGNAL_PIPE.store(-1, Ordering::Relaxed);
+        if let Some(w) = &self.write_end {
+            let stop = 0u8;
+            // SAFETY: one byte from the stack to our own pipe.
+            unsafe { libc::write(w.as_raw_fd(), (&stop as *const u8).cast(), 1) };
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn copy_window_size(master: i32) {
+    // SAFETY: TIOCGWINSZ/TIOCSWINSZ read and write a winsize struct.
+    unsafe {
+        let mut ws: libc::winsize = std::mem::zeroed();
+        if libc::ioctl(0, libc::TIOCGWINSZ, &mut ws) == 0 {
+            libc::ioctl(master, libc::TIOCSWINSZ, &ws);
+        }
+    }
+}
+
+/// A pseudo-terminal for the command: systemd opens the terminal side by its path, bulkhead
+/// copies between its own standard input/output and the controlling side.
+struct Pty {
+    master: OwnedFd,
+    /// Held open until the command has the terminal, so reads of the master do not fail.
+    slave: OwnedFd,
+    path: String,
+}
+
+impl Pty {
+    fn open() -> std::io::Result<Pty> {
+        // SAFETY: standard pty allocation; every return value is checked.
+        unsafe {
+            let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+            if m < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let master = OwnedFd::from_raw_fd(m);
+            if libc::grantpt(m) != 0 || libc::unlockpt(m) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mut buf = [0 as libc::c_char; 128];
+            if libc::ptsname_r(m, buf.as_mut_ptr(), buf.len()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let path = std::ffi::CStr::from_ptr(buf.as_ptr())
+                .to_string_lossy()
+                .into_owned();
+            let s = libc::open(
+                buf.as_ptr(),
+                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+            );
+            if s < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            copy_window_size(m);
+            Ok(Pty {
+                master,
+                slave: OwnedFd::from_raw_fd(s),
+                path,
+            })
+        }
+    }
+
+    /// Start copying: stdin -> terminal, terminal -> stdout; stdin goes raw if it is a
+    /// terminal, so keys (Ctrl-C too) reach the command's terminal as typed.
+    fn forward(self) -> PtyIo {
+        // SAFETY: isatty/tcgetattr/tcsetattr on fd 0 with a zeroed termios buffer.
+        let saved = unsafe {
+            let mut t: libc::termios = std::mem::zeroed();
+            if libc::isatty(0) == 1 && libc::tcgetattr(0, &mut t) == 0 {
+                let mut raw = t;
+                libc::cfmakeraw(&mut raw);
+                libc::tcsetattr(0, libc::TCSANOW, &raw);
+                Some(t)
+            } else {
+                None
+            }
+        };
+        let m_in = self.master.as_raw_fd();
+        std::thread::spawn(move || copy(0, m_in));
+        let m_out = self.master.as_raw_fd();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            copy(m_out, 1);
+            let _ = done_tx.send(());
+        });
+        PtyIo {
+            pty: self,
+            saved,
+            output_done: done_rx,
+        }
+    }
+}
+
+struct PtyIo {
+    pty: Pty,
+    saved: Option<libc::termios>,
+    output_done: std::sync::mpsc::Receiver<()>,
+}
+
+impl PtyIo {
+    /// After the command ended: let the last output through, then restore the terminal.
+    fn finish(self) {
+        drop(self.pty.slave);
+        // The master reads EIO once no one holds the terminal open any more; a process the
+        // command left behind may still hold it, so do not wait for long.
+        let _ = self.output_done.recv_timeout(Duration::from_secs(2));
+        if let Some(t) = self.saved {
+            // SAFETY: restoring the attributes saved above.
+            unsafe { libc::tcsetattr(0, libc::TCSANOW, &t) };
+        }
+        // The master stays open in the copy threads' view until the process exits.
+        std::mem::forget(self.pty.master);
+    }
+}
+
+/// Copy from one descriptor to another until EOF or an error (EIO: the terminal closed).
+fn copy(from: i32, to: i32) {
+    let mut buf = [0u8; 8192];
+    loop {
+        // SAFETY: reading into and writing from a stack buffer.
+        let n = unsafe { libc::read(from, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            return;
+        }
+        let mut off = 0usize;
+        while off < n as usize {
+            // SAFETY: as above.
+            let w = unsafe { libc::write(to, buf[off..].as_ptr().cast(), n as usize - off) };
+            if w < 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return;
+            }
+            off += w as usize;
+        }
+    }
+}
