@@ -749,12 +749,19 @@ pub fn chart(r: &Report, path: &Path) -> Result<(), String> {
             .margin(10)
             .x_label_area_size(60)
             .y_label_area_size(50)
-            .build_cartesian_2d((0..n).into_segmented(), 0.0..max.max(1e-9))
+            .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..max.max(1e-9))
             .map_err(|e| e.to_string())?;
-        let labels: Vec<String> = ds
-            .iter()
-            .map(|d| d.name.split(' ').take(2).collect::<Vec<_>>().join(" "))
-            .collect();
+        let short = |name: &str| -> String {
+            match name {
+                n if n.ends_with("pass mode") => "pass mode".into(),
+                n if n.starts_with("bulkhead") => "bulkhead".into(),
+                n if n.starts_with("systemd-socket-proxyd") => "socket-proxyd".into(),
+                n if n.starts_with("sandboxed") => "sandboxed".into(),
+                n if n.starts_with("plain") => "plain".into(),
+                n => n.into(),
+            }
+        };
+        let labels: Vec<String> = ds.iter().map(|d| short(&d.name)).collect();
         c.configure_mesh()
             .disable_x_mesh()
             .x_labels(n)
