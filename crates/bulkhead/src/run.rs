@@ -195,7 +195,10 @@ fn resolve_ids(spec: &RunSpec) -> std::result::Result<Ids, RunError> {
 
 /// Find the program the way execvp(3) would, so a missing command is reported before the
 /// process joins the slice.
-fn find_program(prog: &OsString, path_var: Option<&str>) -> std::result::Result<PathBuf, RunError> {
+pub(crate) fn find_program(
+    prog: &OsString,
+    path_var: Option<&str>,
+) -> std::result::Result<PathBuf, RunError> {
     use std::os::unix::fs::PermissionsExt;
     let p = Path::new(prog);
     let check = |c: &Path| -> Option<std::result::Result<PathBuf, i32>> {

@@ -91,6 +91,8 @@ impl SliceSpec {
 pub struct Plan {
     pub source: Source,
     pub slices: BTreeMap<SliceName, SliceSpec>,
+    /// The `[hugepages]` section (pools, THP, hugetlbfs mounts), if the plan has one.
+    pub hugepages: Option<crate::hugepages::HugepagesSpec>,
     /// Warnings and notes found while reading (legacy directives, implicit parents).
     pub notes: Vec<Diagnostic>,
 }
