@@ -2,6 +2,7 @@
 //! results for people (or JSON for machines) and maps errors to exit codes.
 
 mod bench;
+mod hugepages;
 mod image;
 mod show;
 mod spawn;
@@ -95,6 +96,19 @@ where it takes a directory.",
 overrides it), /var/lib/bulkhead/images (the default images directory and mount point)."
     )]
     Image(image::ImageCmd),
+    /// Huge pages: pools, THP and what processes and slices really got
+    #[command(
+        subcommand,
+        long_about = "Huge pages. The plan's [hugepages] section (applied by `bulkhead apply`) sets \
+the hugetlb pools per page size and NUMA node, the THP switches and hugetlbfs mounts; these \
+commands show what the machine, its slices and its processes really have, move a running \
+process onto THP, and put back what bulkhead changed. `bulkhead run --hugepages thp|2M` \
+starts a program with its allocator's huge page switch set.",
+        after_help = "Files: /run/bulkhead/hugepages.json (what `reset` restores; \
+BULKHEAD_HUGEPAGES_STATE overrides it), /sys/kernel/mm/hugepages, \
+/sys/kernel/mm/transparent_hugepage, /proc/PID/smaps_rollup."
+    )]
+    Hugepages(hugepages::HugepagesCmd),
 }
 
 #[derive(Subcommand)]
@@ -125,6 +139,9 @@ struct ApplyArgs {
     /// Treat directives this host cannot honour as errors
     #[arg(long)]
     strict: bool,
+    /// Apply huge page pools that leave less than the safe share of RAM outside them
+    #[arg(long)]
+    force: bool,
     /// Print JSON
     #[arg(long)]
     json: bool,
@@ -133,8 +150,22 @@ struct ApplyArgs {
 #[derive(Args)]
 struct RunArgs {
     /// The slice to run in (as in the plan: db-helper or db-helper.slice)
-    #[arg(long, short = 's', value_name = "SLICE")]
-    slice: String,
+    #[arg(
+        long,
+        short = 's',
+        value_name = "SLICE",
+        required_unless_present = "hugepages"
+    )]
+    slice: Option<String>,
+    /// Make the program's heap use huge pages: thp, or a hugetlb page size (2M, 1G) from the
+    /// pool. Sets glibc's glibc.malloc.hugetlb tunable (and jemalloc's thp:always), then
+    /// stays the command's parent to check that it got them
+    #[arg(long, value_name = "thp|2M|1G")]
+    hugepages: Option<String>,
+    /// With --hugepages: exec the command in place instead of checking (check later with
+    /// `bulkhead hugepages usage PID`; the command keeps bulkhead's PID)
+    #[arg(long, requires = "hugepages")]
+    no_verify: bool,
     /// Run as this user (name or UID); the user's groups come with it
     #[arg(long, value_name = "USER")]
     uid: Option<String>,
@@ -247,6 +278,7 @@ fn dispatch(cli: &Cli) -> Result<i32> {
         Command::Spawn(a) => spawn::spawn(cli, a),
         Command::Bench(b) => bench::dispatch(cli, b),
         Command::Image(i) => image::dispatch(cli, i),
+        Command::Hugepages(h) => hugepages::dispatch(cli, h),
     }
 }
 
@@ -270,11 +302,19 @@ fn plan_show(cli: &Cli, a: &PlanShowArgs) -> Result<i32> {
         }
         host.cpus = bulkhead::units::IdSet((0..n).collect());
     }
-    let (_, resolved) = load_resolved(cli, &host)?;
+    let (plan, resolved) = load_resolved(cli, &host)?;
+    let hp = hugepages::show(&plan, host.memory)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&resolved).unwrap());
+        let mut v = serde_json::to_value(&resolved).unwrap();
+        if let Some(h) = &hp {
+            v["hugepages"] = serde_json::to_value(h).unwrap();
+        }
+        println!("{}", serde_json::to_string_pretty(&v).unwrap());
     } else {
         print!("{}", show::plan_toml(&resolved));
+        if let Some(h) = &hp {
+            print!("{}", bulkhead::hugepages::show_toml(h));
+        }
         if !cli.quiet {
             report(&resolved.notes);
         }
@@ -284,11 +324,15 @@ fn plan_show(cli: &Cli, a: &PlanShowArgs) -> Result<i32> {
 
 fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
     let host = Host::detect();
-    let (_, resolved) = load_resolved(cli, &host)?;
+    let (plan, resolved) = load_resolved(cli, &host)?;
     let fs = backend(cli)?;
     let changes = fs.plan_apply(&resolved)?;
+    let hp = hugepages::plan_for_apply(&plan, a.force)?;
     let mut notes = resolved.notes.clone();
     notes.extend(changes.warnings.iter().cloned());
+    if let Some(h) = &hp {
+        notes.extend(h.resolved.notes.iter().cloned());
+    }
     if a.strict {
         let mut bad: Vec<Diagnostic> = notes
             .iter()
@@ -310,7 +354,8 @@ fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
         let done = if a.dry_run {
             None
         } else {
-            Some(fs.execute(&changes)?)
+            let applied = hugepages::execute(cli, &hp)?;
+            Some(hugepages::execute_slices_or_undo(&fs, &changes, applied)?)
         };
         let out = serde_json::json!({
             "backend": fs.name(),
@@ -318,6 +363,7 @@ fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
             "plan": resolved.source,
             "dry_run": a.dry_run,
             "changes": changes.ops,
+            "hugepages": hp.as_ref().map(|h| &h.ops),
             "warnings": notes,
             "outcome": done,
         });
@@ -328,11 +374,16 @@ fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
         eprintln!("bulkhead: {} ({})", fs.describe(), resolved.source);
         report(&notes);
     }
+    hugepages::print_ops(cli, &hp, a.dry_run);
     print_changes(cli, &changes, a.dry_run, "apply");
-    if a.dry_run || changes.ops.is_empty() {
+    if a.dry_run {
         return Ok(0);
     }
-    let out = fs.execute(&changes)?;
+    let applied = hugepages::execute(cli, &hp)?;
+    if changes.ops.is_empty() {
+        return Ok(0);
+    }
+    let out = hugepages::execute_slices_or_undo(&fs, &changes, applied)?;
     if !cli.quiet {
         println!(
             "applied: {} slice(s), {} change(s){}",
@@ -350,7 +401,7 @@ fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
 
 fn print_changes(cli: &Cli, changes: &Changes, dry_run: bool, verb: &str) {
     if changes.ops.is_empty() {
-        if !cli.quiet {
+        if !cli.quiet && !changes.slices.is_empty() {
             println!(
                 "nothing to change: {} slice(s) already match the plan",
                 changes.slices.len()
@@ -421,15 +472,15 @@ fn run(cli: &Cli, a: &RunArgs) -> Result<i32> {
         }
     };
     // The slice is looked up by join itself; the explanation is only built when it is missing.
-    let slice = match parse_slice(&a.slice) {
+    let slice = match a.slice.as_deref().map(parse_slice).transpose() {
         Ok(s) => s,
         Err(e) => {
             report(&e.diagnostics());
             return Ok(EXIT_RUN_FAILED);
         }
     };
-    let spec = RunSpec {
-        slice: Some(slice),
+    let mut spec = RunSpec {
+        slice,
         uid: a.uid.clone(),
         gid: a.gid.clone(),
         cwd: a.cwd.clone(),
@@ -437,7 +488,30 @@ fn run(cli: &Cli, a: &RunArgs) -> Result<i32> {
         env_files: a.setenv_file.clone(),
         argv: a.command.clone(),
     };
-    let e = bulkhead::run::exec(&fs, &spec);
+    let error = match &a.hugepages {
+        Some(mode) => match hugepages::prepare_run(cli, &mut spec, mode) {
+            Err(e) => (EXIT_RUN_FAILED, e),
+            Ok(_) if a.no_verify => {
+                if !cli.quiet {
+                    eprintln!(
+                        "bulkhead: hugepages: not verified (--no-verify); check with `bulkhead hugepages usage {}` (the command keeps this PID)",
+                        std::process::id()
+                    );
+                }
+                let e = bulkhead::run::exec(&fs, &spec);
+                (e.code, e.error)
+            }
+            Ok((p, facts)) => match hugepages::run_verified(cli, &fs, &spec, &p, &facts) {
+                Ok(code) => return Ok(code),
+                Err(ce) => ce,
+            },
+        },
+        None => {
+            let e = bulkhead::run::exec(&fs, &spec);
+            (e.code, e.error)
+        }
+    };
+    let e = bulkhead::run::RunError::with_code(error.0, error.1);
     let missing = e
         .error
         .diagnostics()
