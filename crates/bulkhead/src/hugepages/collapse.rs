@@ -143,6 +143,11 @@ pub fn collapse(pid: i32, pmd_size: u64) -> Result<CollapseReport> {
         }
     };
     let comm = read_proc(pid, "comm", &missing)?.trim().to_string();
+    if super::usage::is_kernel_thread(std::path::Path::new("/proc"), pid) {
+        return Err(Error::invalid(Diagnostic::error(format!(
+            "PID {pid} ({comm}) is a kernel thread: it has no memory to collapse"
+        ))));
+    }
     let before_text = read_proc(pid, "smaps_rollup", &gone_midway(0))?;
     if before_text.trim().is_empty() {
         return Err(Error::invalid(Diagnostic::error(format!(

@@ -207,6 +207,13 @@ pub fn glibc_version() -> Option<(u32, u32)> {
     Some((it.next()??, it.next()??))
 }
 
+/// glibc 2.35 and 2.36 read /sys/kernel/mm/transparent_hugepage/enabled into a buffer they
+/// do not NUL-terminate before strcmp (`__malloc_thp_mode`), so `glibc.malloc.hugetlb=1`
+/// takes effect or not depending on a stale stack byte. Later glibc terminates the buffer.
+pub fn glibc_thp_check_flaky(version: (u32, u32)) -> bool {
+    ((2, 35)..=(2, 36)).contains(&version)
+}
+
 /// Set `key` in a `k=v:k=v` (GLIBC_TUNABLES) or `k:v,k:v` (MALLOC_CONF) list, keeping the rest.
 pub fn merge_setting(
     existing: Option<&str>,
@@ -312,6 +319,11 @@ pub fn prepare(spec: &mut RunSpec, mode: RunMode, facts: &Facts) -> Result<Prepa
                         Diagnostic::error(format!("--hugepages: glibc {maj}.{min} has no glibc.malloc.hugetlb tunable (2.35 or newer has it)"))
                             .hint("the program can madvise(MADV_HUGEPAGE) itself, or set thp = \"always\" in the plan"),
                     ));
+                }
+                if mode == RunMode::Thp && allocator == Allocator::Glibc && glibc_thp_check_flaky((maj, min)) {
+                    notes.push(Diagnostic::warning(format!(
+                        "glibc {maj}.{min} decides at each start whether THP is in madvise mode by comparing a buffer it does not terminate, so some starts get no THP; the check below says which"
+                    )));
                 }
             }
         }
@@ -683,6 +695,16 @@ pub fn missed_reasons(v: &Verified, p: &Prepared, facts: &Facts) -> Vec<String> 
         Some(_) => {}
     }
     match &p.allocator {
+        Allocator::Glibc if p.mode == RunMode::Thp => {
+            if let Some(v) = glibc_version().filter(|v| glibc_thp_check_flaky(*v)) {
+                r.push(format!(
+                    "glibc {}.{} missed THP's madvise mode at this start (its mode check compares an unterminated buffer); start it again, use --hugepages {} from a pool, or `bulkhead hugepages collapse PID`",
+                    v.0,
+                    v.1,
+                    human_bytes(facts.default_size)
+                ));
+            }
+        }
         Allocator::Tcmalloc => r.push("it uses tcmalloc, which ignores these switches".into()),
         Allocator::Other(w) => r.push(format!("the program is {w}")),
         _ => {}

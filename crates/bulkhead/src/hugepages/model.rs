@@ -598,7 +598,7 @@ pub fn resolve(
                 n
             }
         };
-        let bytes = pages.checked_mul(p.size).unwrap_or(u64::MAX);
+        let bytes = pages.saturating_mul(p.size);
         if bytes > ram {
             errors.push(err(
                 p.loc,

@@ -247,13 +247,24 @@ pub struct AllocatorEnv {
     pub jemalloc_thp: Option<String>,
 }
 
+/// The allocator switches in a `/proc/PID/environ`. glibc (before 2.38) parses
+/// GLIBC_TUNABLES in place at start, turning its `:` separators into NULs, so tunables can
+/// follow as entries of their own.
 pub fn parse_environ(raw: &[u8]) -> AllocatorEnv {
     let mut a = AllocatorEnv::default();
+    let mut in_tunables = false;
     for kv in raw.split(|b| *b == 0) {
         let s = String::from_utf8_lossy(kv);
         let Some((k, v)) = s.split_once('=') else {
             continue;
         };
+        if in_tunables && k.starts_with("glibc.") {
+            if k == "glibc.malloc.hugetlb" {
+                a.glibc_hugetlb = Some(v.to_string());
+            }
+            continue;
+        }
+        in_tunables = k == "GLIBC_TUNABLES";
         match k {
             "GLIBC_TUNABLES" => {
                 a.glibc_hugetlb = v
@@ -345,6 +356,17 @@ fn proc_read(p: &Paths, pid: i32, file: &str) -> std::result::Result<Vec<u8>, bo
     })
 }
 
+/// Whether a PID is a kernel thread (PF_KTHREAD in the flags of /proc/PID/stat).
+pub fn is_kernel_thread(proc_: &Path, pid: i32) -> bool {
+    let Ok(stat) = fs::read_to_string(proc_.join(pid.to_string()).join("stat")) else {
+        return false;
+    };
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(6))
+        .and_then(|f| f.parse::<u64>().ok())
+        .is_some_and(|f| f & 0x0020_0000 != 0)
+}
+
 /// Everything about one process. `layout` adds its hugetlb cgroup counters.
 pub fn process_usage(
     paths: &Paths,
@@ -368,6 +390,11 @@ pub fn process_usage(
         }
     };
     let comm = text("comm", true)?.trim().to_string();
+    if is_kernel_thread(&paths.proc, pid) {
+        return Err(Error::invalid(Diagnostic::error(format!(
+            "PID {pid} ({comm}) is a kernel thread: it has no user memory"
+        ))));
+    }
     let rollup_text = text("smaps_rollup", false)?;
     if rollup_text.trim().is_empty() {
         return Err(Error::invalid(Diagnostic::error(format!(
@@ -478,8 +505,15 @@ pub fn findings(u: &ProcessUsage, thp: &Thp, pools: &[Pool], default_size: u64) 
             ));
         }
         if v == "1" && u.thp == 0 && u.anonymous >= 2 * pmd {
+            let glibc = match super::launch::glibc_version() {
+                Some(g) if super::launch::glibc_thp_check_flaky(g) => format!(
+                    "; glibc {}.{} misses THP's madvise mode at some starts",
+                    g.0, g.1
+                ),
+                _ => String::new(),
+            };
             f.push(format!(
-                "GLIBC_TUNABLES asks glibc's malloc for THP (glibc.malloc.hugetlb=1) but the process has none (THP is '{thp_mode}'; a program with its own allocator, like jemalloc, ignores it)"
+                "GLIBC_TUNABLES asks glibc's malloc for THP (glibc.malloc.hugetlb=1) but the process has none (THP is '{thp_mode}'; a program with its own allocator, like jemalloc, ignores it{glibc})"
             ));
         }
     }
@@ -672,6 +706,11 @@ VmFlags: rd wr mr mw me de ac sd ht
         );
         assert_eq!(a.glibc_hugetlb.as_deref(), Some("2"));
         assert_eq!(a.jemalloc_thp.as_deref(), Some("always"));
+        // As glibc leaves it after parsing.
+        let a = parse_environ(
+            b"GLIBC_TUNABLES=glibc.malloc.arena_max=2\0glibc.malloc.hugetlb=1\0HOME=/root\0",
+        );
+        assert_eq!(a.glibc_hugetlb.as_deref(), Some("1"));
     }
 
     #[test]
