@@ -876,3 +876,70 @@ fn bad_input_changes_nothing() {
     assert!(!m.state.exists());
     m.assert_unchanged();
 }
+
+#[test]
+fn bench_tlb_runs_every_backing_and_gives_the_pools_back() {
+    if !hugepage_prerequisites() {
+        return;
+    }
+    let m = Machine::take();
+    let out = m.state.with_extension("tlb.json");
+    let o = m.run(&[
+        "-q",
+        "bench",
+        "tlb",
+        "--size",
+        "64M",
+        "--rows",
+        "128,4096",
+        "--threads",
+        "1",
+        "--rounds",
+        "2",
+        "--duration",
+        "20ms",
+        "--backings",
+        "4K,THP,2M",
+        "--no-redis",
+        "--json",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("This is a VM"), "{text}");
+    assert!(text.contains("128 B rows, 1 thread(s): 2M"), "{text}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(r["rounds_done"], 2);
+    let cov = |name: &str| -> f64 {
+        let b = r["backings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == name)
+            .unwrap();
+        assert!(b["skipped"].is_null(), "{b}");
+        b["huge_coverage"][0].as_f64().unwrap()
+    };
+    assert_eq!(cov("4K"), 0.0);
+    assert_eq!(cov("2M"), 1.0);
+    assert!(cov("THP") > 0.5, "{r}");
+    let cells = r["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2 * 3);
+    for c in cells {
+        assert_eq!(c["rates"].as_array().unwrap().len(), 2, "{c}");
+        assert!(c["median_rate"].as_f64().unwrap() > 0.0, "{c}");
+        if c["backing"] == "4K" {
+            assert_eq!(c["ratio_median"], 1.0);
+        }
+    }
+    // Bad input: no 4K reference, a size that is no multiple of 2M.
+    for args in [
+        &["bench", "tlb", "--backings", "THP,2M", "--no-redis"][..],
+        &["bench", "tlb", "--size", "65M", "--no-redis"][..],
+        &["bench", "tlb", "--rows", "100", "--no-redis"][..],
+    ] {
+        let o = m.run(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+    m.assert_unchanged();
+}
