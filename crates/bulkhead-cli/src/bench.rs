@@ -35,7 +35,7 @@ plain and under `bulkhead run --hugepages thp` in alternating order, loads --red
 measures GET throughput with the RESP load generator.",
         after_help = "On a VM the host backs guest memory with pages of its own choosing and that \
 backing changes from run to run: compare ratios within a run, not absolute rates across runs. \
-Defaults take about 4 minutes on 2 CPUs and need about 3x --size of free memory (the table and \
+Defaults are sized for a few minutes on 2 CPUs and need about 3x --size of free memory (the table and \
 both pools)."
     )]
     Tlb(TlbBench),

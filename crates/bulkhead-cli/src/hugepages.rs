@@ -509,7 +509,7 @@ pub fn execute_slices_or_undo(
                 if let Err(u) = a.undo() {
                     report(&u.diagnostics());
                 } else {
-                    eprintln!("bulkhead: the huge page changes were undone too");
+                    eprintln!("bulkhead: the slice changes failed (below); the huge page changes made before them were undone");
                 }
             }
             Err(e)

@@ -330,9 +330,6 @@ fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
     let hp = hugepages::plan_for_apply(&plan, a.force)?;
     let mut notes = resolved.notes.clone();
     notes.extend(changes.warnings.iter().cloned());
-    if let Some(h) = &hp {
-        notes.extend(h.resolved.notes.iter().cloned());
-    }
     if a.strict {
         let mut bad: Vec<Diagnostic> = notes
             .iter()
@@ -349,6 +346,10 @@ fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
             ));
             return Err(Error::Invalid(bad));
         }
+    }
+    // What --force let through is said, but is no reason for --strict to refuse.
+    if let Some(h) = &hp {
+        notes.extend(h.resolved.notes.iter().cloned());
     }
     if a.json {
         let done = if a.dry_run {

@@ -943,3 +943,56 @@ fn bench_tlb_runs_every_backing_and_gives_the_pools_back() {
     }
     m.assert_unchanged();
 }
+
+#[test]
+fn a_failing_slice_write_takes_the_pool_back() {
+    if !hugepage_prerequisites() {
+        return;
+    }
+    let m = Machine::take();
+    let t = TestRoot::new();
+    let plan = t.plan("[slice.db-server]\nCPUWeight = 100\n");
+    let o = t.run(&["-c", plan.to_str().unwrap(), "apply"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // 64M of anonymous memory in the slice, which a MemoryMax of 8M cannot take away
+    // (no swap here): the memory write fails after the pool was set.
+    let mut run = t.cmd();
+    run.args(["run", "--slice", "db-server", "--"])
+        .args(helper_argv());
+    let h = Helper::start(run, "anon:64");
+    assert!(h.pid.is_some(), "{}", h.out);
+    let before: u64 = read(&pool_file(2048)).parse().unwrap();
+    let plan = t.plan(&format!(
+        "[hugepages]\npools = {{ \"2M\" = {} }}\n[slice.db-server]\nCPUWeight = 100\nMemoryMax = \"8M\"\n",
+        before + 4
+    ));
+    let o = t
+        .cmd()
+        .env("BULKHEAD_HUGEPAGES_STATE", &m.state)
+        .args(["-c", plan.to_str().unwrap(), "apply"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", stdout(&o));
+    if o.status.code() == Some(1) {
+        // cgroup v1: the write itself failed, after the pool was grown.
+        assert!(
+            stderr(&o).contains("the huge page changes made before them were undone"),
+            "{}",
+            stderr(&o)
+        );
+    } else {
+        // cgroup v2 refuses a memory.max below use before anything is written.
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    }
+    assert_eq!(
+        read(&pool_file(2048)),
+        before.to_string(),
+        "pool not put back"
+    );
+    assert!(!m.state.exists(), "the record must be as it was (none)");
+    drop(h);
+    let o = t.run(&["-c", plan.to_str().unwrap(), "destroy", "--kill"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    drop(t);
+    m.assert_unchanged();
+}

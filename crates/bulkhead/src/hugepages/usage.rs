@@ -714,6 +714,44 @@ VmFlags: rd wr mr mw me de ac sd ht
     }
 
     #[test]
+    fn cgroup_counters_v1_and_v2() {
+        let d = std::env::temp_dir().join(format!("bulkhead-hp-cg-{}", std::process::id()));
+        fs::create_dir_all(&d).unwrap();
+        for (f, v) in [
+            ("hugetlb.2MB.current", "4194304\n"),
+            ("hugetlb.2MB.max", "8388608\n"),
+            ("hugetlb.2MB.rsvd.current", "4194304\n"),
+            ("hugetlb.2MB.rsvd.max", "max\n"),
+            ("hugetlb.2MB.events", "max 3\n"),
+            ("hugetlb.1GB.usage_in_bytes", "0\n"),
+            ("hugetlb.1GB.limit_in_bytes", "9223372036854771712\n"),
+            ("hugetlb.1GB.failcnt", "2\n"),
+        ] {
+            fs::write(d.join(f), v).unwrap();
+        }
+        let v2 = cgroup_counters(&d, Version::V2, &[2 << 20, 1 << 30]);
+        assert_eq!(v2.len(), 1, "no v2 files for 1G here");
+        assert_eq!(
+            v2[0],
+            HugetlbCounter {
+                size: 2 << 20,
+                current: 4 << 20,
+                max: Some(8 << 20),
+                rsvd_current: Some(4 << 20),
+                rsvd_max: None,
+                limit_hits: 3,
+            }
+        );
+        let v1 = cgroup_counters(&d, Version::V1, &[2 << 20, 1 << 30]);
+        assert_eq!(v1.len(), 1);
+        assert_eq!(
+            (v1[0].size, v1[0].max, v1[0].limit_hits),
+            (1 << 30, None, 2)
+        );
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
     fn findings_name_what_was_asked_and_missed() {
         let thp = Thp {
             enabled: Some(sysfs::Choice::parse("always madvise [never]")),
