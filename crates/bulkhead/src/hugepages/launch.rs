@@ -347,7 +347,7 @@ pub fn prepare(spec: &mut RunSpec, mode: RunMode, facts: &Facts) -> Result<Prepa
             merge_setting(current(var).as_deref(), ',', ':', "thp", "always"),
         ));
     }
-    if let Allocator::Other(what) = &allocator {
+    if let (Allocator::Other(what), Some(_)) = (&allocator, &program) {
         notes.push(Diagnostic::warning(format!(
             "{prog_name}: {what}; GLIBC_TUNABLES reaches only programs that use glibc's malloc"
         )));
@@ -683,15 +683,23 @@ fn finish(v: Verified, pidfd: i32) -> Verified {
 pub fn missed_reasons(v: &Verified, p: &Prepared, facts: &Facts) -> Vec<String> {
     let mut r = Vec::new();
     let pmd = facts.thp.pmd_size.unwrap_or(2 << 20);
+    // What was seen decides what can be said: nothing about the allocator when it was gone
+    // before the first look or too small for a huge page.
     match v.last {
-        None => r.push(format!(
-            "it exited after {:.3} s, before the first look at its memory (10 ms)",
-            v.ran_for.as_secs_f64()
-        )),
-        Some(s) if s.anonymous < 2 * pmd => r.push(format!(
-            "it had only {} of anonymous memory at the last look; malloc uses huge pages for areas of at least one huge page",
-            human_bytes(s.anonymous)
-        )),
+        None => {
+            r.push(format!(
+                "it exited after {:.3} s, before the first look at its memory (10 ms)",
+                v.ran_for.as_secs_f64()
+            ));
+            return r;
+        }
+        Some(s) if s.anonymous < 2 * pmd => {
+            r.push(format!(
+                "it had only {} of anonymous memory at the last look; malloc uses huge pages for areas of at least one huge page",
+                human_bytes(s.anonymous)
+            ));
+            return r;
+        }
         Some(_) => {}
     }
     match &p.allocator {
