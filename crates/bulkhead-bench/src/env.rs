@@ -24,6 +24,9 @@ pub struct State {
     /// More loop file systems (btrfs, XFS) for the spawn bench.
     #[serde(default)]
     pub loops: Vec<LoopFs>,
+    /// hugetlb pools the bench grew (`nr_hugepages` file, pages before): put back first.
+    #[serde(default)]
+    pub pools: Vec<(PathBuf, u64)>,
 }
 
 /// A file system in a loop file: removed in reverse order of creation.
@@ -61,6 +64,9 @@ fn alive(pid: u32) -> bool {
 
 /// Remove everything a state records. Safe to call twice.
 pub fn tear_down(s: &State, dir: &Path) {
+    for (file, pages) in &s.pools {
+        let _ = std::fs::write(file, pages.to_string());
+    }
     let _ = bulkhead::cgroup::ops::remove_trees(&s.cgroup_dirs);
     for l in s.loops.iter().rev() {
         if let Some(m) = &l.mount {
@@ -159,6 +165,44 @@ impl Env {
             }
         }
         Ok(env)
+    }
+
+    /// Only the state directory, no cgroups: for benches that change other things (pools).
+    pub fn create_bare() -> Result<Env, String> {
+        let layout = Layout::detect().map_err(|e| format!("cannot read mountinfo: {e}"))?;
+        let pid = std::process::id();
+        let dir = PathBuf::from(STATE_ROOT).join(pid.to_string());
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let env = Env {
+            state: State {
+                pid,
+                ..Default::default()
+            },
+            dir,
+            cgroup_root: String::new(),
+            layout,
+        };
+        env.save();
+        Ok(env)
+    }
+
+    /// Grow or shrink a hugetlb pool (read back, compaction when short), recording its size
+    /// before the first change so that the end of the bench, or the next run after a kill,
+    /// puts it back.
+    pub fn set_pool(
+        &mut self,
+        size: u64,
+        pages: u64,
+    ) -> Result<bulkhead::hugepages::ops::PoolSet, String> {
+        let paths = bulkhead::hugepages::Paths::default();
+        let file = paths.pool_file(size, None);
+        if !self.state.pools.iter().any(|(f, _)| f == &file) {
+            let was = bulkhead::hugepages::sysfs::pool_pages(&paths, size, None)
+                .ok_or_else(|| format!("{}: no such pool", file.display()))?;
+            self.state.pools.push((file, was));
+            self.save();
+        }
+        bulkhead::hugepages::ops::set_pool(&paths, size, None, pages).map_err(|e| e.to_string())
     }
 
     pub fn save(&self) {

@@ -2,6 +2,8 @@
 //! never weigh on the slice and sandbox start paths.
 //!
 //! - [`loadgen`]: a RESP (Redis protocol) load generator, closed or open loop, HDR latencies.
+//! - [`tlb`]: `bench tlb`, random row reads on 4K, THP, hugetlb 2M and 1G pages, and Redis
+//!   with and without `run --hugepages`.
 
 pub mod loadgen;
 
@@ -47,3 +49,4 @@ pub mod redis;
 pub mod report;
 pub mod spawn;
 pub mod stop;
+pub mod tlb;

@@ -42,6 +42,12 @@ pub struct Options<'a> {
 
 impl Redis {
     pub fn start(o: &Options) -> Result<Redis, String> {
+        Redis::start_wrapped(o, &[])
+    }
+
+    /// Start it through a wrapper (`bulkhead run --hugepages thp --no-verify --`): the wrapper
+    /// must exec the server in place, so the PID stays the server's.
+    pub fn start_wrapped(o: &Options, wrapper: &[std::ffi::OsString]) -> Result<Redis, String> {
         let server = find_server()
             .ok_or("redis-server is not installed (Debian: apt-get install redis-server)")?;
         if port_busy(o.port) {
@@ -50,7 +56,14 @@ impl Redis {
                 o.port
             ));
         }
-        let mut cmd = Command::new(server);
+        let mut cmd = match wrapper.split_first() {
+            Some((w, rest)) => {
+                let mut c = Command::new(w);
+                c.args(rest).arg(&server);
+                c
+            }
+            None => Command::new(&server),
+        };
         cmd.args([
             "--port",
             &o.port.to_string(),

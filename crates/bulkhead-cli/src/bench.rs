@@ -23,6 +23,26 @@ pub enum BenchCmd {
     /// warm latency and bulk throughput through `bulkhead serve` beside a direct connection
     /// and systemd-socket-proxyd
     Activation(ActivationBench),
+    /// Random row reads from an in-memory table on 4K, THP, hugetlb 2M and 1G pages, and
+    /// Redis with and without `run --hugepages thp`
+    #[command(
+        long_about = "The seed's TLB experiment in miniature. An in-memory table (--size) of \
+fixed-size rows (--rows) is read at random keys, whole rows, by 1..N threads (--threads), backed \
+by 4K pages (MADV_NOHUGEPAGE), transparent huge pages (MADV_HUGEPAGE), hugetlb 2M pages and \
+hugetlb 1G pages (MAP_HUGETLB). The 2M and 1G pools are grown for the run (read back; memory \
+compaction when the kernel comes up short; 1G is skipped, with the reason, when no page can be \
+had) and given back at the end, on Ctrl-C, and by the next run if this one was killed. Each \
+round maps every backing afresh in rotated order, checks how much of it really is on huge pages, \
+and measures every row size and thread count; the report gives the median rate and the ratio to \
+the same round's 4K rate with its [min-max] over rounds and IQR. The end-to-end row starts Redis \
+plain and under `bulkhead run --hugepages thp` in alternating order, loads --redis-keys keys and \
+measures GET throughput with the RESP load generator.",
+        after_help = "On a VM the host backs guest memory with pages of its own choosing and that \
+backing changes from run to run: compare ratios within a run, not absolute rates across runs. \
+Defaults are sized for a few minutes on 2 CPUs and need about 3x --size of free memory (the table and \
+both pools)."
+    )]
+    Tlb(TlbBench),
     /// The RESP load generator alone (the isolation bench runs it in its own slice)
     #[command(hide = true)]
     Loadgen(LoadgenArgs),
@@ -133,6 +153,112 @@ pub enum HogCmd {
         #[arg(long)]
         seconds: f64,
     },
+}
+
+#[derive(Args)]
+pub struct TlbBench {
+    /// Row sizes in bytes, comma-separated
+    #[arg(
+        long,
+        default_value = "128,8192,16384",
+        value_delimiter = ',',
+        value_name = "BYTES"
+    )]
+    rows: Vec<usize>,
+    /// Table size (K, M, G with base 1024; a multiple of 2M)
+    #[arg(long, default_value = "4G", value_name = "SIZE")]
+    size: String,
+    /// Reader thread counts, comma-separated
+    #[arg(long, default_value = "1,2", value_delimiter = ',', value_name = "N")]
+    threads: Vec<usize>,
+    /// Rounds: each maps every backing afresh, in rotated order; the report gives medians
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    rounds: usize,
+    /// Time per measurement (one backing, row size and thread count)
+    #[arg(long, default_value = "500ms", value_parser = duration)]
+    duration: Duration,
+    /// Backings to compare, comma-separated; 4K is the reference and always needed
+    #[arg(long, default_value = "4K,THP,2M,1G", value_delimiter = ',')]
+    backings: Vec<String>,
+    /// Leave out the Redis row
+    #[arg(long)]
+    no_redis: bool,
+    /// Keys loaded into Redis (1M = a million)
+    #[arg(long, default_value = "1M", value_parser = count)]
+    redis_keys: u64,
+    /// Redis value size in bytes
+    #[arg(long, default_value_t = 128)]
+    redis_value_size: usize,
+    /// Measured time per Redis round
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    redis_duration: Duration,
+    /// Load before measuring, per Redis round
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    redis_warmup: Duration,
+    /// Load generator connections
+    #[arg(long, default_value_t = 20)]
+    connections: usize,
+    /// Write the results as JSON to this file
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a PNG chart to this file
+    #[arg(long, value_name = "FILE.png")]
+    chart: Option<PathBuf>,
+}
+
+fn tlb_bench(cli: &Cli, a: &TlbBench) -> Result<i32> {
+    use bulkhead_bench::tlb;
+    let size = bulkhead::units::parse_size(&a.size, 1024)
+        .map_err(|e| bad(format!("--size {}: {e}", a.size)))?;
+    let backings = a
+        .backings
+        .iter()
+        .map(|b| tlb::Backing::parse(b))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(bad)?;
+    if let Some(c) = &a.chart {
+        if c.extension().is_none_or(|e| e != "png") {
+            return Err(bad(format!(
+                "--chart {}: the chart is a PNG file (FILE.png)",
+                c.display()
+            )));
+        }
+    }
+    if a.connections == 0 {
+        return Err(bad("--connections must be at least 1"));
+    }
+    let spec = tlb::Spec {
+        rows: a.rows.clone(),
+        size,
+        threads: a.threads.clone(),
+        rounds: a.rounds,
+        duration: a.duration,
+        backings,
+        redis: (!a.no_redis).then_some(tlb::RedisSpec {
+            keys: a.redis_keys,
+            value_size: a.redis_value_size,
+            connections: a.connections,
+            warmup: a.redis_warmup,
+            duration: a.redis_duration,
+        }),
+        bulkhead: std::env::current_exe().map_err(|e| Error::failed(e.to_string()))?,
+        progress: !cli.quiet,
+    };
+    tlb::validate(&spec).map_err(bad)?;
+    bulkhead_bench::stop::install_handler();
+    let r = tlb::run(&spec).map_err(Error::failed)?;
+    print!("{}", tlb::text(&r));
+    if let Some(j) = &a.json {
+        std::fs::write(j, serde_json::to_string_pretty(&r).unwrap_or_default())
+            .map_err(|e| bulkhead::error::io_failed("cannot write", j, e))?;
+    }
+    if let Some(c) = &a.chart {
+        tlb::chart(&r, c).map_err(Error::failed)?;
+        if !cli.quiet {
+            eprintln!("chart: {}", c.display());
+        }
+    }
+    Ok(if r.interrupted { 130 } else { 0 })
 }
 
 #[derive(Args)]
@@ -321,6 +447,7 @@ pub fn dispatch(cli: &Cli, b: &BenchCmd) -> Result<i32> {
         BenchCmd::Isolation(a) => isolation(cli, a),
         BenchCmd::Spawn(a) => spawn_bench(cli, a),
         BenchCmd::Activation(a) => activation_bench(cli, a),
+        BenchCmd::Tlb(a) => tlb_bench(cli, a),
         BenchCmd::Loadgen(a) => loadgen(a),
         BenchCmd::Hog(h) => hog(h),
         BenchCmd::Backend(a) => backend_server(a),

@@ -2,6 +2,7 @@
 //! results for people (or JSON for machines) and maps errors to exit codes.
 
 mod bench;
+mod hugepages;
 mod image;
 mod serve;
 mod show;
@@ -114,6 +115,19 @@ where it takes a directory.",
 overrides it), /var/lib/bulkhead/images (the default images directory and mount point)."
     )]
     Image(image::ImageCmd),
+    /// Huge pages: pools, THP and what processes and slices really got
+    #[command(
+        subcommand,
+        long_about = "Huge pages. The plan's [hugepages] section (applied by `bulkhead apply`) sets \
+the hugetlb pools per page size and NUMA node, the THP switches and hugetlbfs mounts; these \
+commands show what the machine, its slices and its processes really have, move a running \
+process onto THP, and put back what bulkhead changed. `bulkhead run --hugepages thp|2M` \
+starts a program with its allocator's huge page switch set.",
+        after_help = "Files: /run/bulkhead/hugepages.json (what `reset` restores; \
+BULKHEAD_HUGEPAGES_STATE overrides it), /sys/kernel/mm/hugepages, \
+/sys/kernel/mm/transparent_hugepage, /proc/PID/smaps_rollup."
+    )]
+    Hugepages(hugepages::HugepagesCmd),
 }
 
 #[derive(Subcommand)]
@@ -144,6 +158,9 @@ struct ApplyArgs {
     /// Treat directives this host cannot honour as errors
     #[arg(long)]
     strict: bool,
+    /// Apply huge page pools that leave less than the safe share of RAM outside them
+    #[arg(long)]
+    force: bool,
     /// Print JSON
     #[arg(long)]
     json: bool,
@@ -159,6 +176,15 @@ struct RunArgs {
     /// command stays in bulkhead's own cgroups
     #[arg(long, short = 's', value_name = "SLICE")]
     slice: Option<String>,
+    /// Make the program's heap use huge pages: thp, or a hugetlb page size (2M, 1G) from the
+    /// pool. Sets glibc's glibc.malloc.hugetlb tunable (and jemalloc's thp:always), then
+    /// stays the command's parent to check that it got them
+    #[arg(long, value_name = "thp|2M|1G")]
+    hugepages: Option<String>,
+    /// With --hugepages: exec the command in place instead of checking (check later with
+    /// `bulkhead hugepages usage PID`; the command keeps bulkhead's PID)
+    #[arg(long, requires = "hugepages")]
+    no_verify: bool,
     /// Run as this user (name or UID); the user's groups come with it
     #[arg(long, value_name = "USER")]
     uid: Option<String>,
@@ -283,6 +309,7 @@ fn dispatch(cli: &Cli) -> Result<i32> {
         Command::Spawn(a) => spawn::spawn(cli, a),
         Command::Bench(b) => bench::dispatch(cli, b),
         Command::Image(i) => image::dispatch(cli, i),
+        Command::Hugepages(h) => hugepages::dispatch(cli, h),
     }
 }
 
@@ -306,11 +333,19 @@ fn plan_show(cli: &Cli, a: &PlanShowArgs) -> Result<i32> {
         }
         host.cpus = bulkhead::units::IdSet((0..n).collect());
     }
-    let (_, resolved) = load_resolved(cli, &host)?;
+    let (plan, resolved) = load_resolved(cli, &host)?;
+    let hp = hugepages::show(&plan, host.memory)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&resolved).unwrap());
+        let mut v = serde_json::to_value(&resolved).unwrap();
+        if let Some(h) = &hp {
+            v["hugepages"] = serde_json::to_value(h).unwrap();
+        }
+        println!("{}", serde_json::to_string_pretty(&v).unwrap());
     } else {
         print!("{}", show::plan_toml(&resolved));
+        if let Some(h) = &hp {
+            print!("{}", bulkhead::hugepages::show_toml(h));
+        }
         if !cli.quiet {
             report(&resolved.notes);
         }
@@ -324,6 +359,7 @@ fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
     let chosen = systemd::choose(cli)?;
     let fs = chosen.backend();
     let changes = systemd::plan_apply(&chosen, &plan, &resolved, a.persist)?;
+    let hp = hugepages::plan_for_apply(&plan, a.force)?;
     let mut notes = resolved.notes.clone();
     notes.extend(changes.warnings.iter().cloned());
     if a.strict {
@@ -343,11 +379,16 @@ fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
             return Err(Error::Invalid(bad));
         }
     }
+    // What --force let through is said, but is no reason for --strict to refuse.
+    if let Some(h) = &hp {
+        notes.extend(h.resolved.notes.iter().cloned());
+    }
     if a.json {
         let done = if a.dry_run {
             None
         } else {
-            Some(fs.execute(&changes)?)
+            let applied = hugepages::execute(cli, &hp)?;
+            Some(hugepages::execute_slices_or_undo(fs, &changes, applied)?)
         };
         let out = serde_json::json!({
             "backend": fs.name(),
@@ -355,6 +396,7 @@ fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
             "plan": resolved.source,
             "dry_run": a.dry_run,
             "changes": changes.ops,
+            "hugepages": hp.as_ref().map(|h| &h.ops),
             "warnings": notes,
             "outcome": done,
         });
@@ -365,11 +407,16 @@ fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
         eprintln!("bulkhead: {} ({})", fs.describe(), resolved.source);
         report(&notes);
     }
+    hugepages::print_ops(cli, &hp, a.dry_run);
     print_changes(cli, &changes, a.dry_run, "apply");
-    if a.dry_run || changes.ops.is_empty() {
+    if a.dry_run {
         return Ok(0);
     }
-    let out = fs.execute(&changes)?;
+    let applied = hugepages::execute(cli, &hp)?;
+    if changes.ops.is_empty() {
+        return Ok(0);
+    }
+    let out = hugepages::execute_slices_or_undo(fs, &changes, applied)?;
     if !cli.quiet {
         println!(
             "applied: {} slice(s), {} change(s){}",
@@ -387,7 +434,7 @@ fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
 
 fn print_changes(cli: &Cli, changes: &Changes, dry_run: bool, verb: &str) {
     if changes.ops.is_empty() {
-        if !cli.quiet {
+        if !cli.quiet && !changes.slices.is_empty() {
             println!(
                 "nothing to change: {} slice(s) already match the plan",
                 changes.slices.len()
@@ -465,7 +512,7 @@ fn run(cli: &Cli, a: &RunArgs) -> Result<i32> {
             return Ok(EXIT_RUN_FAILED);
         }
     };
-    let spec = RunSpec {
+    let mut spec = RunSpec {
         slice,
         listen_fds: a.listen_fds,
         uid: a.uid.clone(),
@@ -476,9 +523,31 @@ fn run(cli: &Cli, a: &RunArgs) -> Result<i32> {
         argv: a.command.clone(),
     };
     let fs = chosen.backend();
-    let e = match systemd::run(&chosen, &spec, a.scope, a.pty) {
-        Ok(code) => return Ok(code),
-        Err(e) => e,
+    let e = match &a.hugepages {
+        Some(mode) => {
+            let error = match hugepages::prepare_run(cli, &mut spec, mode) {
+                Err(e) => (EXIT_RUN_FAILED, e),
+                Ok(_) if a.no_verify => {
+                    if !cli.quiet {
+                        eprintln!(
+                            "bulkhead: hugepages: not verified (--no-verify); check with `bulkhead hugepages usage {}` (the command keeps this PID)",
+                            std::process::id()
+                        );
+                    }
+                    let e = bulkhead::run::exec(fs, &spec);
+                    (e.code, e.error)
+                }
+                Ok((p, facts)) => match hugepages::run_verified(cli, fs, &spec, &p, &facts) {
+                    Ok(code) => return Ok(code),
+                    Err(ce) => ce,
+                },
+            };
+            bulkhead::run::RunError::with_code(error.0, error.1)
+        }
+        None => match systemd::run(&chosen, &spec, a.scope, a.pty) {
+            Ok(code) => return Ok(code),
+            Err(e) => e,
+        },
     };
     let missing = e
         .error

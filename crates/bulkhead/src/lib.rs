@@ -6,11 +6,13 @@
 //! dry run or applied. [`run`] puts commands into slices and [`metrics`] reads what they use.
 //! [`sandbox`] starts commands in namespaces and a root file system; [`snapshot`] makes the writable root copies of ephemeral sandboxes, from images kept by
 //! [`image`].
+//! [`hugepages`] reserves and checks huge page pools, THP and hugetlbfs mounts.
 
 pub mod activate;
 pub mod cgroup;
 pub mod error;
 pub mod host;
+pub mod hugepages;
 pub mod image;
 pub mod metrics;
 pub mod plan;

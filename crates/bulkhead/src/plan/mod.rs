@@ -95,6 +95,8 @@ pub struct Plan {
     pub slices: BTreeMap<SliceName, SliceSpec>,
     /// `[socket.NAME]` sections, by name.
     pub sockets: BTreeMap<String, SocketSpec>,
+    /// The `[hugepages]` section (pools, THP, hugetlbfs mounts), if the plan has one.
+    pub hugepages: Option<crate::hugepages::HugepagesSpec>,
     /// Warnings and notes found while reading (legacy directives, implicit parents).
     pub notes: Vec<Diagnostic>,
 }

@@ -8,7 +8,7 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 /// The top-level sections a plan may have.
-const SECTIONS: &[&str] = &["slice", "socket"];
+const SECTIONS: &[&str] = &["slice", "socket", "hugepages"];
 
 pub(super) fn parse(source: Source) -> Result<Plan> {
     let root = match DeTable::parse(&source.text) {
@@ -27,6 +27,7 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
     let mut notes = Vec::new();
     let mut slices: BTreeMap<SliceName, SliceSpec> = BTreeMap::new();
     let mut sockets: BTreeMap<String, super::SocketSpec> = BTreeMap::new();
+    let mut hugepages = None;
 
     for (key, value) in root.get_ref().iter() {
         let here = source.at(source.loc(key.span().start));
@@ -68,11 +69,18 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
                     }
                 }
             }
+            "hugepages" => {
+                hugepages =
+                    crate::hugepages::model::parse(&source, key.span().start, value, &mut errors);
+            }
             other => {
                 let mut d = Diagnostic::error(format!("unknown section '{other}'")).at(here);
                 d = match suggest(other, SECTIONS) {
+                    Some("hugepages") => d.hint("did you mean [hugepages]?"),
                     Some(s) => d.hint(format!("did you mean [{s}.NAME]?")),
-                    None => d.hint("a plan has [slice.NAME] and [socket.NAME] sections"),
+                    None => d.hint(
+                        "a plan has [slice.NAME] and [socket.NAME] sections and one [hugepages]",
+                    ),
                 };
                 errors.push(d);
             }
@@ -111,6 +119,7 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
         source,
         slices,
         sockets,
+        hugepages,
         notes,
     })
 }

@@ -1,0 +1,249 @@
+//! `hugepages collapse PID`: move a running process's anonymous memory onto transparent huge
+//! pages now, with `process_madvise(pidfd, MADV_COLLAPSE)` (Linux 6.1+), instead of waiting
+//! for khugepaged (which only looks at MADV_HUGEPAGE areas in `madvise` mode, slowly).
+//!
+//! The process is named by a pidfd, so a PID reused midway is never touched. Only private
+//! anonymous areas are advised, and only their 2M-aligned parts; areas the program marked
+//! MADV_NOHUGEPAGE are left alone. Collapsing a partly used 2M range fills it, so resident
+//! memory can grow: the report shows it.
+
+use super::usage::{parse_rollup, parse_smaps, Rollup};
+use crate::error::{errno_text, Diagnostic, Error, Result};
+use crate::units::human_bytes;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+/// Advice per call: large areas are advised in pieces, so a failure in one piece (no free
+/// huge page there) does not hide the rest.
+const CHUNK: u64 = 256 << 20;
+
+/// Whether a kernel release (`6.1.0-13-amd64`) has MADV_COLLAPSE for process_madvise.
+pub fn kernel_has_collapse(release: &str) -> bool {
+    let mut it = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    (major, minor) >= (6, 1)
+}
+
+/// Coverage of anonymous memory by THP at one moment.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Coverage {
+    pub anonymous: u64,
+    pub thp: u64,
+    pub rss: u64,
+    pub fraction: f64,
+}
+
+impl From<&Rollup> for Coverage {
+    fn from(r: &Rollup) -> Self {
+        Coverage {
+            anonymous: r.anonymous,
+            thp: r.anon_huge,
+            rss: r.rss,
+            fraction: if r.anonymous > 0 {
+                r.anon_huge as f64 / r.anonymous as f64
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CollapseReport {
+    pub pid: i32,
+    pub comm: String,
+    pub before: Coverage,
+    pub after: Coverage,
+    /// 2M-aligned ranges advised, and bytes in them.
+    pub ranges: usize,
+    pub bytes: u64,
+    /// Ranges the kernel could not collapse, with its reason.
+    pub failed: Vec<String>,
+    /// Areas left alone because the program marked them MADV_NOHUGEPAGE.
+    pub skipped_nohugepage: usize,
+}
+
+fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the fd is new and owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn advise(pidfd: &OwnedFd, start: u64, len: u64) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let iov = libc::iovec {
+        iov_base: start as *mut libc::c_void,
+        iov_len: len as usize,
+    };
+    // SAFETY: the iovec describes memory of the other process; the kernel only reads it.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_process_madvise,
+            pidfd.as_raw_fd(),
+            &iov as *const libc::iovec,
+            1usize,
+            libc::MADV_COLLAPSE,
+            0u32,
+        )
+    };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+fn read_proc(pid: i32, file: &str, gone: &dyn Fn() -> Error) -> Result<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/{file}")).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) {
+            gone()
+        } else {
+            Error::failed(format!(
+                "cannot read /proc/{pid}/{file}: {}",
+                errno_text(&e)
+            ))
+        }
+    })
+}
+
+/// Collapse the process's anonymous memory onto THP and report coverage before and after.
+pub fn collapse(pid: i32, pmd_size: u64) -> Result<CollapseReport> {
+    if pid <= 0 {
+        return Err(Error::invalid(Diagnostic::error(format!(
+            "{pid} is not a process ID"
+        ))));
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    if !kernel_has_collapse(release.trim()) {
+        return Err(no_collapse(release.trim()));
+    }
+    let missing = || {
+        Error::invalid(
+            Diagnostic::error(format!("no process with PID {pid}"))
+                .hint("check the PID (ps -e, pgrep NAME); nothing was changed"),
+        )
+    };
+    let pidfd = pidfd_open(pid).map_err(|e| match e.raw_os_error() {
+        Some(libc::ESRCH) => missing(),
+        _ => Error::failed(format!("pidfd_open({pid}): {}", errno_text(&e))),
+    })?;
+    let gone_midway = |done: usize| {
+        move || {
+            Error::failed_with(
+                Diagnostic::error(format!("process {pid} exited during the collapse")).hint(
+                    format!("{done} range(s) were collapsed before it went; nothing else changed"),
+                ),
+            )
+        }
+    };
+    let comm = read_proc(pid, "comm", &missing)?.trim().to_string();
+    if super::usage::is_kernel_thread(std::path::Path::new("/proc"), pid) {
+        return Err(Error::invalid(Diagnostic::error(format!(
+            "PID {pid} ({comm}) is a kernel thread: it has no memory to collapse"
+        ))));
+    }
+    let before_text = read_proc(pid, "smaps_rollup", &gone_midway(0))?;
+    if before_text.trim().is_empty() {
+        return Err(Error::invalid(Diagnostic::error(format!(
+            "PID {pid} ({comm}) is a kernel thread or a zombie: it has no memory to collapse"
+        ))));
+    }
+    let vmas = parse_smaps(&read_proc(pid, "smaps", &gone_midway(0))?);
+    let mut r = CollapseReport {
+        pid,
+        comm,
+        before: Coverage::from(&parse_rollup(&before_text)),
+        ..Default::default()
+    };
+    let mut ranges = Vec::new();
+    for v in vmas.iter().filter(|v| v.is_anon_private()) {
+        if v.has("nh") {
+            r.skipped_nohugepage += 1;
+            continue;
+        }
+        let start = v.start.div_ceil(pmd_size) * pmd_size;
+        let end = v.end / pmd_size * pmd_size;
+        // Only ranges with something resident: collapsing untouched memory would fill it.
+        if end <= start || v.rss == 0 {
+            continue;
+        }
+        let mut s = start;
+        while s < end {
+            let e = (s + CHUNK).min(end);
+            ranges.push((s, e));
+            s = e;
+        }
+    }
+    for (i, (s, e)) in ranges.iter().enumerate() {
+        let mut tries = 0;
+        loop {
+            match advise(&pidfd, *s, e - s) {
+                Ok(_) => {
+                    r.ranges += 1;
+                    r.bytes += e - s;
+                }
+                Err(err) => match err.raw_os_error() {
+                    Some(libc::ESRCH) => return Err(gone_midway(i)()),
+                    Some(libc::EAGAIN) if tries < 2 => {
+                        tries += 1;
+                        continue;
+                    }
+                    Some(libc::EPERM) => return Err(Error::failed_with(
+                        Diagnostic::error(format!(
+                            "process_madvise on PID {pid}: {}",
+                            errno_text(&err)
+                        ))
+                        .hint(
+                            "collapse needs root (CAP_SYS_NICE and ptrace access to the process)",
+                        ),
+                    )),
+                    _ => r.failed.push(format!(
+                        "{:#x}-{:#x} ({}): {}",
+                        s,
+                        e,
+                        human_bytes(e - s),
+                        errno_text(&err)
+                    )),
+                },
+            }
+            break;
+        }
+    }
+    let after_text = read_proc(pid, "smaps_rollup", &gone_midway(r.ranges))?;
+    r.after = Coverage::from(&parse_rollup(&after_text));
+    Ok(r)
+}
+
+fn no_collapse(release: &str) -> Error {
+    Error::invalid(
+        Diagnostic::error(format!(
+            "this kernel ({release}) has no MADV_COLLAPSE for process_madvise (Linux 6.1 or newer has it); nothing was changed"
+        ))
+        .hint("start the program with `bulkhead run --hugepages thp` instead, or let khugepaged collapse MADV_HUGEPAGE areas in the background"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collapse_needs_6_1() {
+        assert!(kernel_has_collapse("6.1.0-13-amd64"));
+        assert!(kernel_has_collapse("6.18.44-fc-v470"));
+        assert!(kernel_has_collapse("7.0"));
+        assert!(!kernel_has_collapse("6.0.19"));
+        assert!(!kernel_has_collapse("5.15.0-91-generic"));
+        assert!(!kernel_has_collapse("garbage"));
+        assert!(no_collapse("5.15.0")
+            .to_string()
+            .contains("no MADV_COLLAPSE"));
+        assert_eq!(no_collapse("5.15.0").exit_code(), 2);
+    }
+}

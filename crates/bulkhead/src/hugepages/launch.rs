@@ -1,0 +1,816 @@
+//! `bulkhead run --hugepages thp|2M|1G`: make an unmodified program's heap use huge pages,
+//! and check that it did.
+//!
+//! The mechanism is the allocator's own switch, set in the environment:
+//!
+//! - glibc's malloc (2.35+): `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` makes it madvise its heap
+//!   and mmap chunks with MADV_HUGEPAGE (THP in `madvise` mode); `=2` (default page size) or
+//!   `=<bytes>` makes it mmap them with MAP_HUGETLB from the reserved pool. An existing
+//!   GLIBC_TUNABLES keeps its other tunables.
+//! - jemalloc (Debian's Redis links libjemalloc; Redis built from source bundles it with the
+//!   `je_` prefix): `MALLOC_CONF` / `JE_MALLOC_CONF` `thp:always`, merged the same way.
+//!   jemalloc cannot use hugetlb pages, so `--hugepages 2M` is refused for it.
+//!
+//! glibc falls back to normal pages without a word when the pool is empty, so the pool is
+//! checked before the start, and by default bulkhead stays the command's parent and samples
+//! `/proc/PID/smaps_rollup` of it and its children (10 ms after the start, then at doubling
+//! intervals up to every 5 s) to say when the huge pages arrived, or at exit that they never
+//! did. `--no-verify` execs in place instead (`hugepages usage PID` checks later).
+
+use super::sysfs::{Facts, Paths};
+use super::usage::parse_rollup;
+use crate::cgroup::Backend;
+use crate::error::{Diagnostic, Error, Result, Severity};
+use crate::run::{RunError, RunSpec, EXIT_RUN_FAILED};
+use crate::units::human_bytes;
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+/// What `--hugepages` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunMode {
+    Thp,
+    /// hugetlb pages of this size (bytes).
+    Hugetlb(u64),
+}
+
+impl RunMode {
+    pub fn parse(s: &str, facts: &Facts) -> Result<RunMode> {
+        let t = s.trim();
+        if t.eq_ignore_ascii_case("thp") {
+            return Ok(RunMode::Thp);
+        }
+        let Some(size) = crate::host::parse_page_size(t) else {
+            return Err(Error::invalid(
+                Diagnostic::error(format!("--hugepages {s}: not a mode")).hint(format!(
+                    "write thp (transparent huge pages) or a hugetlb page size: {}",
+                    facts.sizes_text()
+                )),
+            ));
+        };
+        if !facts.page_sizes.contains(&size) {
+            return Err(Error::invalid(
+                Diagnostic::error(format!(
+                    "--hugepages {s}: this kernel has no {} huge pages",
+                    human_bytes(size)
+                ))
+                .hint(format!(
+                    "page sizes here (from /sys/kernel/mm/hugepages): {}; or thp",
+                    facts.sizes_text()
+                )),
+            ));
+        }
+        Ok(RunMode::Hugetlb(size))
+    }
+
+    pub fn label(&self) -> String {
+        match self {
+            RunMode::Thp => "THP".into(),
+            RunMode::Hugetlb(s) => format!("hugetlb {}", human_bytes(*s)),
+        }
+    }
+
+    /// The value of glibc.malloc.hugetlb.
+    pub fn glibc_value(&self, default_size: u64) -> String {
+        match self {
+            RunMode::Thp => "1".into(),
+            RunMode::Hugetlb(s) if *s == default_size => "2".into(),
+            RunMode::Hugetlb(s) => s.to_string(),
+        }
+    }
+}
+
+/// The allocator a program uses, as far as its binary tells.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Allocator {
+    Glibc,
+    /// jemalloc, configured through this environment variable.
+    Jemalloc(String),
+    Tcmalloc,
+    /// Not a dynamically linked glibc program (a script, a static or Go binary).
+    Other(String),
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The DT_NEEDED libraries of a 64-bit little-endian ELF file (`None`: not one, or no
+/// dynamic section, i.e. statically linked).
+pub fn elf_needed(b: &[u8]) -> Option<Vec<String>> {
+    let u16_at = |o: usize| Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+    if !b.starts_with(b"\x7fELF") || b.get(4) != Some(&2) || b.get(5) != Some(&1) {
+        return None;
+    }
+    let phoff = u64_at(0x20)? as usize;
+    let phentsize = u16_at(0x36)? as usize;
+    let phnum = u16_at(0x38)? as usize;
+    let mut loads = Vec::new();
+    let mut dynamic = None;
+    for i in 0..phnum {
+        let h = phoff + i * phentsize;
+        let (kind, offset, vaddr, filesz) =
+            (u32_at(h)?, u64_at(h + 8)?, u64_at(h + 16)?, u64_at(h + 32)?);
+        match kind {
+            1 => loads.push((vaddr, offset, filesz)),
+            2 => dynamic = Some((offset as usize, filesz as usize)),
+            _ => {}
+        }
+    }
+    let (doff, dsize) = dynamic?;
+    let mut needed = Vec::new();
+    let mut strtab = None;
+    for e in (doff..doff + dsize).step_by(16) {
+        let (tag, val) = (u64_at(e)?, u64_at(e + 8)?);
+        match tag {
+            0 => break,
+            1 => needed.push(val),
+            5 => strtab = Some(val),
+            _ => {}
+        }
+    }
+    // DT_STRTAB is an address: find the file offset through the loadable segments.
+    let addr = strtab?;
+    let (va, off, _) = loads
+        .iter()
+        .find(|(va, _, sz)| addr >= *va && addr < va + sz)?;
+    let base = (addr - va + off) as usize;
+    Some(
+        needed
+            .iter()
+            .filter_map(|n| {
+                let s = b.get(base + *n as usize..)?;
+                let end = s.iter().position(|c| *c == 0)?;
+                Some(String::from_utf8_lossy(&s[..end]).into_owned())
+            })
+            .collect(),
+    )
+}
+
+/// Look at the program file: which allocator does it link or carry?
+pub fn detect_allocator(program: &Path) -> Allocator {
+    let Ok(bytes) = std::fs::read(program) else {
+        return Allocator::Other("unreadable".into());
+    };
+    if bytes.starts_with(b"#!") {
+        let line = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
+        return Allocator::Other(format!(
+            "a script ({}); its interpreter's allocator decides",
+            String::from_utf8_lossy(line).trim()
+        ));
+    }
+    if !bytes.starts_with(b"\x7fELF") {
+        return Allocator::Other("not an ELF binary".into());
+    }
+    let needed = elf_needed(&bytes).unwrap_or_default();
+    let links = |lib: &str| needed.iter().any(|n| n.starts_with(lib));
+    // jemalloc built into the program: its messages start with "<jemalloc>"; built with the
+    // je_ prefix (Redis from source) it reads JE_MALLOC_CONF. The marker is put together at
+    // run time (black_box keeps the compiler from folding it) so that bulkhead's own binary
+    // does not contain it.
+    let marker = [
+        std::hint::black_box(b"<jem".as_slice()),
+        std::hint::black_box(b"alloc>".as_slice()),
+    ]
+    .concat();
+    if links("libjemalloc.so") {
+        Allocator::Jemalloc("MALLOC_CONF".into())
+    } else if contains(&bytes, &marker) {
+        if contains(&bytes, b"JE_MALLOC_CONF") {
+            Allocator::Jemalloc("JE_MALLOC_CONF".into())
+        } else {
+            Allocator::Jemalloc("MALLOC_CONF".into())
+        }
+    } else if links("libtcmalloc") {
+        Allocator::Tcmalloc
+    } else if links("libc.so.6") {
+        Allocator::Glibc
+    } else {
+        Allocator::Other("statically linked, or not against glibc".into())
+    }
+}
+
+/// glibc's version, `(2, 36)`.
+pub fn glibc_version() -> Option<(u32, u32)> {
+    // SAFETY: returns a static NUL-terminated string.
+    let v = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) };
+    let s = v.to_str().ok()?;
+    let mut it = s.split('.').map(|p| p.parse::<u32>().ok());
+    Some((it.next()??, it.next()??))
+}
+
+/// glibc 2.35 and 2.36 read /sys/kernel/mm/transparent_hugepage/enabled into a buffer they
+/// do not NUL-terminate before strcmp (`__malloc_thp_mode`), so `glibc.malloc.hugetlb=1`
+/// takes effect or not depending on a stale stack byte. Later glibc terminates the buffer.
+pub fn glibc_thp_check_flaky(version: (u32, u32)) -> bool {
+    ((2, 35)..=(2, 36)).contains(&version)
+}
+
+/// Set `key` in a `k=v:k=v` (GLIBC_TUNABLES) or `k:v,k:v` (MALLOC_CONF) list, keeping the rest.
+pub fn merge_setting(
+    existing: Option<&str>,
+    sep: char,
+    key_sep: char,
+    key: &str,
+    value: &str,
+) -> String {
+    let mut parts: Vec<String> = existing
+        .unwrap_or("")
+        .split(sep)
+        .filter(|p| !p.is_empty())
+        .filter(|p| p.split(key_sep).next() != Some(key))
+        .map(String::from)
+        .collect();
+    parts.push(format!("{key}{key_sep}{value}"));
+    parts.join(&sep.to_string())
+}
+
+/// What `--hugepages` adds to a run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Prepared {
+    pub mode: RunMode,
+    pub program: Option<PathBuf>,
+    pub allocator: Allocator,
+    /// Variables set (already merged with what was there).
+    pub env: Vec<(String, String)>,
+    pub notes: Vec<Diagnostic>,
+}
+
+/// Check that the mode can work for this program on this machine, and add the allocator
+/// switches to the spec's environment. Bad input (an empty pool, THP off, jemalloc with
+/// hugetlb) is refused before anything starts.
+pub fn prepare(spec: &mut RunSpec, mode: RunMode, facts: &Facts) -> Result<Prepared> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    for f in &spec.env_files {
+        env.extend(crate::run::read_env_file(f)?);
+    }
+    env.extend(spec.env.iter().cloned());
+    let current = |k: &str| -> Option<String> {
+        env.iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(k).ok())
+    };
+    let path_var = current("PATH");
+    let program = spec
+        .argv
+        .first()
+        .and_then(|p| crate::run::find_program(p, path_var.as_deref()).ok());
+    let allocator = program
+        .as_deref()
+        .map(detect_allocator)
+        .unwrap_or(Allocator::Other("not found".into()));
+    let prog_name = spec
+        .argv
+        .first()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut notes = Vec::new();
+    match mode {
+        RunMode::Thp => {
+            let Some(en) = &facts.thp.enabled else {
+                return Err(Error::invalid(Diagnostic::error(
+                    "--hugepages thp: this kernel has no transparent huge pages",
+                )));
+            };
+            if en.active == "never" {
+                return Err(Error::invalid(
+                    Diagnostic::error("--hugepages thp: transparent huge pages are switched off ('never' in /sys/kernel/mm/transparent_hugepage/enabled)")
+                        .hint("set thp = \"madvise\" in the plan's [hugepages] section and run bulkhead apply"),
+                ));
+            }
+        }
+        RunMode::Hugetlb(size) => {
+            if let Allocator::Jemalloc(_) = allocator {
+                return Err(Error::invalid(
+                    Diagnostic::error(format!("--hugepages {}: {prog_name} uses jemalloc, which cannot put its heap on hugetlb pages", human_bytes(size)))
+                        .hint("use --hugepages thp (bulkhead sets jemalloc's thp:always)"),
+                ));
+            }
+            let free = facts.pool(size).map(|p| p.available()).unwrap_or(0);
+            if free == 0 {
+                return Err(Error::invalid(
+                    Diagnostic::error(format!("--hugepages {}: the {} pool has no free pages, and glibc would silently fall back to normal pages", human_bytes(size), human_bytes(size)))
+                        .hint(format!("reserve a pool: pools = {{ \"{}\" = \"1G\" }} in the plan's [hugepages] section, then bulkhead apply", human_bytes(size))),
+                ));
+            }
+            notes.push(Diagnostic::note(format!(
+                "the {} pool has {free} free page(s) ({}); glibc takes normal pages once they are gone",
+                human_bytes(size),
+                human_bytes(free * size)
+            )));
+        }
+    }
+    let mut set = Vec::new();
+    match &allocator {
+        Allocator::Glibc | Allocator::Jemalloc(_) | Allocator::Other(_) => {
+            if let Some((maj, min)) = glibc_version() {
+                if (maj, min) < (2, 35) && allocator == Allocator::Glibc {
+                    return Err(Error::invalid(
+                        Diagnostic::error(format!("--hugepages: glibc {maj}.{min} has no glibc.malloc.hugetlb tunable (2.35 or newer has it)"))
+                            .hint("the program can madvise(MADV_HUGEPAGE) itself, or set thp = \"always\" in the plan"),
+                    ));
+                }
+                if mode == RunMode::Thp && allocator == Allocator::Glibc && glibc_thp_check_flaky((maj, min)) {
+                    notes.push(Diagnostic::warning(format!(
+                        "glibc {maj}.{min} decides at each start whether THP is in madvise mode by comparing a buffer it does not terminate, so some starts get no THP; the check below says which"
+                    )));
+                }
+            }
+        }
+        Allocator::Tcmalloc => notes.push(Diagnostic::warning(format!(
+            "{prog_name} links tcmalloc, which has no huge page switch bulkhead knows; GLIBC_TUNABLES is set but tcmalloc ignores it"
+        ))),
+    }
+    set.push((
+        "GLIBC_TUNABLES".to_string(),
+        merge_setting(
+            current("GLIBC_TUNABLES").as_deref(),
+            ':',
+            '=',
+            "glibc.malloc.hugetlb",
+            &mode.glibc_value(facts.default_size),
+        ),
+    ));
+    if let Allocator::Jemalloc(var) = &allocator {
+        set.push((
+            var.clone(),
+            merge_setting(current(var).as_deref(), ',', ':', "thp", "always"),
+        ));
+    }
+    if let (Allocator::Other(what), Some(_)) = (&allocator, &program) {
+        notes.push(Diagnostic::warning(format!(
+            "{prog_name}: {what}; GLIBC_TUNABLES reaches only programs that use glibc's malloc"
+        )));
+    }
+    if let Some(p) = &program {
+        use std::os::unix::fs::PermissionsExt;
+        if std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o6000 != 0) {
+            notes.push(Diagnostic::warning(format!(
+                "{} is set-user/group-ID: glibc ignores GLIBC_TUNABLES for it",
+                p.display()
+            )));
+        }
+    }
+    spec.env.extend(set.iter().cloned());
+    Ok(Prepared {
+        mode,
+        program,
+        allocator,
+        env: set,
+        notes,
+    })
+}
+
+/// Huge page memory of a process tree at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Sample {
+    /// Since the start.
+    pub at: Duration,
+    pub anonymous: u64,
+    pub thp: u64,
+    pub hugetlb: u64,
+    pub processes: usize,
+}
+
+impl Sample {
+    pub fn got(&self, mode: RunMode) -> bool {
+        match mode {
+            RunMode::Thp => self.thp > 0,
+            RunMode::Hugetlb(_) => self.hugetlb > 0,
+        }
+    }
+    pub fn describe(&self, mode: RunMode) -> String {
+        match mode {
+            RunMode::Thp => format!(
+                "{} on THP ({:.0}% of {} anonymous memory)",
+                human_bytes(self.thp),
+                if self.anonymous > 0 {
+                    self.thp as f64 * 100.0 / self.anonymous as f64
+                } else {
+                    0.0
+                },
+                human_bytes(self.anonymous)
+            ),
+            RunMode::Hugetlb(s) => format!(
+                "{} on hugetlb {} pages (and {} of other anonymous memory)",
+                human_bytes(self.hugetlb),
+                human_bytes(s),
+                human_bytes(self.anonymous)
+            ),
+        }
+    }
+}
+
+/// A process and its descendants (via /proc/PID/task/TID/children).
+fn tree(pid: i32) -> Vec<i32> {
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() && out.len() < 4096 {
+        let p = out[i];
+        if let Ok(rd) = std::fs::read_dir(format!("/proc/{p}/task")) {
+            for t in rd.flatten() {
+                let f = t.path().join("children");
+                if let Ok(s) = std::fs::read_to_string(f) {
+                    out.extend(s.split_whitespace().filter_map(|c| c.parse::<i32>().ok()));
+                }
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+pub fn sample(pid: i32, started: Instant) -> Option<Sample> {
+    let mut s = Sample {
+        at: started.elapsed(),
+        ..Default::default()
+    };
+    for p in tree(pid) {
+        let Ok(t) = std::fs::read_to_string(format!("/proc/{p}/smaps_rollup")) else {
+            continue;
+        };
+        let r = parse_rollup(&t);
+        s.anonymous += r.anonymous;
+        s.thp += r.anon_huge + r.shmem_pmd;
+        s.hugetlb += r.hugetlb;
+        s.processes += 1;
+    }
+    (s.processes > 0).then_some(s)
+}
+
+/// How a verified run ended.
+#[derive(Debug)]
+pub struct Verified {
+    /// The exit status bulkhead should give (the command's; 128+N for signal N).
+    pub code: i32,
+    /// Set when the command never started.
+    pub error: Option<Error>,
+    pub pid: i32,
+    pub ran_for: Duration,
+    /// The first sample that showed huge pages.
+    pub first: Option<Sample>,
+    /// The sample with the most huge page memory.
+    pub peak: Option<Sample>,
+    /// The last sample taken.
+    pub last: Option<Sample>,
+    pub samples: usize,
+}
+
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+const FORWARDED: &[libc::c_int] = &[
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+];
+
+fn encode_error(e: &RunError) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "code": e.code,
+        "invalid": e.error.exit_code() == 2,
+        "diagnostics": e.error.diagnostics(),
+    }))
+    .unwrap_or_default()
+}
+
+fn decode_error(bytes: &[u8]) -> (i32, Error) {
+    let v: serde_json::Value = serde_json::from_slice(bytes).unwrap_or_default();
+    let code = v["code"].as_i64().unwrap_or(EXIT_RUN_FAILED as i64) as i32;
+    let ds: Vec<Diagnostic> = v["diagnostics"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|d| {
+                    let s = |k: &str| d[k].as_str().map(String::from);
+                    Diagnostic {
+                        severity: Severity::Error,
+                        location: s("location"),
+                        context: s("context"),
+                        message: s("message").unwrap_or_default(),
+                        hint: s("hint"),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let ds = if ds.is_empty() {
+        vec![Diagnostic::error("the command could not be started")]
+    } else {
+        ds
+    };
+    let e = if v["invalid"].as_bool() == Some(true) {
+        Error::Invalid(ds)
+    } else {
+        Error::Failed(Box::new(ds[0].clone()))
+    };
+    (code, e)
+}
+
+fn wait_status(status: libc::c_int) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        EXIT_RUN_FAILED
+    }
+}
+
+/// Start the command as a child (joining the slice, dropping privileges and exec'ing exactly
+/// as `run` does), stay its parent, forward SIGTERM/SIGHUP/SIGUSR1/SIGUSR2/SIGWINCH to it
+/// (SIGINT and SIGQUIT from the terminal reach it directly and are ignored here), and sample
+/// its huge page use until it exits. `on_first` is called once, when huge pages first show.
+pub fn run_verified(
+    backend: &dyn Backend,
+    spec: &RunSpec,
+    mode: RunMode,
+    on_first: &mut dyn FnMut(i32, &Sample),
+) -> Verified {
+    let mut v = Verified {
+        code: EXIT_RUN_FAILED,
+        error: None,
+        pid: 0,
+        ran_for: Duration::ZERO,
+        first: None,
+        peak: None,
+        last: None,
+        samples: 0,
+    };
+    let fail = |v: &mut Verified, m: String| {
+        v.error = Some(Error::failed(m));
+        v.code = EXIT_RUN_FAILED;
+    };
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fds.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        fail(&mut v, format!("pipe: {}", std::io::Error::last_os_error()));
+        return v;
+    }
+    // SAFETY: both fds are new and owned here.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // Forwarding handlers are in place before the fork (exec resets them in the child).
+    for &s in FORWARDED {
+        // SAFETY: the handler only calls kill(2).
+        unsafe { libc::signal(s, forward as *const () as libc::sighandler_t) };
+    }
+    let started = Instant::now();
+    // SAFETY: bulkhead is single-threaded here; the child only runs `run`'s exec path.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        fail(&mut v, format!("fork: {}", std::io::Error::last_os_error()));
+        return v;
+    }
+    if pid == 0 {
+        drop(rd);
+        let e = crate::run::exec(backend, spec);
+        let mut f = std::fs::File::from(wr);
+        let _ = f.write_all(&encode_error(&e));
+        drop(f);
+        // SAFETY: leave without running the parent's destructors or atexit handlers.
+        unsafe { libc::_exit(e.code) };
+    }
+    drop(wr);
+    v.pid = pid;
+    CHILD.store(pid, Ordering::SeqCst);
+    let mut buf = Vec::new();
+    let _ = std::fs::File::from(rd).read_to_end(&mut buf);
+    if !buf.is_empty() {
+        let mut st = 0;
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid, &mut st, 0) };
+        let (code, e) = decode_error(&buf);
+        v.code = code;
+        v.error = Some(e);
+        return v;
+    }
+    // The command runs. Terminal signals reach it directly: ignore them here, as system(3).
+    // SAFETY: changing our own dispositions.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    }
+    // SAFETY: pidfd_open of our own child.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    let mut interval = Duration::from_millis(10);
+    let mut next = started + interval;
+    loop {
+        let now = Instant::now();
+        let timeout = next
+            .saturating_duration_since(now)
+            .as_millis()
+            .min(i32::MAX as u128) as i32;
+        let exited = if pidfd >= 0 {
+            let mut p = libc::pollfd {
+                fd: pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let r = unsafe { libc::poll(&mut p, 1, timeout) };
+            r > 0
+        } else {
+            // No pidfd (Linux < 5.3): the WNOHANG check below notices the exit.
+            std::thread::sleep(Duration::from_millis(timeout as u64));
+            false
+        };
+        if exited {
+            break;
+        }
+        if Instant::now() >= next {
+            if let Some(s) = sample(pid, started) {
+                v.samples += 1;
+                if s.got(mode) && v.first.is_none() {
+                    v.first = Some(s);
+                    on_first(pid, &s);
+                }
+                let key = |x: &Sample| x.thp + x.hugetlb;
+                if v.peak.is_none_or(|p| key(&s) > key(&p)) {
+                    v.peak = Some(s);
+                }
+                v.last = Some(s);
+            }
+            let mut st = 0;
+            // SAFETY: non-blocking check on our own child.
+            if unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) } == pid {
+                v.code = wait_status(st);
+                v.ran_for = started.elapsed();
+                return finish(v, pidfd);
+            }
+            interval = (interval * 2).min(Duration::from_secs(5));
+            next = Instant::now() + interval;
+        }
+    }
+    let mut st = 0;
+    // SAFETY: reaping our own child; EINTR is retried.
+    while unsafe { libc::waitpid(pid, &mut st, 0) } < 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+    {}
+    v.code = wait_status(st);
+    v.ran_for = started.elapsed();
+    finish(v, pidfd)
+}
+
+fn finish(v: Verified, pidfd: i32) -> Verified {
+    CHILD.store(0, Ordering::SeqCst);
+    if pidfd >= 0 {
+        // SAFETY: our own fd.
+        unsafe { libc::close(pidfd) };
+    }
+    v
+}
+
+/// The words for a run that never showed huge pages.
+pub fn missed_reasons(v: &Verified, p: &Prepared, facts: &Facts) -> Vec<String> {
+    let mut r = Vec::new();
+    let pmd = facts.thp.pmd_size.unwrap_or(2 << 20);
+    // What was seen decides what can be said: nothing about the allocator when it was gone
+    // before the first look or too small for a huge page.
+    match v.last {
+        None => {
+            r.push(format!(
+                "it exited after {:.3} s, before the first look at its memory (10 ms)",
+                v.ran_for.as_secs_f64()
+            ));
+            return r;
+        }
+        Some(s) if s.anonymous < 2 * pmd => {
+            r.push(format!(
+                "it had only {} of anonymous memory at the last look; malloc uses huge pages for areas of at least one huge page",
+                human_bytes(s.anonymous)
+            ));
+            return r;
+        }
+        Some(_) => {}
+    }
+    match &p.allocator {
+        Allocator::Glibc if p.mode == RunMode::Thp => {
+            if let Some(v) = glibc_version().filter(|v| glibc_thp_check_flaky(*v)) {
+                r.push(format!(
+                    "glibc {}.{} missed THP's madvise mode at this start (its mode check compares an unterminated buffer); start it again, use --hugepages {} from a pool, or `bulkhead hugepages collapse PID`",
+                    v.0,
+                    v.1,
+                    human_bytes(facts.default_size)
+                ));
+            }
+        }
+        Allocator::Tcmalloc => r.push("it uses tcmalloc, which ignores these switches".into()),
+        Allocator::Other(w) => r.push(format!("the program is {w}")),
+        _ => {}
+    }
+    if let RunMode::Hugetlb(size) = p.mode {
+        let free = Facts::read(&Paths::default())
+            .pool(size)
+            .map(|x| x.available())
+            .unwrap_or(0);
+        r.push(format!(
+            "the {} pool has {free} free page(s) now",
+            human_bytes(size)
+        ));
+    }
+    r
+}
+
+/// The argument list used in messages: `redis-server --port 6380`.
+pub fn argv_text(argv: &[OsString]) -> String {
+    argv.iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merges_keep_other_settings() {
+        assert_eq!(
+            merge_setting(None, ':', '=', "glibc.malloc.hugetlb", "1"),
+            "glibc.malloc.hugetlb=1"
+        );
+        assert_eq!(
+            merge_setting(
+                Some("glibc.malloc.arena_max=2:glibc.malloc.hugetlb=0"),
+                ':',
+                '=',
+                "glibc.malloc.hugetlb",
+                "2"
+            ),
+            "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2"
+        );
+        assert_eq!(
+            merge_setting(Some("narenas:4,thp:never"), ',', ':', "thp", "always"),
+            "narenas:4,thp:always"
+        );
+    }
+
+    #[test]
+    fn modes_and_allocators() {
+        let facts = Facts {
+            page_sizes: vec![2 << 20, 1 << 30],
+            default_size: 2 << 20,
+            ..Default::default()
+        };
+        assert_eq!(RunMode::parse("thp", &facts).unwrap(), RunMode::Thp);
+        assert_eq!(
+            RunMode::parse("2M", &facts).unwrap(),
+            RunMode::Hugetlb(2 << 20)
+        );
+        assert_eq!(RunMode::Hugetlb(2 << 20).glibc_value(2 << 20), "2");
+        assert_eq!(RunMode::Hugetlb(1 << 30).glibc_value(2 << 20), "1073741824");
+        let e = RunMode::parse("4M", &facts).unwrap_err().to_string();
+        assert!(
+            e.contains("no 4M huge pages") && e.contains("2M, 1G"),
+            "{e}"
+        );
+        assert!(RunMode::parse("huge", &facts).is_err());
+        // This test binary links glibc; Debian's redis-server links libjemalloc.
+        let me = std::env::current_exe().unwrap();
+        assert_eq!(detect_allocator(&me), Allocator::Glibc);
+        assert!(elf_needed(&std::fs::read(&me).unwrap())
+            .unwrap()
+            .iter()
+            .any(|n| n == "libc.so.6"));
+        let redis = Path::new("/usr/bin/redis-server");
+        if redis.exists() {
+            assert_eq!(
+                detect_allocator(redis),
+                Allocator::Jemalloc("MALLOC_CONF".into())
+            );
+        }
+        assert!(glibc_version().is_some_and(|v| v >= (2, 17)));
+    }
+
+    #[test]
+    fn errors_survive_the_pipe() {
+        let e = RunError::with_code(
+            127,
+            Error::failed_with(Diagnostic::error("x: command not found").hint("check PATH")),
+        );
+        let (code, back) = decode_error(&encode_error(&e));
+        assert_eq!(code, 127);
+        assert_eq!(back.exit_code(), 1);
+        assert!(back.to_string().contains("command not found"));
+        assert!(back.to_string().contains("check PATH"));
+    }
+}
