@@ -139,6 +139,45 @@ struct Planned {
     group: String,
     argv: Vec<String>,
     slow: bool,
+    /// A btrfs file system this peer leaves background work on (the cleaner removing deleted
+    /// subvolumes, a pool being topped up): waited for, untimed, before the next peer runs.
+    settle: Option<PathBuf>,
+}
+
+/// Let a btrfs file system finish, untimed, the background work the last start left (a
+/// read-only image's pool being topped up, the deleted snapshot's transaction): each start is
+/// then timed on a quiet file system, whichever peer ran before it.
+fn settle(fs: &Path) {
+    let t0 = Instant::now();
+    let pooled = || {
+        std::fs::read_dir(fs)
+            .map(|r| {
+                r.flatten()
+                    .filter(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .starts_with(".#bulkhead-pool.")
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let want = if pooled() > 0 {
+        bulkhead::snapshot::POOL_SIZE
+    } else {
+        0
+    };
+    while pooled() < want && t0.elapsed() < std::time::Duration::from_secs(2) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // Commit what is pending (BTRFS_IOC_SYNC), then give the cleaner a moment.
+    let _ = Command::new("btrfs")
+        .args(["-q", "filesystem", "sync"])
+        .arg(fs)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    std::thread::sleep(std::time::Duration::from_millis(5));
 }
 
 pub fn run(spec: &Spec) -> Result<Report, String> {
@@ -211,6 +250,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
             group: "reference".into(),
             argv: vec!["/bin/true".into()],
             slow: false,
+            settle: None,
         },
         Planned {
             name: "unshare (same namespaces)".into(),
@@ -230,12 +270,14 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
             .map(|s| s.to_string())
             .collect(),
             slow: false,
+            settle: None,
         },
         Planned {
             name: format!("bulkhead overlay ({host_fs})"),
             group: "bulkhead".into(),
             argv: spawn(&cache, "overlay"),
             slow: false,
+            settle: None,
         },
         Planned {
             name: format!("bulkhead read-only root ({host_fs})"),
@@ -245,6 +287,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
                 .map(|s| s.to_string())
                 .collect(),
             slow: false,
+            settle: None,
         },
     ];
     if let Some(b) = &btrfs_root {
@@ -253,6 +296,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
             group: "bulkhead".into(),
             argv: spawn(&b.display().to_string(), "btrfs"),
             slow: false,
+            settle: b.parent().map(Path::to_path_buf),
         });
         planned.push(Planned {
             name: "bulkhead btrfs, read-only image".into(),
@@ -262,6 +306,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
                 "btrfs",
             ),
             slow: false,
+            settle: None,
         });
     }
     if let Some(x) = &xfs_root {
@@ -270,6 +315,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
             group: "bulkhead".into(),
             argv: spawn(&x.display().to_string(), "reflink"),
             slow: true,
+            settle: None,
         });
     }
     if spec.with_copy {
@@ -278,6 +324,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
             group: "bulkhead".into(),
             argv: spawn(&cache, "copy"),
             slow: true,
+            settle: None,
         });
     }
     if have("systemd-nspawn") {
@@ -302,6 +349,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
                 group: "systemd-nspawn".into(),
                 argv: nspawn(&b.display().to_string()),
                 slow: false,
+                settle: b.parent().map(Path::to_path_buf),
             });
         }
         planned.push(Planned {
@@ -309,6 +357,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
             group: "systemd-nspawn".into(),
             argv: nspawn(&cache),
             slow: true,
+            settle: None,
         });
     } else {
         skipped
@@ -374,6 +423,9 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
             match st {
                 Ok(s) if s.success() => samples[i].push(el.as_secs_f64() * 1e3),
                 _ => failures[i] += 1,
+            }
+            if let Some(fs) = &p.settle {
+                settle(fs);
             }
             bar.inc(1);
         }

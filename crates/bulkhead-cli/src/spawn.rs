@@ -229,17 +229,26 @@ fn spawn_inner(cli: &Cli, a: &SpawnArgs) -> std::result::Result<i32, bulkhead::r
                 .hint("start it with bulkhead run --slice S -- bulkhead spawn ..., or pass --backend cgroupfs with a delegated --cgroup-root"),
         )));
     }
-    let fs = backend(cli).map_err(rerr)?;
-    if let Some(s) = &slice {
-        require_slice(cli, &fs, s).map_err(rerr)?;
-    }
+    // The cgroup layout is read only when a slice is to be joined.
+    let fs = match &slice {
+        Some(s) => {
+            let fs = backend(cli).map_err(rerr)?;
+            require_slice(cli, &fs, s).map_err(rerr)?;
+            Some(fs)
+        }
+        None => None,
+    };
     let verbose = a.verbose && !cli.quiet;
     let mut note = |m: &str| {
         if verbose {
             eprintln!("bulkhead: {m}");
         }
     };
-    let out = sandbox::spawn(&fs, &spec, &mut note)?;
+    let out = sandbox::spawn(
+        fs.as_ref().map(|f| f as &dyn bulkhead::cgroup::Backend),
+        &spec,
+        &mut note,
+    )?;
     if out.timed_out {
         if !cli.quiet {
             eprintln!(

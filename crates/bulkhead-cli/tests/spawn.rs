@@ -485,7 +485,19 @@ fn kill_9_leaves_nothing_after_the_next_start() {
     }
     let r = Root::new();
     let mut child = bulkhead()
-        .args(["spawn", "-D", r.path(), "-x", "--", "/bin/sleep", "43.5"])
+        // A full copy: state on the host (an overlay has none: its tmpfs lives in the
+        // sandbox's own mount namespace).
+        .args([
+            "spawn",
+            "-D",
+            r.path(),
+            "-x",
+            "--snapshot",
+            "copy",
+            "--",
+            "/bin/sleep",
+            "43.5",
+        ])
         .spawn()
         .unwrap();
     let pid = child.id();
@@ -498,6 +510,9 @@ fn kill_9_leaves_nothing_after_the_next_start() {
         !state_entries_of(pid).is_empty(),
         "the sandbox registered its state"
     );
+    let entry = PathBuf::from("/run/bulkhead/sandbox").join(&state_entries_of(pid)[0]);
+    let copy = PathBuf::from(std::fs::read_to_string(entry.join("snapshot")).unwrap());
+    assert!(copy.is_dir(), "{}", copy.display());
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     child.wait().unwrap();
     // The sandbox dies with bulkhead (PR_SET_PDEATHSIG on its PID 1).
@@ -509,12 +524,13 @@ fn kill_9_leaves_nothing_after_the_next_start() {
             "sandbox still running"
         );
     }
-    // The next start removes the dead owner's state.
+    // The next start removes the dead owner's state and its copy.
     ok(&spawn(&r, &["-x"], "true"));
     assert!(
         state_entries_of(pid).is_empty(),
         "stale state of {pid} not removed"
     );
+    assert!(!copy.exists(), "{} left behind", copy.display());
 }
 
 #[test]

@@ -211,6 +211,11 @@ impl Snapshot {
         if self.discarded {
             return Ok(());
         }
+        if self.method == Method::Overlay {
+            // Its tmpfs and overlay lived in the sandbox's mount namespace: nothing to remove.
+            self.discarded = true;
+            return Ok(());
+        }
         if let Some(disk) = &self.disk {
             remove_snapshot(disk, self.method == Method::Btrfs).map_err(|(p, e)| {
                 Error::failed(format!(
@@ -234,6 +239,46 @@ impl Snapshot {
         })?;
         self.discarded = true;
         Ok(())
+    }
+}
+
+impl Snapshot {
+    /// For a snapshot from a read-only image's pool: remove it and top the pool up in a
+    /// detached process, so the caller does not wait for either. The caller is expected to exit
+    /// soon (bulkhead spawn does): the detached process is not waited for. Other snapshots are
+    /// simply discarded.
+    pub fn retire(&mut self) -> Result<()> {
+        let (Some(key), Some(disk)) = (self.pool.clone(), self.disk.clone()) else {
+            return self.discard();
+        };
+        if self.discarded {
+            return Ok(());
+        }
+        let state = self.state_dir.clone();
+        // SAFETY: bulkhead spawn is single-threaded here; the child only cleans up and exits.
+        unsafe {
+            let pid = libc::fork();
+            if pid < 0 {
+                return self.discard();
+            }
+            if pid > 0 {
+                // The child owns the cleanup now; if it dies first, the entry's owner (this
+                // process) is gone soon after, and the next start's clean_stale removes it.
+                self.discarded = true;
+                return Ok(());
+            }
+            libc::setsid();
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+            if null >= 0 {
+                for fd in 0..3 {
+                    libc::dup2(null, fd);
+                }
+            }
+            let removed =
+                remove_snapshot(&disk, true).is_ok() && remove_entry(&state, true).is_ok();
+            let filled = key.fill().is_ok();
+            libc::_exit(if removed && filled { 0 } else { 1 })
+        }
     }
 }
 
@@ -415,17 +460,17 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
                     )));
                 }
             }
-            let entry = Entry::new()?;
+            let dir = overlay_mount_point()?;
             return Ok(Ok(Snapshot {
                 method,
                 why: String::new(),
-                root: entry.dir.join("root"),
-                state_dir: entry.dir,
+                root: dir.join("root"),
+                state_dir: dir,
                 lower: src.lower.clone(),
                 disk: None,
                 pool: None,
                 discarded: false,
-                owner: entry.pid,
+                owner: std::process::id(),
             }));
         }
         Method::Copy => {}
@@ -510,6 +555,17 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
             ),
         ),
     )
+}
+
+/// Where every overlay sandbox mounts its tmpfs (upper layer) and its overlay, each in its own
+/// mount namespace: one shared, empty directory, so an overlay snapshot has no state on the
+/// host at all and nothing of it can be left behind.
+fn overlay_mount_point() -> Result<PathBuf> {
+    let d = state_root().join(".overlay");
+    if !d.is_dir() {
+        std::fs::create_dir_all(&d).map_err(|e| crate::error::io_failed("cannot create", &d, e))?;
+    }
+    Ok(d)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -276,8 +276,9 @@ fn check_inside(p: &Path, what: &str) -> Result<(), RunError> {
 }
 
 /// Start the sandbox, wait for it, clean up. `note` gets progress lines for `-v`.
+/// `backend` is needed only with a slice (`spec.slice`); without one no cgroup is touched.
 pub fn spawn(
-    backend: &dyn Backend,
+    backend: Option<&dyn Backend>,
     spec: &SandboxSpec,
     note: &mut dyn FnMut(&str),
 ) -> Result<Outcome, RunError> {
@@ -314,17 +315,19 @@ pub fn spawn(
         _ => None,
     };
     if let Some(slice) = &spec.slice {
+        let Some(backend) = backend else {
+            return Err(failed(Error::failed(format!(
+                "no cgroup backend to join the slice {slice} with"
+            ))));
+        };
         backend.join(slice).map_err(failed)?;
     }
     let result = child::run(&program, spec.timeout, spec.stop_timeout);
     let method = snap.as_ref().map(|s| (s.method, s.why.clone()));
     if let Some(s) = snap.as_mut() {
-        if let Err(e) = s.discard() {
+        // From a read-only image's pool: removed, and the pool topped up, in the background.
+        if let Err(e) = s.retire() {
             note(&format!("could not remove the snapshot: {e}"));
-        }
-        // A read-only image: the next start takes a snapshot made meanwhile.
-        if let Some(k) = &s.pool {
-            snapshot::refill_pool(k);
         }
     }
     let (code, timed_out) = result?;
