@@ -511,7 +511,8 @@ fn kill_9_leaves_nothing_after_the_next_start() {
         "the sandbox registered its state"
     );
     let entry = PathBuf::from("/run/bulkhead/sandbox").join(&state_entries_of(pid)[0]);
-    let copy = PathBuf::from(std::fs::read_to_string(entry.join("snapshot")).unwrap());
+    let text = std::fs::read_to_string(&entry).unwrap();
+    let copy = PathBuf::from(text.split_once('\n').unwrap().1);
     assert!(copy.is_dir(), "{}", copy.display());
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     child.wait().unwrap();

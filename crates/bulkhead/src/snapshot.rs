@@ -160,7 +160,9 @@ pub struct Snapshot {
     pub method: Method,
     /// One line for `spawn -v`: why this method.
     pub why: String,
-    /// `state_root()/<pid>-<seq>`, created and owned by this process.
+    /// On-disk copies: the registry entry `state_root()/<pid>-<seq>`, a file created and owned by
+    /// this process (the owner, then the copy's path). Overlay: the shared mount point
+    /// `state_root()/.overlay`.
     pub state_dir: PathBuf,
     /// The writable root: the on-disk copy, or for [`Method::Overlay`] `state_dir/root`, which
     /// is not created (the sandbox mounts a tmpfs on `state_dir` in its own mount namespace
@@ -230,7 +232,7 @@ impl Snapshot {
                 )
             })?;
         }
-        remove_entry(&self.state_dir, self.disk.is_some()).map_err(|e| {
+        remove_entry(&self.state_dir).map_err(|e| {
             Error::failed(format!(
                 "cannot remove the sandbox state {}: {}",
                 self.state_dir.display(),
@@ -274,8 +276,7 @@ impl Snapshot {
                     libc::dup2(null, fd);
                 }
             }
-            let removed =
-                remove_snapshot(&disk, true).is_ok() && remove_entry(&state, true).is_ok();
+            let removed = remove_snapshot(&disk, true).is_ok() && remove_entry(&state).is_ok();
             let filled = key.fill().is_ok();
             libc::_exit(if removed && filled { 0 } else { 1 })
         }
@@ -490,9 +491,7 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
     };
     // A leftover from a crash with the same PID may hold the name: take the next one.
     for _ in 0..64 {
-        let entry = Entry::new()?;
-        let disk = parent.join(snapshot_name(base, entry.pid, entry.seq));
-        entry.record(&disk)?;
+        let (entry, disk) = Entry::new(|pid, seq| parent.join(snapshot_name(base, pid, seq)))?;
         let mut pooled = false;
         let made = match method {
             Method::Btrfs if pool.as_ref().is_some_and(|k| k.claim(&disk)) => {
@@ -512,7 +511,7 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
                     } else {
                         String::new()
                     },
-                    state_dir: entry.dir.clone(),
+                    state_dir: entry.file.clone(),
                     root: disk.clone(),
                     lower: src.lower.clone(),
                     disk: Some(disk),
@@ -867,33 +866,43 @@ fn parse_stat_start(stat: &str) -> Option<u64> {
 }
 
 struct Entry {
-    dir: PathBuf,
+    /// The registry file `<state_root>/<pid>-<seq>`.
+    file: PathBuf,
     pid: u32,
-    seq: u32,
 }
 
 impl Entry {
-    /// mkdir `<pid>-<seq>` (never reusing one) and write `owner` into it.
-    fn new() -> Result<Entry> {
+    /// Create `<pid>-<seq>` (never reusing one) holding the owner and the path of the copy
+    /// `disk(pid, seq)` will make: the path is recorded before the copy exists, so a crash at
+    /// any point leaves a trace. One file, made with O_EXCL: a single metadata operation.
+    fn new(disk: impl Fn(u32, u32) -> PathBuf) -> Result<(Entry, PathBuf)> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
         let root = state_root();
         let pid = std::process::id();
         let mut made_root = false;
         loop {
             let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-            let dir = root.join(format!("{pid}-{seq}"));
-            match mkdir(&dir, 0o700) {
-                Ok(()) => {
-                    let entry = Entry { dir, pid, seq };
-                    let owner = format!("{pid} {}\n", self_start(pid));
-                    if let Err(e) = std::fs::write(entry.dir.join("owner"), owner) {
-                        let _ = std::fs::remove_dir(&entry.dir);
+            let file = root.join(format!("{pid}-{seq}"));
+            let opened = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&file);
+            match opened {
+                Ok(mut f) => {
+                    let path = disk(pid, seq);
+                    let mut text = format!("{pid} {}\n", self_start(pid)).into_bytes();
+                    text.extend_from_slice(path.as_os_str().as_bytes());
+                    if let Err(e) = f.write_all(&text) {
+                        let _ = std::fs::remove_file(&file);
                         return Err(crate::error::io_failed(
-                            "cannot write the sandbox state in",
-                            &entry.dir,
+                            "cannot write the sandbox state",
+                            &file,
                             e,
                         ));
                     }
-                    return Ok(entry);
+                    return Ok((Entry { file, pid }, path));
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) if e.kind() == io::ErrorKind::NotFound && !made_root => {
@@ -908,8 +917,8 @@ impl Entry {
                 }
                 Err(e) => {
                     return Err(crate::error::io_failed(
-                        "cannot create the sandbox state directory",
-                        &dir,
+                        "cannot create the sandbox state",
+                        &file,
                         e,
                     ))
                 }
@@ -917,30 +926,49 @@ impl Entry {
         }
     }
 
-    /// Name the on-disk snapshot before it exists, so a crash at any point leaves a trace.
-    fn record(&self, disk: &Path) -> Result<()> {
-        std::fs::write(self.dir.join("snapshot"), disk.as_os_str().as_bytes())
-            .map_err(|e| crate::error::io_failed("cannot write the sandbox state in", &self.dir, e))
-    }
-
     fn remove(&self) -> io::Result<()> {
-        remove_entry(&self.dir, true)
+        remove_entry(&self.file)
     }
 }
 
-fn remove_entry(dir: &Path, has_record: bool) -> io::Result<()> {
-    if has_record {
-        ignore_missing(std::fs::remove_file(dir.join("snapshot")))?;
+/// An entry's owner line and recorded copy: a file `pid start\npath`, or (older layout) a
+/// directory with `owner` and `snapshot` files.
+fn read_entry(entry: &Path) -> (Option<String>, Option<PathBuf>) {
+    if entry.is_dir() {
+        let owner = std::fs::read_to_string(entry.join("owner")).ok();
+        let disk = std::fs::read(entry.join("snapshot"))
+            .ok()
+            .map(|b| PathBuf::from(OsString::from_vec(b)));
+        return (owner, disk);
     }
-    ignore_missing(std::fs::remove_file(dir.join("owner")))?;
-    match std::fs::remove_dir(dir) {
-        Ok(()) => Ok(()),
+    let Ok(bytes) = std::fs::read(entry) else {
+        return (None, None);
+    };
+    match bytes.iter().position(|&b| b == b'\n') {
+        Some(i) => (
+            Some(String::from_utf8_lossy(&bytes[..i]).into_owned()),
+            (i + 1 < bytes.len())
+                .then(|| PathBuf::from(OsString::from_vec(bytes[i + 1..].to_vec()))),
+        ),
+        None => (None, None),
+    }
+}
+
+fn remove_entry(entry: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(entry) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        // Something mounted on or left in it (a sandbox that used the host's namespace).
-        Err(_) => {
-            detach_mounts_under(dir);
-            ignore_missing(std::fs::remove_dir_all(dir))
+        Ok(m) if m.is_dir() => {
+            // The older layout: a directory (maybe with something mounted on or left in it).
+            for f in ["snapshot", "owner"] {
+                ignore_missing(std::fs::remove_file(entry.join(f)))?;
+            }
+            if std::fs::remove_dir(entry).is_err() {
+                detach_mounts_under(entry);
+                ignore_missing(std::fs::remove_dir_all(entry))?;
+            }
+            Ok(())
         }
+        _ => ignore_missing(std::fs::remove_file(entry)),
     }
 }
 
@@ -978,8 +1006,7 @@ pub fn clean_stale() -> Vec<String> {
         for m in detach_mounts_under(&dir) {
             out.push(format!("unmounted {} of {who}", m.display()));
         }
-        if let Ok(rec) = std::fs::read(dir.join("snapshot")) {
-            let disk = PathBuf::from(OsString::from_vec(rec));
+        if let (_, Some(disk)) = read_entry(&dir) {
             if !is_our_snapshot(&disk, pid, seq) {
                 out.push(format!(
                     "left {} alone: not a {SNAPSHOT_PREFIX}*-{pid}-{seq} path ({who})",
@@ -1008,7 +1035,7 @@ pub fn clean_stale() -> Vec<String> {
                 }
             }
         }
-        match ignore_missing(std::fs::remove_dir_all(&dir)) {
+        match remove_entry(&dir) {
             Ok(()) => out.push(format!("removed the state {} of {who}", dir.display())),
             Err(err) => out.push(format!(
                 "could not remove the state {} of {who}: {}",
@@ -1086,8 +1113,8 @@ fn parse_entry_name(name: &str) -> Option<(u32, u32)> {
 
 /// Why the entry's owner is gone, or None while it lives.
 fn stale_reason(dir: &Path, name_pid: u32, boot: &mut Option<Option<f64>>) -> Option<String> {
-    match std::fs::read_to_string(dir.join("owner")) {
-        Ok(text) => {
+    match read_entry(dir).0 {
+        Some(text) => {
             let mut it = text.split_whitespace();
             let pid: Option<u32> = it.next().and_then(|t| t.parse().ok());
             let start: Option<u64> = it.next().and_then(|t| t.parse().ok());
@@ -1102,7 +1129,7 @@ fn stale_reason(dir: &Path, name_pid: u32, boot: &mut Option<Option<f64>>) -> Op
                 _ => owner_missing(dir, name_pid, boot),
             }
         }
-        Err(_) => owner_missing(dir, name_pid, boot),
+        None => owner_missing(dir, name_pid, boot),
     }
 }
 
