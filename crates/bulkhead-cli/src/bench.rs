@@ -311,7 +311,7 @@ pub struct ActivationBench {
     #[arg(long, default_value_t = 100)]
     burst_clients: usize,
     /// Rounds of warm requests and bulk transfers; peers are rotated each round
-    #[arg(long, default_value_t = 7)]
+    #[arg(long, default_value_t = 11)]
     rounds: usize,
     /// Warm requests per peer per round
     #[arg(long, default_value_t = 1000)]
