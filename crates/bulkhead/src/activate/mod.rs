@@ -353,10 +353,16 @@ fn sd_notify(msg: &str) {
 
 async fn status_loop(act: Arc<Activator>) {
     let mut rx = act.changed.subscribe();
+    let mut conns = act.conns_changed.subscribe();
     loop {
         let _ = state::write(&act.status());
-        // On every change, and once a second for the counters.
-        let _ = tokio::time::timeout(Duration::from_secs(1), rx.changed()).await;
+        // At once after a state change; after a connection opened or closed at most ten times
+        // a second; and once a second for the byte counters.
+        tokio::select! {
+            _ = rx.changed() => {}
+            _ = conns.changed() => tokio::time::sleep(Duration::from_millis(100)).await,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
     }
 }
 

@@ -357,6 +357,9 @@ pub struct Activator {
     pub launcher: Launcher,
     pub inner: Mutex<Inner>,
     pub changed: watch::Sender<u64>,
+    /// Bumped when a connection opens or closes (for the status file only: waiters for a
+    /// state change are not woken by it).
+    pub conns_changed: watch::Sender<u64>,
     pub counters: super::proxy::Counters,
     pub notify_dir: Option<PathBuf>,
     pub log: super::Log,
@@ -400,6 +403,7 @@ impl Activator {
                 total: 0,
             }),
             changed: watch::channel(0).0,
+            conns_changed: watch::channel(0).0,
             counters: Default::default(),
             notify_dir,
             log,
@@ -423,6 +427,7 @@ impl Activator {
         g.total += 1;
         g.epoch += 1;
         drop(g);
+        self.conns_changed.send_modify(|v| *v += 1);
         ConnGuard(self.clone())
     }
 
@@ -432,6 +437,8 @@ impl Activator {
         if g.active == 0 && g.state == State::Ready {
             self.arm_idle(&g);
         }
+        drop(g);
+        self.conns_changed.send_modify(|v| *v += 1);
     }
 
     /// Stop the target `idle_timeout` from now unless a connection comes first.
