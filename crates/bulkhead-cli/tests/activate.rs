@@ -271,6 +271,79 @@ command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{d
 }
 
 #[test]
+fn dry_run_prints_the_target_and_sd_notify_says_ready() {
+    if !prerequisites() {
+        return;
+    }
+    let s = Scratch::new();
+    let name = s.name("dry");
+    let port = free_port();
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["127.0.0.1:{port}"]
+backend = "127.0.0.1:8000"
+[socket.{name}.target]
+rootfs = "{root}"
+command = ["/bin/httpd", "-f", "-p", "127.0.0.1:8000"]
+network = "private"
+environment = {{ A = "b c" }}
+"#,
+            root = s.root().display()
+        ),
+    );
+    let out = bulkhead()
+        .arg("-c")
+        .arg(&plan)
+        .args(["serve", "--dry-run"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!(
+            "listen on 127.0.0.1:{port} (proxy mode, backend 127.0.0.1:8000)"
+        )),
+        "{text}"
+    );
+    assert!(text.contains(" spawn -D "), "{text}");
+    assert!(text.contains("--ephemeral --net private"), "{text}");
+    assert!(
+        text.contains("--env 'A=b c' -- /bin/httpd -f -p 127.0.0.1:8000"),
+        "{text}"
+    );
+    assert!(
+        text.contains("dry run: nothing bound, nothing started"),
+        "{text}"
+    );
+    // Nothing listens after a dry run.
+    TcpListener::bind(("127.0.0.1", port)).expect("the dry run bound the port");
+    // Started by systemd as Type=notify: READY=1 once every socket listens, STOPPING=1 at the end.
+    let sock_path = s.dir.join("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut child = bulkhead()
+        .arg("-c")
+        .arg(&plan)
+        .arg("serve")
+        .env("NOTIFY_SOCKET", &sock_path)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let n = sock.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"READY=1");
+    TcpStream::connect(("127.0.0.1", port)).expect("listening once READY=1 was sent");
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let n = sock.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"STOPPING=1");
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+#[test]
 fn hundred_clients_during_a_sandboxed_cold_start_all_get_answers() {
     if !prerequisites() {
         return;
