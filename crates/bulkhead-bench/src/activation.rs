@@ -80,13 +80,7 @@ pub struct Burst {
     pub slowest_ms: Vec<f64>,
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    pub what: String,
-    pub target: String,
-    pub measured: String,
-    pub met: bool,
-}
+pub use crate::report::Check;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -703,18 +697,7 @@ pub fn text(r: &Report) -> String {
         ));
     }
     s.push('\n');
-    for c in &r.checks {
-        s.push_str(&format!(
-            "{} {:<62} target {:<8} measured {}\n",
-            if c.met { "met   " } else { "MISSED" },
-            c.what,
-            c.target,
-            c.measured
-        ));
-    }
-    for k in &r.skipped {
-        s.push_str(&format!("skipped: {k}\n"));
-    }
+    s.push_str(&crate::report::checks_text(&r.checks, &r.skipped));
     s
 }
 

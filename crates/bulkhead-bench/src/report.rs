@@ -269,3 +269,32 @@ pub fn chart(r: &Report, path: &Path) -> Result<(), String> {
     root.present().map_err(|e| e.to_string())?;
     Ok(())
 }
+
+/// One figure a benchmark is held to: what, the target, what was measured, whether it was met.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Check {
+    pub what: String,
+    pub target: String,
+    pub measured: String,
+    pub met: bool,
+}
+
+/// The checks and skipped peers, one line each, as the end of a text report.
+pub fn checks_text(checks: &[Check], skipped: &[String]) -> String {
+    let width = checks.iter().map(|c| c.what.len()).max().unwrap_or(0);
+    let mut s = String::new();
+    for c in checks {
+        let _ = writeln!(
+            s,
+            "{} {:<width$} target {:<8} measured {}",
+            if c.met { "met   " } else { "MISSED" },
+            c.what,
+            c.target,
+            c.measured
+        );
+    }
+    for k in skipped {
+        let _ = writeln!(s, "skipped: {k}");
+    }
+    s
+}
