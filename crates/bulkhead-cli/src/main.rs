@@ -91,9 +91,15 @@ enum Command {
     Status(StatusArgs),
     /// Remove the plan's slices, children first
     Destroy(DestroyArgs),
-    /// Run a command in a sandbox (namespaces, a root file system, an ephemeral snapshot)
+    // `about` here, not a doc comment: a doc comment would also clear the long help that
+    // SpawnArgs carries.
+    #[command(
+        about = "Run a command in a sandbox (namespaces, a root file system, an ephemeral snapshot)"
+    )]
     Spawn(spawn::SpawnArgs),
-    /// Start targets on their first connection: socket activation for the plan's sockets
+    #[command(
+        about = "Start targets on their first connection: socket activation for the plan's sockets"
+    )]
     Serve(serve::ServeArgs),
     /// Convert systemd .slice files (and their .d/*.conf drop-ins) to plan TOML
     Import(ImportArgs),
