@@ -220,6 +220,8 @@ fn first_connection_starts_idle_stops_next_restarts() {
 listen = ["127.0.0.1:{port}", "unix:{dir}/web.sock"]
 backend = "127.0.0.1:{backend}"
 idle_timeout = "400ms"
+socket_mode = "0660"
+socket_group = "nogroup"
 [socket.{name}.target]
 command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{dir}/www"]
 "#,
@@ -232,6 +234,12 @@ command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{d
     assert_eq!(status(&name)["state"], "idle");
     let r = http_get(port).unwrap();
     assert!(r.contains("plain target"), "{r}");
+    // The unix socket file has the plan's mode and group (systemd's SocketMode=, SocketGroup=).
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(s.dir.join("web.sock")).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o660);
+    let nogroup = nix::unistd::Group::from_name("nogroup").unwrap().unwrap();
+    assert_eq!(meta.gid(), nogroup.gid.as_raw());
     // The unix listener reaches the same target.
     let mut u = std::os::unix::net::UnixStream::connect(s.dir.join("web.sock")).unwrap();
     u.write_all(b"GET /index.html HTTP/1.0\r\n\r\n").unwrap();
