@@ -36,6 +36,16 @@ start it, 126: not executable, 127: not found).\n\nFiles: /etc/bulkhead/bulkhead
 plan; an embedded default is used when it is missing), /run/bulkhead (runtime state)."
 )]
 struct Cli {
+    #[command(flatten)]
+    globals: Globals,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The options every command takes (`cli.config` etc. reach them through Deref).
+#[derive(Args)]
+struct Globals {
     /// The plan file [default: /etc/bulkhead/bulkhead.toml, else the embedded default plan]
     #[arg(
         short = 'c',
@@ -71,9 +81,45 @@ struct Cli {
         value_name = "BACKEND"
     )]
     backend: systemd::BackendArg,
+}
 
+impl std::ops::Deref for Cli {
+    type Target = Globals;
+    fn deref(&self) -> &Globals {
+        &self.globals
+    }
+}
+
+/// `bulkhead spawn ...` is parsed by a parser of its own: building the whole command tree
+/// costs about 0.3 ms, a tenth of a sandbox's start. Same options, same help.
+#[derive(Parser)]
+#[command(name = "bulkhead")]
+struct SpawnOnly {
+    #[command(flatten)]
+    globals: Globals,
     #[command(subcommand)]
-    command: Command,
+    command: SpawnCmd,
+}
+
+#[derive(Subcommand)]
+enum SpawnCmd {
+    #[command(
+        about = "Run a command in a sandbox (namespaces, a root file system, an ephemeral snapshot)"
+    )]
+    Spawn(spawn::SpawnArgs),
+}
+
+/// The full parser, or the spawn-only one when the command line starts with `spawn`.
+fn parse_cli() -> Cli {
+    if std::env::args_os().nth(1).is_some_and(|a| a == "spawn") {
+        let s = SpawnOnly::parse();
+        let SpawnCmd::Spawn(a) = s.command;
+        return Cli {
+            globals: s.globals,
+            command: Command::Spawn(a),
+        };
+    }
+    Cli::parse()
 }
 
 #[derive(Subcommand)]
@@ -277,7 +323,7 @@ fn main() {
     // Die quietly on a closed pipe (`bulkhead status | head`), as Unix tools do.
     // SAFETY: setting a signal disposition before any thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = Cli::parse();
+    let cli = parse_cli();
     let code = match dispatch(&cli) {
         Ok(code) => code,
         Err(e) => {
