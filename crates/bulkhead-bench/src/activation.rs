@@ -40,6 +40,9 @@ pub struct Spec {
 #[derive(Debug, Clone, Serialize)]
 pub struct Dist {
     pub name: String,
+    /// How many samples were taken.
+    pub n: usize,
+    /// The samples, sorted (left out of the report for the per-request latencies: thousands).
     pub samples: Vec<f64>,
     pub median: f64,
     pub p10: f64,
@@ -59,6 +62,7 @@ impl Dist {
         };
         Dist {
             name: name.into(),
+            n: samples.len(),
             median: q(0.5),
             p10: q(0.1),
             p90: q(0.9),
@@ -562,7 +566,11 @@ command = ["{exe}", "bench", "backend", "--listen-fd", "3"]
     let warm_us: Vec<Dist> = peers
         .iter()
         .zip(warm)
-        .map(|((n, _), s)| Dist::new(n, s))
+        .map(|((n, _), s)| {
+            let mut d = Dist::new(n, s);
+            d.samples = Vec::new();
+            d
+        })
         .collect();
     // Ratios within each round (peers ran back to back there), then their median: the
     // machine's drift between rounds cancels out.
@@ -641,11 +649,7 @@ pub fn text(r: &Report) -> String {
     for d in r.cold.iter().chain(&r.cold_ready_ms) {
         s.push_str(&format!(
             "{:<52} {:>6} {:>9.2} {:>9.2} {:>9.2}\n",
-            d.name,
-            d.samples.len(),
-            d.median,
-            d.p10,
-            d.p90
+            d.name, d.n, d.median, d.p10, d.p90
         ));
     }
     let b = &r.burst;
@@ -668,7 +672,7 @@ pub fn text(r: &Report) -> String {
         s.push_str(&format!(
             "{:<28} {:>8} {:>10.1} {:>10.1} {:>10.1} {:>8.2}x\n",
             d.name,
-            d.samples.len(),
+            d.n,
             d.median,
             d.p90,
             d.p99,
@@ -689,7 +693,7 @@ pub fn text(r: &Report) -> String {
         s.push_str(&format!(
             "{:<28} {:>8} {:>10.2} {:>10.2} {:>10.2} {:>9.3}\n",
             d.name,
-            d.samples.len(),
+            d.n,
             d.median,
             d.samples.first().copied().unwrap_or(f64::NAN),
             d.samples.last().copied().unwrap_or(f64::NAN),
