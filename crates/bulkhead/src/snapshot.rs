@@ -257,29 +257,17 @@ impl Snapshot {
             return Ok(());
         }
         let state = self.state_dir.clone();
-        // SAFETY: bulkhead spawn is single-threaded here; the child only cleans up and exits.
-        unsafe {
-            let pid = libc::fork();
-            if pid < 0 {
-                return self.discard();
-            }
-            if pid > 0 {
-                // The child owns the cleanup now; if it dies first, the entry's owner (this
-                // process) is gone soon after, and the next start's clean_stale removes it.
-                self.discarded = true;
-                return Ok(());
-            }
-            libc::setsid();
-            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-            if null >= 0 {
-                for fd in 0..3 {
-                    libc::dup2(null, fd);
-                }
-            }
+        // The child owns the cleanup from here; if it dies first, the entry's owner (this
+        // process) is gone soon after, and the next start's clean_stale removes it.
+        let started = detach(false, move || {
             let removed = remove_snapshot(&disk, true).is_ok() && remove_entry(&state).is_ok();
-            let filled = key.fill().is_ok();
-            libc::_exit(if removed && filled { 0 } else { 1 })
+            key.fill().is_ok() && removed
+        });
+        if !started {
+            return self.discard();
         }
+        self.discarded = true;
+        Ok(())
     }
 }
 
@@ -672,22 +660,34 @@ impl PoolKey {
     }
 }
 
-/// Top up the pool in a detached process, so the caller (a sandbox that just exited) does not
-/// wait for the snapshots' transaction commits.
+/// Top up the pool in a detached process, so the caller does not wait for the snapshots'
+/// transaction commits.
 pub fn refill_pool(key: &PoolKey) {
-    // SAFETY: called from a single-threaded process (bulkhead spawn); the grandchild only runs
-    // `fill` and exits.
+    let key = key.clone();
+    detach(true, move || key.fill().is_ok());
+}
+
+/// Run `work` in a process of its own session with stdio on /dev/null, and return at once
+/// (false when it could not be forked). With `reap`, it runs as a grandchild (the
+/// intermediate child is waited for), so a long-lived caller keeps no zombie; without,
+/// it is a child that the caller's exit hands to init (bulkhead spawn exits right after).
+/// Callers are single-threaded (bulkhead spawn) or only call async-signal-safe code and
+/// their own single-threaded work in the child.
+fn detach(reap: bool, work: impl FnOnce() -> bool) -> bool {
+    // SAFETY: the child only sets up its session and stdio, runs `work` and _exits.
     unsafe {
         let pid = libc::fork();
         if pid < 0 {
-            return;
+            return false;
         }
         if pid > 0 {
-            libc::waitpid(pid, std::ptr::null_mut(), 0);
-            return;
+            if reap {
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            return true;
         }
         libc::setsid();
-        if libc::fork() != 0 {
+        if reap && libc::fork() != 0 {
             libc::_exit(0);
         }
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
@@ -696,7 +696,7 @@ pub fn refill_pool(key: &PoolKey) {
                 libc::dup2(null, fd);
             }
         }
-        libc::_exit(if key.fill().is_ok() { 0 } else { 1 })
+        libc::_exit(if work() { 0 } else { 1 })
     }
 }
 

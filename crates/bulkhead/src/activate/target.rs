@@ -706,18 +706,23 @@ impl Activator {
         }
     }
 
-    /// SIGTERM, then SIGKILL after stop_timeout (plus a little for a sandbox, which kills
-    /// itself at stop_timeout and then removes its snapshot).
-    pub async fn terminate(&self, c: &mut tokio::process::Child) {
-        if let Some(pid) = c.id() {
-            let _ = kill(pid, libc::SIGTERM);
-        }
-        let grace = self.spec.stop_timeout
+    /// How long a stopping target gets before SIGKILL: stop_timeout, plus a little for a
+    /// sandbox, which kills itself at stop_timeout and then removes its snapshot.
+    fn grace(&self) -> Duration {
+        self.spec.stop_timeout
             + if self.spec.target.rootfs.is_some() {
                 Duration::from_secs(5)
             } else {
                 Duration::ZERO
-            };
+            }
+    }
+
+    /// SIGTERM, then SIGKILL after [`Self::grace`].
+    pub async fn terminate(&self, c: &mut tokio::process::Child) {
+        if let Some(pid) = c.id() {
+            let _ = kill(pid, libc::SIGTERM);
+        }
+        let grace = self.grace();
         if tokio::time::timeout(grace, c.wait()).await.is_err() {
             self.log.line(&format!(
                 "[{}] the target did not stop within {}: killing it",
@@ -743,12 +748,7 @@ impl Activator {
         if let Some(pid) = pid {
             let _ = kill(pid, libc::SIGTERM);
             let me = self.clone();
-            let grace = self.spec.stop_timeout
-                + if self.spec.target.rootfs.is_some() {
-                    Duration::from_secs(5)
-                } else {
-                    Duration::ZERO
-                };
+            let grace = self.grace();
             tokio::spawn(async move {
                 tokio::time::sleep(grace).await;
                 let g = me.inner.lock().unwrap();

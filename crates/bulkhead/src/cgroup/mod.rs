@@ -67,6 +67,20 @@ pub trait Backend {
 pub const MISSING_SLICE: &str = "missing slice";
 
 /// Where bulkhead keeps runtime state (gone at reboot, like cgroups).
+/// The slices to remove for `slices`, children first: child slices that exist but are not
+/// named (left from earlier plans) go too, since a parent cannot be removed before them.
+pub fn removal_order(slices: &[SliceName], existing: Vec<SliceName>) -> Vec<SliceName> {
+    let mut names: Vec<SliceName> = slices.to_vec();
+    for e in existing {
+        if !names.contains(&e) && e.lineage().iter().any(|a| slices.contains(a)) {
+            names.push(e);
+        }
+    }
+    names.sort_by(|a, b| (b.depth(), b.as_str()).cmp(&(a.depth(), a.as_str())));
+    names.dedup();
+    names
+}
+
 pub fn runtime_dir() -> PathBuf {
     PathBuf::from(crate::run::RUNTIME_DIR)
 }
@@ -648,15 +662,7 @@ impl Backend for CgroupFs {
     }
 
     fn plan_destroy(&self, slices: &[SliceName], kill: bool) -> Result<Changes> {
-        let mut names: Vec<SliceName> = slices.to_vec();
-        // Child slices left from earlier plans go too: a parent cannot be removed before them.
-        for existing in self.slices_on_system() {
-            if !names.contains(&existing) && existing.lineage().iter().any(|a| slices.contains(a)) {
-                names.push(existing);
-            }
-        }
-        names.sort_by(|a, b| (b.depth(), b.as_str()).cmp(&(a.depth(), a.as_str())));
-        names.dedup();
+        let names = removal_order(slices, self.slices_on_system());
         let mut errors = Vec::new();
         let mut ops = Vec::new();
         let mut busy = Vec::new();

@@ -620,14 +620,7 @@ impl Backend for Systemd {
     }
 
     fn plan_destroy(&self, slices: &[SliceName], kill: bool) -> Result<Changes> {
-        let mut names: Vec<SliceName> = slices.to_vec();
-        for existing in self.slices() {
-            if !names.contains(&existing) && existing.lineage().iter().any(|a| slices.contains(a)) {
-                names.push(existing);
-            }
-        }
-        names.sort_by(|a, b| (b.depth(), b.as_str()).cmp(&(a.depth(), a.as_str())));
-        names.dedup();
+        let names = super::removal_order(slices, self.slices());
         let mut errors = Vec::new();
         let mut ops = Vec::new();
         let mut busy = Vec::new();
