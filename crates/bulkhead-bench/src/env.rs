@@ -197,7 +197,7 @@ impl Env {
         let paths = bulkhead::hugepages::Paths::default();
         let file = paths.pool_file(size, None);
         if !self.state.pools.iter().any(|(f, _)| f == &file) {
-            let was = bulkhead::hugepages::sysfs::pool_pages(&paths, size, None)
+            let was = bulkhead::host::hugepages::pool_pages(&paths, size, None)
                 .ok_or_else(|| format!("{}: no such pool", file.display()))?;
             self.state.pools.push((file, was));
             self.save();

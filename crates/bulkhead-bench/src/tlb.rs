@@ -145,7 +145,7 @@ pub fn validate(spec: &Spec) -> Result<(), String> {
     if spec.backings.is_empty() || !spec.backings.contains(&Backing::Base) {
         return Err("--backings must include 4K: every ratio is against it".into());
     }
-    let mem = bulkhead::hugepages::sysfs::meminfo(&bulkhead::hugepages::Paths::default());
+    let mem = bulkhead::host::hugepages::meminfo(&bulkhead::hugepages::Paths::default());
     // The table once, plus the pools the bench reserves next to it.
     let mut need = spec.size;
     if spec.backings.contains(&Backing::Huge2M) {
@@ -428,7 +428,7 @@ fn quantile(v: &[f64], q: f64) -> f64 {
 }
 
 fn machine() -> String {
-    let m = bulkhead::hugepages::sysfs::meminfo(&bulkhead::hugepages::Paths::default());
+    let m = bulkhead::host::hugepages::meminfo(&bulkhead::hugepages::Paths::default());
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     format!(
@@ -439,7 +439,7 @@ fn machine() -> String {
 }
 
 fn thp_mode() -> String {
-    bulkhead::hugepages::sysfs::thp(&bulkhead::hugepages::Paths::default())
+    bulkhead::host::hugepages::thp(&bulkhead::hugepages::Paths::default())
         .enabled
         .map(|c| c.active)
         .unwrap_or_else(|| "unavailable".into())
@@ -448,7 +448,7 @@ fn thp_mode() -> String {
 /// Grow a pool so `pages` are free for the bench; `Err` says why not.
 fn reserve(env: &mut Env, size: u64, pages: u64) -> Result<u64, String> {
     let paths = bulkhead::hugepages::Paths::default();
-    let pool = bulkhead::hugepages::sysfs::pools(&paths)
+    let pool = bulkhead::host::hugepages::pools(&paths)
         .into_iter()
         .find(|p| p.size == size)
         .ok_or_else(|| {

@@ -136,7 +136,7 @@ fn status(cli: &Cli, a: &StatusArgs) -> Result<i32> {
             nodes.join(", ")
         );
     }
-    let choice = |c: &Option<bulkhead::hugepages::sysfs::Choice>| {
+    let choice = |c: &Option<bulkhead::host::hugepages::Choice>| {
         c.as_ref().map_or("unavailable".to_string(), |c| {
             format!("{} (of {})", c.active, c.offered.join(" "))
         })
@@ -590,5 +590,5 @@ pub fn show(plan: &Plan, memory: u64) -> Result<Option<bulkhead::hugepages::Reso
     };
     let mut facts = Facts::read(&Paths::default());
     facts.memory = memory;
-    bulkhead::hugepages::model::resolve(spec, &plan.source, &facts, true).map(Some)
+    bulkhead::plan::hugepages::resolve(spec, &plan.source, &facts, true).map(Some)
 }

@@ -251,7 +251,7 @@ struct RunArgs {
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
     /// Set an environment variable (repeatable)
-    #[arg(long = "env", short = 'E', value_name = "KEY=VALUE", value_parser = bulkhead::run::parse_env_assignment)]
+    #[arg(long = "env", short = 'E', value_name = "KEY=VALUE", value_parser = bulkhead::plan::env::parse_env_assignment)]
     env: Vec<(String, String)>,
     /// Read KEY=VALUE lines from a file, as systemd's EnvironmentFile= (repeatable)
     #[arg(long = "setenv-file", value_name = "FILE")]
@@ -400,7 +400,7 @@ fn plan_show(cli: &Cli, a: &PlanShowArgs) -> Result<i32> {
     } else {
         print!("{}", show::plan_toml(&resolved));
         if let Some(h) = &hp {
-            print!("{}", bulkhead::hugepages::show_toml(h));
+            print!("{}", bulkhead::plan::hugepages::show_toml(h));
         }
         if !cli.quiet {
             report(&resolved.notes);

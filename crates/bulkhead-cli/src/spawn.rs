@@ -68,7 +68,7 @@ pub struct SpawnArgs {
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
     /// Set an environment variable (repeatable)
-    #[arg(long = "env", short = 'E', value_name = "KEY=VALUE", value_parser = bulkhead::run::parse_env_assignment)]
+    #[arg(long = "env", short = 'E', value_name = "KEY=VALUE", value_parser = bulkhead::plan::env::parse_env_assignment)]
     env: Vec<(String, String)>,
     /// Kill the whole sandbox after this long (e.g. 30s, 5min)
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]

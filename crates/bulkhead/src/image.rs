@@ -6,9 +6,9 @@
 //! Snapshots of an image are made beside it (see [`crate::snapshot`]), hidden by their
 //! `.#bulkhead-` names, which `list` skips.
 
-use crate::error::{errno_text, io_failed, Diagnostic, Error, Result};
 use crate::snapshot::{self, BTRFS_MAGIC};
-use crate::units::human_bytes;
+use bulkhead_sys::error::{errno_text, io_failed, Diagnostic, Error, Result};
+use bulkhead_sys::units::human_bytes;
 use std::collections::HashSet;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -967,7 +967,7 @@ pub fn remove(name: &str) -> Result<Image> {
         let hint = if known.is_empty() {
             format!("there are no images in {}", dir.display())
         } else {
-            let near = crate::plan::nearest(name, &known)
+            let near = bulkhead_plan::nearest(name, &known)
                 .map(|k| format!("did you mean {k}? "))
                 .unwrap_or_default();
             format!("{near}images: {}", known.join(", "))

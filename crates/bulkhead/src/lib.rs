@@ -10,15 +10,13 @@
 
 pub mod activate;
 pub mod cgroup;
-pub mod error;
-pub mod host;
 pub mod hugepages;
 pub mod image;
 pub mod metrics;
-pub mod plan;
 pub mod run;
 pub mod sandbox;
 pub mod snapshot;
-pub mod units;
 
-pub use error::{Diagnostic, Error, Result};
+pub use bulkhead_plan as plan;
+pub use bulkhead_sys::{error, host, units};
+pub use bulkhead_sys::{Diagnostic, Error, Result};

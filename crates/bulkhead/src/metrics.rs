@@ -2,7 +2,7 @@
 //! I/O bytes, tasks, and pressure stall information (PSI) where the hierarchy has it.
 
 use crate::cgroup::{CgroupFs, Version};
-use crate::plan::SliceName;
+use bulkhead_plan::SliceName;
 use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -3,14 +3,11 @@
 //! signal directly, and its exit code is bulkhead's.
 
 use crate::cgroup::Backend;
-use crate::error::{errno_text, Diagnostic, Error, Result};
-use crate::plan::SliceName;
+use bulkhead_plan::SliceName;
+use bulkhead_sys::error::{errno_text, Diagnostic, Error};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-
-/// Runtime state (marks, controller bookkeeping); gone at reboot, like cgroups.
-pub const RUNTIME_DIR: &str = "/run/bulkhead";
 
 /// Exit codes of `run` when the command itself never started (podman's convention).
 pub const EXIT_RUN_FAILED: i32 = 125;
@@ -48,74 +45,6 @@ impl RunError {
             error: Error::failed_with(d),
         }
     }
-}
-
-/// Parse `KEY=VALUE` from the command line.
-pub fn parse_env_assignment(s: &str) -> std::result::Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if valid_env_name(k) => Ok((k.to_string(), v.to_string())),
-        _ => Err(format!(
-            "'{s}' is not KEY=VALUE (KEY: letters, digits and _, not starting with a digit)"
-        )),
-    }
-}
-
-fn valid_env_name(k: &str) -> bool {
-    !k.is_empty()
-        && !k.starts_with(|c: char| c.is_ascii_digit())
-        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// Read an environment file the way systemd's EnvironmentFile= does: `KEY=VALUE` lines,
-/// `#` and `;` comments, optional quotes, an optional leading `export`.
-pub fn read_env_file(path: &Path) -> Result<Vec<(String, String)>> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Error::invalid(
-            Diagnostic::error(format!(
-                "cannot read the environment file: {}",
-                errno_text(&e)
-            ))
-            .at(path.display().to_string()),
-        )
-    })?;
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let t = line.trim();
-        if t.is_empty() || t.starts_with('#') || t.starts_with(';') {
-            continue;
-        }
-        let t = t.strip_prefix("export ").unwrap_or(t);
-        let Some((k, v)) = t.split_once('=') else {
-            return Err(Error::invalid(
-                Diagnostic::error(format!("'{t}' is not KEY=VALUE")).at(format!(
-                    "{}:{}",
-                    path.display(),
-                    i + 1
-                )),
-            ));
-        };
-        let k = k.trim();
-        if !valid_env_name(k) {
-            return Err(Error::invalid(
-                Diagnostic::error(format!("'{k}' is not a valid variable name")).at(format!(
-                    "{}:{}",
-                    path.display(),
-                    i + 1
-                )),
-            ));
-        }
-        let v = v.trim();
-        let v = if v.len() >= 2
-            && ((v.starts_with('"') && v.ends_with('"'))
-                || (v.starts_with('\'') && v.ends_with('\'')))
-        {
-            &v[1..v.len() - 1]
-        } else {
-            v
-        };
-        out.push((k.to_string(), v.to_string()));
-    }
-    Ok(out)
 }
 
 pub(crate) struct Ids {
@@ -272,10 +201,12 @@ fn prepare_and_exec(
     let ids = resolve_ids(spec)?;
     let mut env: Vec<(String, String)> = Vec::new();
     for f in &spec.env_files {
-        env.extend(read_env_file(f).map_err(|error| RunError {
-            code: EXIT_RUN_FAILED,
-            error,
-        })?);
+        env.extend(
+            bulkhead_plan::env::read_env_file(f).map_err(|error| RunError {
+                code: EXIT_RUN_FAILED,
+                error,
+            })?,
+        );
     }
     env.extend(spec.env.iter().cloned());
     if let Some(cwd) = &spec.cwd {

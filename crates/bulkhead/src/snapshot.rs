@@ -11,10 +11,10 @@
 //! written before the copy exists). Whatever kills the owner, [`clean_stale`] finds the entry
 //! and removes what it names.
 
-use crate::error::{errno_text, Diagnostic, Error, Result};
+pub use bulkhead_plan::sandbox::{Choice, Method};
+use bulkhead_sys::error::{errno_text, Diagnostic, Error, Result};
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, OsStr, OsString};
-use std::fmt;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -72,86 +72,6 @@ struct VolArgsV2 {
     flags: u64,
     unused: [u64; 4],
     name: [u8; 4040],
-}
-
-/// How a snapshot is made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Method {
-    /// A btrfs snapshot of a subvolume: constant time, shares everything.
-    Btrfs,
-    /// A copy whose files share extents with the source (FICLONE), on XFS or btrfs.
-    Reflink,
-    /// overlayfs: the source as the lower layer, changes in a tmpfs upper layer.
-    Overlay,
-    /// A full copy (copy_file_range), only when asked for.
-    Copy,
-}
-
-impl Method {
-    pub const ALL: [Method; 4] = [
-        Method::Btrfs,
-        Method::Reflink,
-        Method::Overlay,
-        Method::Copy,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Method::Btrfs => "btrfs",
-            Method::Reflink => "reflink",
-            Method::Overlay => "overlay",
-            Method::Copy => "copy",
-        }
-    }
-}
-
-impl fmt::Display for Method {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-const VALID_CHOICES: &str = "auto, btrfs, reflink, overlay, copy";
-
-impl std::str::FromStr for Method {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Method, String> {
-        Method::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| {
-                format!("unknown snapshot method '{s}' (valid: btrfs, reflink, overlay, copy)")
-            })
-    }
-}
-
-/// What the caller allows: the best method available, or exactly one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Choice {
-    #[default]
-    Auto,
-    Only(Method),
-}
-
-impl fmt::Display for Choice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Choice::Auto => f.write_str("auto"),
-            Choice::Only(m) => m.fmt(f),
-        }
-    }
-}
-
-impl std::str::FromStr for Choice {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Choice, String> {
-        if s == "auto" {
-            return Ok(Choice::Auto);
-        }
-        s.parse::<Method>()
-            .map(Choice::Only)
-            .map_err(|_| format!("unknown snapshot method '{s}' (valid: {VALID_CHOICES})"))
-    }
 }
 
 /// A writable copy of a root file system, removed by [`Snapshot::discard`] or on drop.
@@ -318,7 +238,7 @@ impl Source {
                 || libc::fstatfs(fd.as_raw_fd(), &mut sf) != 0
             {
                 let e = io::Error::last_os_error();
-                return Err(crate::error::io_failed("cannot stat", &lower, e));
+                return Err(bulkhead_sys::error::io_failed("cannot stat", &lower, e));
             }
             (st.st_ino, sf.f_type as u32)
         };
@@ -550,7 +470,8 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
 fn overlay_mount_point() -> Result<PathBuf> {
     let d = state_root().join(".overlay");
     if !d.is_dir() {
-        std::fs::create_dir_all(&d).map_err(|e| crate::error::io_failed("cannot create", &d, e))?;
+        std::fs::create_dir_all(&d)
+            .map_err(|e| bulkhead_sys::error::io_failed("cannot create", &d, e))?;
     }
     Ok(d)
 }
@@ -896,7 +817,7 @@ impl Entry {
                     text.extend_from_slice(path.as_os_str().as_bytes());
                     if let Err(e) = f.write_all(&text) {
                         let _ = std::fs::remove_file(&file);
-                        return Err(crate::error::io_failed(
+                        return Err(bulkhead_sys::error::io_failed(
                             "cannot write the sandbox state",
                             &file,
                             e,
@@ -908,7 +829,7 @@ impl Entry {
                 Err(e) if e.kind() == io::ErrorKind::NotFound && !made_root => {
                     made_root = true;
                     std::fs::create_dir_all(&root).map_err(|e| {
-                        crate::error::io_failed(
+                        bulkhead_sys::error::io_failed(
                             "cannot create the sandbox state directory",
                             &root,
                             e,
@@ -916,7 +837,7 @@ impl Entry {
                     })?;
                 }
                 Err(e) => {
-                    return Err(crate::error::io_failed(
+                    return Err(bulkhead_sys::error::io_failed(
                         "cannot create the sandbox state",
                         &file,
                         e,
@@ -1730,22 +1651,6 @@ fn copy_xattrs(from: Xt, to: Xt) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn method_and_choice_names_round_trip() {
-        for m in Method::ALL {
-            assert_eq!(m.to_string().parse::<Method>().unwrap(), m);
-            assert_eq!(m.to_string().parse::<Choice>().unwrap(), Choice::Only(m));
-        }
-        assert_eq!("auto".parse::<Choice>().unwrap(), Choice::Auto);
-        assert_eq!(Choice::Auto.to_string(), "auto");
-        let e = "zfs".parse::<Choice>().unwrap_err();
-        assert!(
-            e.contains("'zfs'") && e.contains("auto, btrfs, reflink, overlay, copy"),
-            "{e}"
-        );
-        assert!("Btrfs".parse::<Method>().is_err());
-    }
 
     #[test]
     fn ioctl_structs_are_4096_bytes() {

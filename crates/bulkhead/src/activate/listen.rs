@@ -1,8 +1,8 @@
 //! Binding the plan's listen addresses, before anything else starts: an address in use or a
 //! unix path in a missing directory is an error that names the plan line.
 
-use crate::error::{errno_text, Diagnostic, Error, Result};
-use crate::plan::socket::{Endpoint, SocketSpec};
+use bulkhead_plan::socket::{Endpoint, SocketSpec};
+use bulkhead_sys::error::{errno_text, Diagnostic, Error, Result};
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! ready, proxies them (or hands the listening sockets over, or starts one target per
 //! connection), and stops the target when it has been idle for `idle_timeout`.
 //!
-//! Flow: plan `[socket.NAME]` ([`crate::plan::socket`]) -> [`check`] (targets exist, names
+//! Flow: plan `[socket.NAME]` ([`bulkhead_plan::socket`]) -> [`check`] (targets exist, names
 //! free) -> [`listen::bind_all`] (every address bound before anything runs) -> one
 //! current-thread tokio runtime with an accept loop per listener and a [`target::Activator`]
 //! per socket.
@@ -14,9 +14,9 @@ pub mod proxyproto;
 pub mod state;
 pub mod target;
 
-use crate::error::{Diagnostic, Error, Result};
-use crate::plan::socket::{Endpoint, Mode, SocketSpec};
-use crate::plan::Plan;
+use bulkhead_plan::socket::{Endpoint, Mode, SocketSpec};
+use bulkhead_plan::Plan;
+use bulkhead_sys::error::{Diagnostic, Error, Result};
 use listen::Listener;
 use proxy::Conn;
 use std::collections::HashMap;
@@ -198,7 +198,7 @@ pub fn describe(specs: &[SocketSpec], launcher: &Launcher) -> Vec<String> {
         } else {
             0
         };
-        let notify = (s.ready == crate::plan::socket::Ready::Notify).then(|| notify_dir(&s.name));
+        let notify = (s.ready == bulkhead_plan::socket::Ready::Notify).then(|| notify_dir(&s.name));
         let argv = launcher.command(s, fds, notify.as_deref(), &[]);
         out.push(format!(
             "  on the first connection: {}",
@@ -210,8 +210,8 @@ pub fn describe(specs: &[SocketSpec], launcher: &Launcher) -> Vec<String> {
         out.push(format!(
             "  ready: {}; start_timeout {}; idle_timeout {}; stop: SIGTERM, SIGKILL after {}",
             match s.ready {
-                crate::plan::socket::Ready::Connect => "when the backend accepts a connection",
-                crate::plan::socket::Ready::Notify => "on READY=1",
+                bulkhead_plan::socket::Ready::Connect => "when the backend accepts a connection",
+                bulkhead_plan::socket::Ready::Notify => "on READY=1",
             },
             target::show(s.start_timeout),
             s.idle_timeout.map_or("infinity".into(), target::show),
@@ -262,7 +262,7 @@ async fn run(bound: Vec<(SocketSpec, Vec<Listener>)>, launcher: Launcher, log: L
     let mut keep = Vec::new();
     for (spec, listeners) in bound {
         let notify =
-            (spec.ready == crate::plan::socket::Ready::Notify).then(|| notify_dir(&spec.name));
+            (spec.ready == bulkhead_plan::socket::Ready::Notify).then(|| notify_dir(&spec.name));
         let act = Activator::new(spec, launcher.clone(), notify, log);
         let listen: Vec<String> = act.spec.listen.iter().map(|(e, _)| e.to_string()).collect();
         log.line(&format!(

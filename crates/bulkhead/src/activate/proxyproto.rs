@@ -2,7 +2,7 @@
 //! balancer sends it, written towards the target so the client's address survives the proxy.
 
 use super::proxy::Conn;
-use crate::plan::socket::ProxyVersion;
+use bulkhead_plan::socket::ProxyVersion;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! slice, the snapshot's cleanup, the exit codes) holds here too, and `ps` shows what runs.
 
 use super::proxy::Conn;
-use crate::plan::socket::{Endpoint, Mode, Ready, SocketSpec};
+use bulkhead_plan::socket::{Endpoint, Mode, Ready, SocketSpec};
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

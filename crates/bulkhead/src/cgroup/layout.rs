@@ -188,7 +188,7 @@ impl Layout {
             Some(_) => kernel_at_least(5, 15),
             None => false,
         };
-        let bfq_devices = crate::host::bfq_devices();
+        let bfq_devices = bulkhead_sys::host::bfq_devices();
         let io_v2 = self
             .hierarchy("io")
             .is_some_and(|h| h.version == Version::V2);
@@ -205,7 +205,7 @@ impl Layout {
         };
         Caps {
             cpu_idle,
-            bfq: crate::host::bfq_available(),
+            bfq: bulkhead_sys::host::bfq_available(),
             bfq_devices,
             // io.cost works only where a device has it enabled, not merely compiled in.
             io_cost: io_v2

@@ -2,10 +2,10 @@
 //! maps them. Pure data: no file is read or written here.
 
 use super::layout::{Caps, Version};
-use crate::error::Diagnostic;
-use crate::host::{page_size_cgroup_name, DevNum};
-use crate::plan::{CpuWeight, ResolvedSlice};
-use crate::units::{IdSet, Limit};
+use bulkhead_plan::{CpuWeight, ResolvedSlice};
+use bulkhead_sys::error::Diagnostic;
+use bulkhead_sys::host::{page_size_cgroup_name, DevNum};
+use bulkhead_sys::units::{IdSet, Limit};
 
 /// How a control file's current content is compared with the wanted value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,9 +18,7 @@ fn marker_file(dir: &Path) -> PathBuf {
         .chars()
         .map(|c| if c == '/' { '%' } else { c })
         .collect();
-    Path::new(crate::run::RUNTIME_DIR)
-        .join("owned")
-        .join(escaped)
+    bulkhead_sys::paths::owned_marks_dir().join(escaped)
 }
 
 fn cpath(p: &Path) -> CString {

@@ -14,9 +14,9 @@ pub mod systemd;
 pub use layout::{Hierarchy, Layout, Version};
 pub use ops::{Op, Outcome};
 
-use crate::error::{errno_text, Diagnostic, Error, Result};
-use crate::plan::{ResolvedPlan, SliceName};
-use crate::units::IdSet;
+use bulkhead_plan::{ResolvedPlan, SliceName};
+use bulkhead_sys::error::{errno_text, Diagnostic, Error, Result};
+use bulkhead_sys::units::IdSet;
 use mapping::{fresh_default, keyed_lines, reset_line, same, same_line, Cmp, Mapper, Want};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
@@ -82,7 +82,7 @@ pub fn removal_order(slices: &[SliceName], existing: Vec<SliceName>) -> Vec<Slic
 }
 
 pub fn runtime_dir() -> PathBuf {
-    PathBuf::from(crate::run::RUNTIME_DIR)
+    bulkhead_sys::paths::runtime_dir()
 }
 
 /// The cgroupfs backend: writes control files directly.
@@ -322,7 +322,7 @@ impl Planner {
                             self.errors.push(
                                 Diagnostic::error(format!(
                                     "{why} is below what the slice uses now ({}); cgroup v2 would OOM-kill processes to get there",
-                                    crate::units::human_bytes(used)
+                                    bulkhead_sys::units::human_bytes(used)
                                 ))
                                 .at(dir.display().to_string())
                                 .hint("raise the limit, or stop or move processes out of the slice first"),

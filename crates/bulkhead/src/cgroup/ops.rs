@@ -2,7 +2,7 @@
 //! undone in reverse order when one of them fails.
 
 use super::mark;
-use crate::error::{errno_text, Diagnostic, Error, Result};
+use bulkhead_sys::error::{errno_text, Diagnostic, Error, Result};
 use std::fmt;
 use std::fs;
 use std::io::Write as _;

@@ -8,8 +8,8 @@
 //! memory can grow: the report shows it.
 
 use super::usage::{parse_rollup, parse_smaps, Rollup};
-use crate::error::{errno_text, Diagnostic, Error, Result};
-use crate::units::human_bytes;
+use bulkhead_sys::error::{errno_text, Diagnostic, Error, Result};
+use bulkhead_sys::units::human_bytes;
 use std::os::fd::{FromRawFd, OwnedFd};
 
 /// Advice per call: large areas are advised in pieces, so a failure in one piece (no free

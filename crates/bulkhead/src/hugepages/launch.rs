@@ -17,12 +17,12 @@
 //! intervals up to every 5 s) to say when the huge pages arrived, or at exit that they never
 //! did. `--no-verify` execs in place instead (`hugepages usage PID` checks later).
 
-use super::sysfs::{Facts, Paths};
 use super::usage::parse_rollup;
 use crate::cgroup::Backend;
-use crate::error::{Diagnostic, Error, Result, Severity};
 use crate::run::{RunError, RunSpec, EXIT_RUN_FAILED};
-use crate::units::human_bytes;
+use bulkhead_sys::error::{Diagnostic, Error, Result, Severity};
+use bulkhead_sys::host::hugepages::{Facts, Paths};
+use bulkhead_sys::units::human_bytes;
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -45,7 +45,7 @@ impl RunMode {
         if t.eq_ignore_ascii_case("thp") {
             return Ok(RunMode::Thp);
         }
-        let Some(size) = crate::host::parse_page_size(t) else {
+        let Some(size) = bulkhead_sys::host::parse_page_size(t) else {
             return Err(Error::invalid(
                 Diagnostic::error(format!("--hugepages {s}: not a mode")).hint(format!(
                     "write thp (transparent huge pages) or a hugetlb page size: {}",
@@ -250,7 +250,7 @@ pub struct Prepared {
 pub fn prepare(spec: &mut RunSpec, mode: RunMode, facts: &Facts) -> Result<Prepared> {
     let mut env: Vec<(String, String)> = Vec::new();
     for f in &spec.env_files {
-        env.extend(crate::run::read_env_file(f)?);
+        env.extend(bulkhead_plan::env::read_env_file(f)?);
     }
     env.extend(spec.env.iter().cloned());
     let current = |k: &str| -> Option<String> {

@@ -6,12 +6,12 @@
 //! still short, every change of this run is undone and the error names the shortfall and the
 //! kernel command line that reserves the pages at boot.
 
-use super::model::Resolved;
 use super::state::{Saved, SavedMount};
-use super::sysfs::{self, Choice, Facts, Paths};
-use crate::cgroup::ops::write_file;
-use crate::error::{errno_text, Diagnostic, Error, Result};
-use crate::units::human_bytes;
+use bulkhead_plan::hugepages::Resolved;
+use bulkhead_sys::cgroupfs::write_file;
+use bulkhead_sys::error::{errno_text, Diagnostic, Error, Result};
+use bulkhead_sys::host::hugepages::{self as sysfs, Choice, Facts, Paths};
+use bulkhead_sys::units::human_bytes;
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};

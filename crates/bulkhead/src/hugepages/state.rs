@@ -6,19 +6,16 @@
 //! it): like the pools themselves it does not survive a reboot. Each entry is written before
 //! the change it records, so a bulkhead killed halfway still leaves a complete record.
 
-use crate::error::{Diagnostic, Error, Result};
+use bulkhead_sys::error::{Diagnostic, Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The environment variable that moves the record (tests, several bulkhead instances).
-pub const STATE_ENV: &str = "BULKHEAD_HUGEPAGES_STATE";
+pub use bulkhead_sys::paths::HUGEPAGES_STATE_ENV as STATE_ENV;
 
 pub fn default_path() -> PathBuf {
-    match std::env::var_os(STATE_ENV) {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => PathBuf::from(crate::run::RUNTIME_DIR).join("hugepages.json"),
-    }
+    bulkhead_sys::paths::hugepages_state()
 }
 
 /// A hugetlbfs mount bulkhead made.
@@ -54,7 +51,7 @@ impl Saved {
                 )
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Saved::default()),
-            Err(e) => Err(crate::error::io_failed("cannot read", path, e)),
+            Err(e) => Err(bulkhead_sys::error::io_failed("cannot read", path, e)),
         }
     }
 
@@ -63,20 +60,20 @@ impl Saved {
         if self.is_empty() {
             return match std::fs::remove_file(path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(crate::error::io_failed("cannot remove", path, e))
+                    Err(bulkhead_sys::error::io_failed("cannot remove", path, e))
                 }
                 _ => Ok(()),
             };
         }
         if let Some(d) = path.parent() {
             std::fs::create_dir_all(d)
-                .map_err(|e| crate::error::io_failed("cannot create", d, e))?;
+                .map_err(|e| bulkhead_sys::error::io_failed("cannot create", d, e))?;
         }
         let tmp = path.with_extension("json.tmp");
         let text = serde_json::to_string_pretty(self).unwrap_or_default();
         std::fs::write(&tmp, text)
             .and_then(|_| std::fs::rename(&tmp, path))
-            .map_err(|e| crate::error::io_failed("cannot write", path, e))
+            .map_err(|e| bulkhead_sys::error::io_failed("cannot write", path, e))
     }
 
     /// Remember `value` as the original of `file`, unless an earlier change already did.

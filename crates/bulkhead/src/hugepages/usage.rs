@@ -8,11 +8,11 @@
 //! the hugetlb cgroup counters and the THP share of memory.stat.
 
 use super::state::Saved;
-use super::sysfs::{self, HugetlbfsMount, Meminfo, Paths, Pool, Thp};
 use crate::cgroup::{CgroupFs, Layout, Version};
-use crate::error::{Diagnostic, Error, Result};
-use crate::host::page_size_cgroup_name;
-use crate::units::human_bytes;
+use bulkhead_sys::error::{Diagnostic, Error, Result};
+use bulkhead_sys::host::hugepages::{self as sysfs, HugetlbfsMount, Meminfo, Paths, Pool, Thp};
+use bulkhead_sys::host::page_size_cgroup_name;
+use bulkhead_sys::units::human_bytes;
 use std::fs;
 use std::path::{Path, PathBuf};
 

@@ -6,8 +6,8 @@
 //! without a message means the command is running.
 
 use super::setup::{Create, Op, Program, Target};
-use crate::error::{Diagnostic, Error};
 use crate::run::{RunError, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_RUN_FAILED};
+use bulkhead_sys::error::{Diagnostic, Error};
 use std::ffi::{CStr, CString};
 use std::io::Write;
 use std::os::fd::RawFd;
@@ -76,7 +76,7 @@ fn os_err(what: &str) -> RunError {
     let e = std::io::Error::last_os_error();
     RunError::with_code(
         EXIT_RUN_FAILED,
-        Error::failed(format!("{what}: {}", crate::error::errno_text(&e))),
+        Error::failed(format!("{what}: {}", bulkhead_sys::error::errno_text(&e))),
     )
 }
 
@@ -171,7 +171,7 @@ pub(crate) fn idmapped_tree(
                 Diagnostic::error(format!(
                     "cannot ID-map {} for --private-users: {}",
                     src.display(),
-                    crate::error::errno_text(&e)
+                    bulkhead_sys::error::errno_text(&e)
                 ))
                 .hint("ID-mapped mounts need Linux 5.12+ and a file system that supports them (ext4, xfs, btrfs, tmpfs 6.3+)"),
             ),
@@ -215,7 +215,7 @@ pub(crate) fn run(
             Error::failed_with(
                 Diagnostic::error(format!(
                     "cannot create the sandbox's namespaces: {}",
-                    crate::error::errno_text(&e)
+                    bulkhead_sys::error::errno_text(&e)
                 ))
                 .hint(hint),
             ),
@@ -362,7 +362,7 @@ fn write_id_maps(pid: libc::pid_t, r: super::UserRange) -> Result<(), RunError> 
                 EXIT_RUN_FAILED,
                 Error::failed(format!(
                     "cannot write /proc/{pid}/{file}: {}",
-                    crate::error::errno_text(&e)
+                    bulkhead_sys::error::errno_text(&e)
                 )),
             )
         })
@@ -389,7 +389,7 @@ fn errno() -> i32 {
 }
 
 fn strerror(e: i32) -> String {
-    crate::error::errno_text(&std::io::Error::from_raw_os_error(e))
+    bulkhead_sys::error::errno_text(&std::io::Error::from_raw_os_error(e))
 }
 
 fn lossy(c: &CStr) -> String {

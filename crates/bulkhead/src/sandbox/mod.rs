@@ -17,84 +17,17 @@ pub mod seccomp;
 pub mod setup;
 
 use crate::cgroup::Backend;
-use crate::error::{errno_text, Diagnostic, Error};
-use crate::plan::SliceName;
 use crate::run::{RunError, EXIT_RUN_FAILED};
-use crate::snapshot::{self, Choice, Snapshot};
+use crate::snapshot::{self, Snapshot};
+pub use bulkhead_plan::sandbox::{Bind, Choice, Net, UserRange};
+use bulkhead_plan::SliceName;
+use bulkhead_sys::error::{errno_text, Diagnostic, Error};
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The exit code when `--timeout` killed the sandbox (coreutils timeout(1)'s convention).
 pub const EXIT_TIMEOUT: i32 = 124;
-
-/// Which network the sandbox gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Net {
-    /// A new network namespace with only `lo`, and `lo` down.
-    None,
-    /// A new network namespace with `lo` up.
-    #[default]
-    Private,
-    /// The host's network namespace.
-    Host,
-}
-
-impl std::str::FromStr for Net {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Net, String> {
-        match s {
-            "none" => Ok(Net::None),
-            "private" => Ok(Net::Private),
-            "host" => Ok(Net::Host),
-            _ => Err(format!("'{s}' is not a network mode (none, private, host)")),
-        }
-    }
-}
-
-/// `--bind SRC:DST[:ro]`
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bind {
-    pub src: PathBuf,
-    pub dst: PathBuf,
-    pub read_only: bool,
-}
-
-impl std::str::FromStr for Bind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Bind, String> {
-        let parts: Vec<&str> = s.split(':').collect();
-        let (src, dst, ro) = match parts.as_slice() {
-            [src] => (*src, *src, false),
-            [src, dst] => (*src, *dst, false),
-            [src, dst, opt] => match *opt {
-                "ro" => (*src, *dst, true),
-                "rw" => (*src, *dst, false),
-                _ => {
-                    return Err(format!(
-                        "'{s}': the option after the second ':' must be ro or rw, not '{opt}'"
-                    ))
-                }
-            },
-            _ => return Err(format!("'{s}' is not SRC[:DST[:ro|rw]]")),
-        };
-        if src.is_empty() || dst.is_empty() {
-            return Err(format!("'{s}': empty path"));
-        }
-        Ok(Bind {
-            src: PathBuf::from(src),
-            dst: PathBuf::from(dst),
-            read_only: ro,
-        })
-    }
-}
-
-/// A user namespace: IDs 0..size inside are base..base+size outside.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UserRange {
-    pub base: u32,
-    pub size: u32,
-}
 
 /// What the user asked for (`bulkhead spawn`).
 #[derive(Debug, Clone, Default)]
@@ -177,7 +110,7 @@ fn validate(spec: &SandboxSpec) -> Result<PathBuf, RunError> {
         ));
     }
     let root = std::fs::canonicalize(root)
-        .map_err(|e| failed(crate::error::io_failed("cannot resolve", root, e)))?;
+        .map_err(|e| failed(bulkhead_sys::error::io_failed("cannot resolve", root, e)))?;
     if root == Path::new("/") {
         return Err(invalid(
             "-D /: the host's own root cannot be a sandbox root",

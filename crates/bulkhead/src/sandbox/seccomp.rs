@@ -5,7 +5,7 @@
 //! to clone, whose flags the filter can see (Docker's default profile does the same).
 //! Everything else is allowed; capabilities (see `setup::kept_caps`) do the rest.
 
-use crate::error::Result;
+use bulkhead_sys::error::Result;
 
 /// The names of the denied calls, for the docs and `spawn --dry-run`.
 pub const DENIED: &[&str] = &[

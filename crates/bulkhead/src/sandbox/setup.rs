@@ -3,9 +3,9 @@
 //! prints it ([`Program::describe`]).
 
 use super::{invalid, seccomp, Net, SandboxSpec, UserRange};
-use crate::error::{Error, Result};
 use crate::run::RunError;
 use crate::snapshot::{Method, Snapshot};
+use bulkhead_sys::error::{Error, Result};
 use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};

@@ -2,7 +2,7 @@
 //! systemd's errors turned into messages that say what to do.
 
 use super::props::{Prop, PropValue, Version};
-use crate::error::{Diagnostic, Error, Result};
+use bulkhead_sys::error::{Diagnostic, Error, Result};
 use std::collections::HashMap;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
@@ -363,7 +363,7 @@ pub fn short(e: &zbus::Error) -> String {
         zbus::Error::MethodError(_, Some(m), _) => m.clone(),
         zbus::Error::MethodError(name, None, _) => name.to_string(),
         zbus::Error::FDO(f) => f.to_string(),
-        zbus::Error::InputOutput(io) => crate::error::errno_text(io),
+        zbus::Error::InputOutput(io) => bulkhead_sys::error::errno_text(io),
         other => other.to_string(),
     }
 }

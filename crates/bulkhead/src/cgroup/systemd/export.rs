@@ -12,10 +12,12 @@
 use super::props::{
     support, weight_to_blkio, weight_to_shares, Version, CPU_IDLE_SINCE, CURRENT, PERCENT_SINCE,
 };
-use crate::error::{errno_text, Diagnostic, Error, Result};
-use crate::host::Host;
-use crate::plan::{CpuWeight, MemSpec, MemValue, Plan, ResolvedSlice, SliceName, TasksSpec, Value};
-use crate::units::{human_bytes, Limit};
+use bulkhead_plan::{
+    CpuWeight, MemSpec, MemValue, Plan, ResolvedSlice, SliceName, TasksSpec, Value,
+};
+use bulkhead_sys::error::{errno_text, Diagnostic, Error, Result};
+use bulkhead_sys::host::Host;
+use bulkhead_sys::units::{human_bytes, Limit};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -117,7 +119,7 @@ fn mem_toml(spec: &MemSpec) -> String {
     out
 }
 
-fn limit_text(l: &crate::units::Limit) -> String {
+fn limit_text(l: &bulkhead_sys::units::Limit) -> String {
     match l {
         Limit::Bytes(b) => si(*b),
         Limit::Infinity => "infinity".into(),
@@ -395,7 +397,7 @@ pub fn unit_files(plan: &Plan, host: &Host, version: Version) -> Result<Export> 
         let mut floor_lines = Vec::new();
         let mut keep = Vec::new();
         let mut comments = Vec::new();
-        for key in crate::plan::directive_names() {
+        for key in bulkhead_plan::directive_names() {
             let Some(at) = spec.directives.get(key) else {
                 continue;
             };
@@ -562,7 +564,7 @@ pub fn slices_in(dir: &Path) -> Vec<SliceName> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::units::IdSet;
+    use bulkhead_sys::units::IdSet;
 
     fn host(mem: u64) -> Host {
         Host {
@@ -591,7 +593,7 @@ mod tests {
 
     #[test]
     fn default_plan_for_current_systemd() {
-        let plan = Plan::parse(crate::plan::EMBEDDED_DEFAULT, None).unwrap();
+        let plan = Plan::parse(bulkhead_plan::EMBEDDED_DEFAULT, None).unwrap();
         let e = unit_files(&plan, &host(16 << 30), CURRENT).unwrap();
         let helper = text(&e, "db-helper.slice");
         assert!(helper.starts_with(HEADER), "{helper}");
@@ -706,7 +708,7 @@ mod tests {
             .filter(|p| p.extension().is_some_and(|x| x == "slice"))
             .collect();
         files.sort();
-        let toml = crate::plan::import::import(&files).unwrap();
+        let toml = bulkhead_plan::import::import(&files).unwrap();
         let again = Plan::parse(&toml, None).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         let names = |p: &Plan| p.slices.keys().cloned().collect::<Vec<_>>();
@@ -755,8 +757,8 @@ MemoryMax = "infinity"
     #[test]
     fn import_of_export_is_the_plan() {
         for version in [CURRENT, 245, 240, 232, 231, 230, 219] {
-            round_trip(crate::plan::EMBEDDED_DEFAULT, version, 16 << 30);
-            round_trip(crate::plan::EMBEDDED_DEFAULT, version, 64 << 30);
+            round_trip(bulkhead_plan::EMBEDDED_DEFAULT, version, 16 << 30);
+            round_trip(bulkhead_plan::EMBEDDED_DEFAULT, version, 64 << 30);
             round_trip(RICH, version, 16 << 30);
         }
     }

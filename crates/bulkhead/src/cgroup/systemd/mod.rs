@@ -21,8 +21,8 @@ pub mod props;
 pub mod run;
 
 use super::{Backend, CgroupFs, Changes, Layout, Op, Outcome, Version as CgVersion, MISSING_SLICE};
-use crate::error::{errno_text, Diagnostic, Error, Result};
-use crate::plan::{Plan, ResolvedPlan, SliceName};
+use bulkhead_plan::{Plan, ResolvedPlan, SliceName};
+use bulkhead_sys::error::{errno_text, Diagnostic, Error, Result};
 use bus::{call_failed, error_name, short, Bus};
 use props::{Prop, PropValue};
 use std::fmt;
@@ -460,7 +460,7 @@ impl Systemd {
             Call::WriteFile { path, text, .. } => write_file(path, text),
             Call::RemoveFile { path, .. } => {
                 std::fs::remove_file(path)
-                    .map_err(|e| crate::error::io_failed("cannot remove", path, e))?;
+                    .map_err(|e| bulkhead_sys::error::io_failed("cannot remove", path, e))?;
                 if let Some(parent) = path
                     .parent()
                     .filter(|p| p.extension().is_some_and(|x| x == "d"))
@@ -487,11 +487,12 @@ fn free(st: &bus::UnitState) -> bool {
 fn write_file(path: &Path, text: &str) -> Result<()> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)
-            .map_err(|e| crate::error::io_failed("cannot create", parent, e))?;
+            .map_err(|e| bulkhead_sys::error::io_failed("cannot create", parent, e))?;
     }
     let tmp = path.with_extension("bulkhead-tmp");
-    std::fs::write(&tmp, text).map_err(|e| crate::error::io_failed("cannot write", &tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| crate::error::io_failed("cannot write", path, e))
+    std::fs::write(&tmp, text)
+        .map_err(|e| bulkhead_sys::error::io_failed("cannot write", &tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| bulkhead_sys::error::io_failed("cannot write", path, e))
 }
 
 /// systemd refused properties: name the directive the message is about.

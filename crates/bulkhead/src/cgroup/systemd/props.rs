@@ -4,9 +4,9 @@
 //! The same table drives the transient units of `apply` (D-Bus properties) and the unit files
 //! of `export systemd` and `apply --persist` (directive lines), so both say the same thing.
 
-use crate::error::Diagnostic;
-use crate::plan::{CpuWeight, ResolvedSlice};
-use crate::units::{IdSet, Limit};
+use bulkhead_plan::{CpuWeight, ResolvedSlice};
+use bulkhead_sys::error::Diagnostic;
+use bulkhead_sys::units::{IdSet, Limit};
 use std::fmt;
 
 /// A D-Bus property value, typed as systemd's API takes it.
@@ -226,7 +226,7 @@ fn limit(l: Limit) -> u64 {
 fn limit_text(l: Limit) -> String {
     match l {
         Limit::Bytes(0) => "0".into(),
-        Limit::Bytes(b) => crate::units::human_bytes(b),
+        Limit::Bytes(b) => bulkhead_sys::units::human_bytes(b),
         Limit::Infinity => "infinity".into(),
     }
 }
@@ -416,7 +416,7 @@ pub fn slice_props(s: &ResolvedSlice, version: Version) -> SliceProps {
             );
         }
     }
-    let path = |d: &crate::host::DevNum| {
+    let path = |d: &bulkhead_sys::host::DevNum| {
         s.device_paths
             .get(d)
             .cloned()
@@ -443,7 +443,7 @@ pub fn slice_props(s: &ResolvedSlice, version: Version) -> SliceProps {
             props.push(Prop::new("BlockIODeviceWeight", PropValue::DevU64(list)).why(why));
         }
     }
-    type Pick = fn(&crate::plan::IoMax) -> Option<Limit>;
+    type Pick = fn(&bulkhead_plan::IoMax) -> Option<Limit>;
     let io: [(&str, Pick); 4] = [
         ("IOReadBandwidthMax", |m| m.rbps),
         ("IOWriteBandwidthMax", |m| m.wbps),
@@ -545,8 +545,8 @@ pub fn same(current: &PropValue, wanted: &PropValue) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::Host;
-    use crate::plan::Plan;
+    use bulkhead_plan::Plan;
+    use bulkhead_sys::host::Host;
 
     fn host() -> Host {
         Host {
@@ -562,7 +562,7 @@ mod tests {
     fn props(plan: &str, slice: &str, version: Version) -> SliceProps {
         let p = Plan::parse(plan, None).unwrap().resolve(&host()).unwrap();
         let s = p
-            .slice(&crate::plan::SliceName::parse(slice).unwrap())
+            .slice(&bulkhead_plan::SliceName::parse(slice).unwrap())
             .unwrap();
         slice_props(s, version)
     }

@@ -8,8 +8,9 @@ use super::bus::{call_failed, unit_object_path, Bus};
 use super::props::{Prop, PropValue, COLLECT_MODE_SINCE, RUN_SERVICE_SINCE};
 use super::{refused, Systemd};
 use crate::cgroup::{Backend, MISSING_SLICE};
-use crate::error::{errno_text, Diagnostic, Error};
-use crate::run::{find_program, read_env_file, resolve_ids, RunError, RunSpec, EXIT_RUN_FAILED};
+use crate::run::{find_program, resolve_ids, RunError, RunSpec, EXIT_RUN_FAILED};
+use bulkhead_plan::env::read_env_file;
+use bulkhead_sys::error::{errno_text, Diagnostic, Error};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
@@ -294,7 +295,7 @@ fn wait_finished(
     bus: &Bus,
     unit: &str,
     changes: &mut zbus::blocking::MessageIterator,
-) -> crate::error::Result<()> {
+) -> bulkhead_sys::error::Result<()> {
     loop {
         match bus.unit_state(unit)? {
             None => return Ok(()),

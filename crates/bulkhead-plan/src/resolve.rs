@@ -1,9 +1,9 @@
 //! [`Plan`] + [`Host`] -> [`ResolvedPlan`]: every value in bytes, weights and device numbers.
 
 use super::{At, CpuWeight, MemSpec, MemValue, Plan, SliceName, TasksSpec, Value};
-use crate::error::{Diagnostic, Error, Result};
-use crate::host::{page_size_cgroup_name, DevNum, Host};
-use crate::units::{human_bytes, IdSet, Limit};
+use bulkhead_sys::error::{Diagnostic, Error, Result};
+use bulkhead_sys::host::{page_size_cgroup_name, DevNum, Host};
+use bulkhead_sys::units::{human_bytes, IdSet, Limit};
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -1,6 +1,6 @@
 use super::*;
-use crate::host::Host;
-use crate::units::{IdSet, Limit};
+use bulkhead_sys::host::Host;
+use bulkhead_sys::units::{IdSet, Limit};
 
 fn host() -> Host {
     Host {

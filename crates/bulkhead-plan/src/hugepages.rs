@@ -10,10 +10,11 @@
 //! mount = { path = "/dev/hugepages", pagesize = "2M" } # or a list; size = "4G" | "50%", mode = "1770"
 //! ```
 
-use super::sysfs::Facts;
-use crate::error::{Diagnostic, Error, Result};
-use crate::plan::{Loc, Source};
-use crate::units::{human_bytes, parse_percent, parse_size};
+use crate::{Loc, Source};
+use bulkhead_sys::error::{Diagnostic, Error, Result};
+use bulkhead_sys::host::hugepages::Facts;
+use bulkhead_sys::units::{human_bytes, parse_percent, parse_size};
+use std::fmt::Write as _;
 use std::path::{Component, Path, PathBuf};
 use toml::de::DeValue;
 use toml::Spanned;
@@ -99,7 +100,7 @@ impl Cx<'_> {
     }
     fn unknown_key(&mut self, loc: Loc, ctx: &str, key: &str, known: &[&str]) {
         let names: Vec<String> = known.iter().map(|s| s.to_string()).collect();
-        let hint = match crate::plan::nearest(key, &names) {
+        let hint = match crate::nearest(key, &names) {
             Some(s) => format!("did you mean {s}?"),
             None => format!("{ctx} takes: {}", known.join(", ")),
         };
@@ -227,7 +228,7 @@ fn amount(v: &DeValue<'_>, raw: &str) -> std::result::Result<Amount, (String, St
 }
 
 fn page_size_key(s: &str) -> Option<u64> {
-    crate::host::parse_page_size(s).filter(|b| *b >= 4096 && b.is_power_of_two())
+    bulkhead_sys::host::parse_page_size(s).filter(|b| *b >= 4096 && b.is_power_of_two())
 }
 
 fn parse_pools(cx: &mut Cx<'_>, v: &Spanned<DeValue<'_>>, out: &mut Vec<PoolSpec>) {
@@ -701,7 +702,7 @@ pub fn resolve(
             continue;
         };
         if !choice.offered.contains(&w.value) {
-            let near = crate::plan::nearest(&w.value, &choice.offered)
+            let near = crate::nearest(&w.value, &choice.offered)
                 .map(|s| format!("did you mean {s}? "))
                 .unwrap_or_default();
             errors.push(err(
@@ -759,10 +760,73 @@ pub fn resolve(
     }
 }
 
+/// The section as `plan show` prints it: page counts, as valid plan TOML.
+pub fn show_toml(r: &Resolved) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "\n[hugepages]");
+    if !r.pools.is_empty() {
+        let mut parts: Vec<String> = Vec::new();
+        let mut sizes: Vec<u64> = r.pools.iter().map(|p| p.size).collect();
+        sizes.dedup();
+        for size in sizes {
+            let of: Vec<_> = r.pools.iter().filter(|p| p.size == size).collect();
+            let name = human_bytes(size);
+            if of.iter().all(|p| p.node.is_none()) {
+                parts.push(format!("\"{name}\" = {}", of[0].pages));
+            } else {
+                let nodes: Vec<String> = of
+                    .iter()
+                    .map(|p| format!("node{} = {}", p.node.unwrap_or(0), p.pages))
+                    .collect();
+                parts.push(format!("\"{name}\" = {{ {} }}", nodes.join(", ")));
+            }
+        }
+        let _ = writeln!(
+            o,
+            "pools = {{ {} }}    # pages; all pools: {} of {} RAM",
+            parts.join(", "),
+            human_bytes(r.pooled_after),
+            human_bytes(r.memory)
+        );
+    }
+    if !r.thp.is_empty() {
+        let parts: Vec<String> = r
+            .thp
+            .iter()
+            .map(|t| format!("{} = \"{}\"", t.file, t.value))
+            .collect();
+        let _ = writeln!(o, "thp = {{ {} }}", parts.join(", "));
+    }
+    for m in &r.mounts {
+        let _ = writeln!(
+            o,
+            "[[hugepages.mount]]\npath = \"{}\"\npagesize = \"{}\"",
+            m.path.display(),
+            human_bytes(m.pagesize)
+        );
+        for opt in m.options.split(',') {
+            match opt.split_once('=') {
+                Some(("size", v)) if v.ends_with('%') => {
+                    let _ = writeln!(o, "size = \"{v}\"");
+                }
+                Some(("size", v)) => {
+                    let b = v.parse::<u64>().unwrap_or(0);
+                    let _ = writeln!(o, "size = \"{}\"", human_bytes(b));
+                }
+                Some(("mode", v)) => {
+                    let _ = writeln!(o, "mode = \"{v}\"");
+                }
+                _ => {}
+            }
+        }
+    }
+    o
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::sysfs::{Choice, Pool, Thp};
     use super::*;
+    use bulkhead_sys::host::hugepages::{Choice, Pool, Thp};
 
     fn facts() -> Facts {
         Facts {
@@ -791,8 +855,8 @@ mod tests {
         }
     }
 
-    fn parse_text(text: &str) -> Result<crate::plan::Plan> {
-        crate::plan::Plan::parse(text, Some(Path::new("p.toml")))
+    fn parse_text(text: &str) -> Result<crate::Plan> {
+        crate::Plan::parse(text, Some(Path::new("p.toml")))
     }
 
     fn resolve_text(text: &str, force: bool) -> Result<Resolved> {

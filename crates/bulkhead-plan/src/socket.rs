@@ -15,8 +15,8 @@
 //! ```
 
 use super::{Loc, SliceName, Source};
-use crate::error::Diagnostic;
-use crate::units::{parse_duration, parse_size};
+use bulkhead_sys::error::Diagnostic;
+use bulkhead_sys::units::{parse_duration, parse_size};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -700,7 +700,7 @@ fn parse_target(c: &mut Ctx<'_>, loc: Loc, v: &DeValue<'_>) -> Option<TargetSpec
                 }
                 _ => {
                     for s in c.strings(kloc, &tkey, val).unwrap_or_default() {
-                        match crate::run::parse_env_assignment(&s) {
+                        match crate::env::parse_env_assignment(&s) {
                             Ok(kv) => t.environment.push(kv),
                             Err(m) => c.err(kloc, &tkey, m, "write KEY=VALUE"),
                         }
@@ -726,7 +726,7 @@ fn parse_target(c: &mut Ctx<'_>, loc: Loc, v: &DeValue<'_>) -> Option<TargetSpec
                 }
             }
             "snapshot" => match c.string(kloc, &tkey, val) {
-                Some(s) if s.parse::<crate::snapshot::Choice>().is_ok() => t.snapshot = Some(s),
+                Some(s) if s.parse::<crate::sandbox::Choice>().is_ok() => t.snapshot = Some(s),
                 Some(s) => c.err(
                     kloc,
                     &tkey,
@@ -786,7 +786,7 @@ fn parse_target(c: &mut Ctx<'_>, loc: Loc, v: &DeValue<'_>) -> Option<TargetSpec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::Plan;
+    use crate::Plan;
 
     fn errors(text: &str) -> String {
         match Plan::parse(text, Some(std::path::Path::new("p.toml"))) {

@@ -1,14 +1,19 @@
-//! The plan: a TOML file of slices with systemd's resource directives.
+//! The plan: a TOML file of slices with systemd's resource directives, sockets to activate,
+//! and huge pages. A pure model: it parses, checks and resolves against host facts, and
+//! builds no cgroup, sandbox or process.
 //!
 //! Data flows one way: [`Plan::load`] parses and type-checks the file (host-independent),
 //! [`Plan::resolve`] turns percentages and device paths into the numbers of one host, and the
 //! cgroup backends turn a [`ResolvedPlan`] into file writes.
 
 mod directives;
+pub mod env;
+pub mod hugepages;
 pub mod import;
 mod name;
 mod parse;
 mod resolve;
+pub mod sandbox;
 pub mod socket;
 
 pub use directives::{directive_names, nearest, CpuWeight, MemSpec, MemValue, TasksSpec, Value};
@@ -16,12 +21,11 @@ pub use name::SliceName;
 pub use resolve::{CpuMax, IoMax, ResolvedPlan, ResolvedSlice, Setting};
 pub use socket::SocketSpec;
 
-use crate::error::{Diagnostic, Error, Result};
+use bulkhead_sys::error::{Diagnostic, Error, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Where `-c` points when it is not given.
-pub const DEFAULT_PLAN_PATH: &str = "/etc/bulkhead/bulkhead.toml";
+pub use bulkhead_sys::paths::DEFAULT_PLAN_PATH;
 
 /// The plan used when no file exists at the default path: the seeds' database layout.
 pub const EMBEDDED_DEFAULT: &str = include_str!("default.toml");
@@ -96,7 +100,7 @@ pub struct Plan {
     /// `[socket.NAME]` sections, by name.
     pub sockets: BTreeMap<String, SocketSpec>,
     /// The `[hugepages]` section (pools, THP, hugetlbfs mounts), if the plan has one.
-    pub hugepages: Option<crate::hugepages::HugepagesSpec>,
+    pub hugepages: Option<hugepages::HugepagesSpec>,
     /// Warnings and notes found while reading (legacy directives, implicit parents).
     pub notes: Vec<Diagnostic>,
 }
@@ -130,7 +134,7 @@ impl Plan {
         }
     }
 
-    pub fn resolve(&self, host: &crate::host::Host) -> Result<ResolvedPlan> {
+    pub fn resolve(&self, host: &bulkhead_sys::host::Host) -> Result<ResolvedPlan> {
         resolve::resolve(self, host)
     }
 }
@@ -141,7 +145,7 @@ fn read_plan_file(p: &Path) -> Result<String> {
         Err(e) => {
             let d = Diagnostic::error(format!(
                 "cannot read the plan file: {}",
-                crate::error::errno_text(&e)
+                bulkhead_sys::error::errno_text(&e)
             ))
             .at(p.display().to_string());
             let hint = match e.kind() {

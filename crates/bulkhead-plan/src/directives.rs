@@ -1,6 +1,6 @@
 //! The directives a slice accepts: systemd's names, systemd's value syntax.
 
-use crate::units::{parse_duration, parse_percent, parse_size, IdSet, Limit};
+use bulkhead_sys::units::{parse_duration, parse_percent, parse_size, IdSet, Limit};
 use std::time::Duration;
 
 /// CPUWeight: a weight, or `idle` (the lowest priority the scheduler has).
@@ -569,7 +569,7 @@ pub(crate) fn check(kind: Kind, name: &str, raw: &Raw) -> Result<Value, Bad> {
             };
             let mut out = Vec::new();
             for (k, v) in entries {
-                let size = crate::host::parse_page_size(k).ok_or_else(|| {
+                let size = bulkhead_sys::host::parse_page_size(k).ok_or_else(|| {
                     bad(
                         format!("'{k}' is not a huge page size"),
                         "name page sizes like \"2M\" or \"1G\"",

@@ -2,7 +2,7 @@
 
 use super::directives::{self, check, check_legacy, info, suggest, Raw, Scalar, LEGACY};
 use super::{At, Plan, SliceName, SliceSpec, Source};
-use crate::error::{Diagnostic, Error, Result};
+use bulkhead_sys::error::{Diagnostic, Error, Result};
 use std::collections::BTreeMap;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
@@ -70,8 +70,7 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
                 }
             }
             "hugepages" => {
-                hugepages =
-                    crate::hugepages::model::parse(&source, key.span().start, value, &mut errors);
+                hugepages = crate::hugepages::parse(&source, key.span().start, value, &mut errors);
             }
             other => {
                 let mut d = Diagnostic::error(format!("unknown section '{other}'")).at(here);

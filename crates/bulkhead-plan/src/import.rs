@@ -5,7 +5,7 @@
 
 use super::directives::{info, LEGACY};
 use super::SliceName;
-use crate::error::{Diagnostic, Error, Result};
+use bulkhead_sys::error::{Diagnostic, Error, Result};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -94,8 +94,11 @@ fn unquote(v: &str) -> String {
 fn read(path: &Path, unit: &mut Unit) -> Result<()> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Error::invalid(
-            Diagnostic::error(format!("cannot read: {}", crate::error::errno_text(&e)))
-                .at(path.display().to_string()),
+            Diagnostic::error(format!(
+                "cannot read: {}",
+                bulkhead_sys::error::errno_text(&e)
+            ))
+            .at(path.display().to_string()),
         )
     })?;
     for (section, key, value, line, raw) in entries(&text) {
@@ -298,7 +301,7 @@ mod tests {
         )
         .unwrap();
         let toml = import(&[dir.join("scylla-helper.slice")]).unwrap();
-        let plan = crate::plan::Plan::parse(&toml, None).unwrap();
+        let plan = crate::Plan::parse(&toml, None).unwrap();
         let s = &plan.slices[&SliceName::parse("scylla-helper").unwrap()];
         assert!(toml.contains("MemoryHigh = \"1200M\""), "{toml}");
         assert!(
@@ -307,7 +310,7 @@ mod tests {
         );
         assert_eq!(
             s.directives["CPUWeight"].value,
-            crate::plan::Value::CpuWeight(crate::plan::CpuWeight::Weight(10)),
+            crate::Value::CpuWeight(crate::CpuWeight::Weight(10)),
             "CPUWeight wins over the legacy CPUShares"
         );
         std::fs::remove_dir_all(&dir).unwrap();

@@ -2,10 +2,15 @@
 //! sizes, task limits and block devices. Everything is read from /proc and /sys, and every
 //! field can be overridden so a plan can be previewed for another host.
 
+mod block;
+pub mod hugepages;
+mod kernel;
+
+pub use block::{active_scheduler, bfq_available, bfq_devices, DevNum};
+pub use kernel::{kernel_at_least, kernel_release, release_at_least};
+
 use crate::units::IdSet;
 use std::fs;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Host {
@@ -127,119 +132,6 @@ pub fn page_size_cgroup_name(bytes: u64) -> String {
     }
 }
 
-/// A block device number, `MAJ:MIN`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-pub struct DevNum {
-    pub major: u32,
-    pub minor: u32,
-}
-
-impl std::fmt::Display for DevNum {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.major, self.minor)
-    }
-}
-
-impl DevNum {
-    fn from_raw(rdev: u64) -> DevNum {
-        DevNum {
-            major: libc::major(rdev),
-            minor: libc::minor(rdev),
-        }
-    }
-
-    /// Resolve what systemd accepts for I/O directives: a block device node, or any path on a
-    /// file system (then the device backing it). Partitions resolve to their whole disk,
-    /// because the kernel's I/O controllers only take whole disks.
-    pub fn resolve(path: &Path) -> Result<DevNum, String> {
-        let meta = fs::metadata(path)
-            .map_err(|e| format!("cannot resolve device '{}': {e}", path.display()))?;
-        let dev = if meta.file_type().is_block_device() {
-            DevNum::from_raw(meta.rdev())
-        } else {
-            let d = DevNum::from_raw(meta.dev());
-            if d.major == 0 {
-                return Err(format!(
-                    "'{}' is on a virtual file system (device {d}) with no block device behind it",
-                    path.display()
-                ));
-            }
-            d
-        };
-        Ok(dev.whole_disk())
-    }
-
-    /// The whole disk a partition belongs to (itself when it is one).
-    pub fn whole_disk(self) -> DevNum {
-        let sys = PathBuf::from(format!("/sys/dev/block/{self}"));
-        if sys.join("partition").exists() {
-            if let Ok(parent) = fs::read_to_string(sys.join("../dev")) {
-                if let Some((a, b)) = parent.trim().split_once(':') {
-                    if let (Ok(major), Ok(minor)) = (a.parse(), b.parse()) {
-                        return DevNum { major, minor };
-                    }
-                }
-            }
-        }
-        self
-    }
-
-    /// The kernel name (`vda`, `loop3`) when /sys knows the device.
-    pub fn kernel_name(self) -> Option<String> {
-        let link = fs::read_link(format!("/sys/dev/block/{self}")).ok()?;
-        Some(link.file_name()?.to_string_lossy().into_owned())
-    }
-
-    /// The active I/O scheduler of this disk (`bfq`, `mq-deadline`, `none`).
-    pub fn scheduler(self) -> Option<String> {
-        let s = fs::read_to_string(format!("/sys/dev/block/{self}/queue/scheduler")).ok()?;
-        active_scheduler(&s)
-    }
-}
-
-/// `none [mq-deadline] kyber bfq` -> `mq-deadline`.
-pub fn active_scheduler(line: &str) -> Option<String> {
-    let start = line.find('[')?;
-    let end = line[start..].find(']')? + start;
-    Some(line[start + 1..end].to_string())
-}
-
-/// Block devices whose active scheduler is BFQ, by kernel name.
-pub fn bfq_devices() -> Vec<String> {
-    let Ok(dir) = fs::read_dir("/sys/block") else {
-        return vec![];
-    };
-    let mut out: Vec<String> = dir
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            fs::read_to_string(e.path().join("queue/scheduler"))
-                .ok()
-                .and_then(|s| active_scheduler(&s))
-                .as_deref()
-                == Some("bfq")
-        })
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    out.sort();
-    out
-}
-
-/// Whether the kernel has the BFQ scheduler at all (built in or loaded).
-pub fn bfq_available() -> bool {
-    fs::read_dir("/sys/block")
-        .map(|d| {
-            d.filter_map(|e| e.ok()).any(|e| {
-                fs::read_to_string(e.path().join("queue/scheduler"))
-                    .map(|s| {
-                        s.split_whitespace()
-                            .any(|w| w.trim_matches(['[', ']']) == "bfq")
-                    })
-                    .unwrap_or(false)
-            })
-        })
-        .unwrap_or(false)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,7 +148,6 @@ mod tests {
         assert_eq!(parse_page_size("huge"), None);
         assert_eq!(page_size_cgroup_name(2 << 20), "2MB");
         assert_eq!(page_size_cgroup_name(1 << 30), "1GB");
-        assert_eq!(active_scheduler("none [bfq] kyber").as_deref(), Some("bfq"));
     }
 
     #[test]

@@ -1,0 +1,185 @@
+//! The vocabulary of sandboxes, shared by `bulkhead spawn`'s options and the plan's socket
+//! targets: networks, binds, user ID ranges and snapshot methods. Plain data with parsers.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Which network the sandbox gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Net {
+    /// A new network namespace with only `lo`, and `lo` down.
+    None,
+    /// A new network namespace with `lo` up.
+    #[default]
+    Private,
+    /// The host's network namespace.
+    Host,
+}
+
+impl std::str::FromStr for Net {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Net, String> {
+        match s {
+            "none" => Ok(Net::None),
+            "private" => Ok(Net::Private),
+            "host" => Ok(Net::Host),
+            _ => Err(format!("'{s}' is not a network mode (none, private, host)")),
+        }
+    }
+}
+
+/// `--bind SRC:DST[:ro]`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    pub src: PathBuf,
+    pub dst: PathBuf,
+    pub read_only: bool,
+}
+
+impl std::str::FromStr for Bind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Bind, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let (src, dst, ro) = match parts.as_slice() {
+            [src] => (*src, *src, false),
+            [src, dst] => (*src, *dst, false),
+            [src, dst, opt] => match *opt {
+                "ro" => (*src, *dst, true),
+                "rw" => (*src, *dst, false),
+                _ => {
+                    return Err(format!(
+                        "'{s}': the option after the second ':' must be ro or rw, not '{opt}'"
+                    ))
+                }
+            },
+            _ => return Err(format!("'{s}' is not SRC[:DST[:ro|rw]]")),
+        };
+        if src.is_empty() || dst.is_empty() {
+            return Err(format!("'{s}': empty path"));
+        }
+        Ok(Bind {
+            src: PathBuf::from(src),
+            dst: PathBuf::from(dst),
+            read_only: ro,
+        })
+    }
+}
+
+/// A user namespace: IDs 0..size inside are base..base+size outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserRange {
+    pub base: u32,
+    pub size: u32,
+}
+
+/// How a snapshot is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// A btrfs snapshot of a subvolume: constant time, shares everything.
+    Btrfs,
+    /// A copy whose files share extents with the source (FICLONE), on XFS or btrfs.
+    Reflink,
+    /// overlayfs: the source as the lower layer, changes in a tmpfs upper layer.
+    Overlay,
+    /// A full copy (copy_file_range), only when asked for.
+    Copy,
+}
+
+impl Method {
+    pub const ALL: [Method; 4] = [
+        Method::Btrfs,
+        Method::Reflink,
+        Method::Overlay,
+        Method::Copy,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Btrfs => "btrfs",
+            Method::Reflink => "reflink",
+            Method::Overlay => "overlay",
+            Method::Copy => "copy",
+        }
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+const VALID_CHOICES: &str = "auto, btrfs, reflink, overlay, copy";
+
+impl std::str::FromStr for Method {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Method, String> {
+        Method::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                format!("unknown snapshot method '{s}' (valid: btrfs, reflink, overlay, copy)")
+            })
+    }
+}
+
+/// What the caller allows: the best method available, or exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Choice {
+    #[default]
+    Auto,
+    Only(Method),
+}
+
+impl fmt::Display for Choice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Choice::Auto => f.write_str("auto"),
+            Choice::Only(m) => m.fmt(f),
+        }
+    }
+}
+
+impl std::str::FromStr for Choice {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Choice, String> {
+        if s == "auto" {
+            return Ok(Choice::Auto);
+        }
+        s.parse::<Method>()
+            .map(Choice::Only)
+            .map_err(|_| format!("unknown snapshot method '{s}' (valid: {VALID_CHOICES})"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_and_choice_names_round_trip() {
+        for m in Method::ALL {
+            assert_eq!(m.to_string().parse::<Method>().unwrap(), m);
+            assert_eq!(m.to_string().parse::<Choice>().unwrap(), Choice::Only(m));
+        }
+        assert_eq!("auto".parse::<Choice>().unwrap(), Choice::Auto);
+        assert_eq!(Choice::Auto.to_string(), "auto");
+        let e = "zfs".parse::<Choice>().unwrap_err();
+        assert!(
+            e.contains("'zfs'") && e.contains("auto, btrfs, reflink, overlay, copy"),
+            "{e}"
+        );
+        assert!("Btrfs".parse::<Method>().is_err());
+    }
+
+    #[test]
+    fn binds_and_networks() {
+        let b: Bind = "/a:/b:ro".parse().unwrap();
+        assert_eq!(
+            (b.src, b.dst, b.read_only),
+            ("/a".into(), "/b".into(), true)
+        );
+        assert!("/a:/b:xx".parse::<Bind>().is_err());
+        assert_eq!("host".parse::<Net>().unwrap(), Net::Host);
+    }
+}

@@ -1,0 +1,15 @@
+//! bulkhead's leaf layer. Nothing here imports anything else of bulkhead's: units and sizes
+//! in systemd's syntax, the error type with its diagnostics, every path bulkhead keeps state
+//! in, facts about the host, and thin wrappers around the system calls the upper layers need.
+//!
+//! All of bulkhead's `unsafe` code lives in this crate, each block with a `// SAFETY:` line;
+//! the crates above it forbid `unsafe`.
+
+pub mod cgroupfs;
+pub mod error;
+pub mod host;
+pub mod paths;
+pub mod process;
+pub mod units;
+
+pub use error::{Diagnostic, Error, Result, Severity};

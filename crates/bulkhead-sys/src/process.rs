@@ -1,0 +1,143 @@
+//! Processes: signals to a PID, liveness, start times from /proc, pidfds, and the fork of a
+//! detached worker.
+
+use std::os::fd::OwnedFd;
+
+/// kill(2).
+pub fn kill(pid: i32, sig: i32) -> std::io::Result<()> {
+    let pid = rustix::process::Pid::from_raw(pid)
+        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ESRCH))?;
+    let sig = rustix::process::Signal::from_named_raw(sig)
+        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    rustix::process::kill_process(pid, sig).map_err(Into::into)
+}
+
+/// Whether a process with this PID exists (kill with signal 0).
+pub fn alive(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    rustix::process::test_kill_process(pid).is_ok()
+}
+
+/// A pidfd for `pid` (Linux 5.3+).
+pub fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
+    let pid = rustix::process::Pid::from_raw(pid)
+        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ESRCH))?;
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).map_err(Into::into)
+}
+
+/// Field 22 (starttime, clock ticks after boot) of a /proc/PID/stat text.
+pub fn parse_stat_start(stat: &str) -> Option<u64> {
+    // The command name (field 2) may hold spaces and parentheses: count after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Field 9 (flags) of a /proc/PID/stat text.
+pub fn parse_stat_flags(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(6)?.parse().ok()
+}
+
+/// The start time of a process (clock ticks after boot), None when it is gone.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat_start(&text)
+}
+
+/// PF_KTHREAD in /proc/PID/stat's flags.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Whether `pid` is a kernel thread (Err: no such process).
+pub fn is_kernel_thread(pid: i32) -> Result<bool, ()> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|_| ())?;
+    Ok(parse_stat_flags(&stat).unwrap_or(0) & PF_KTHREAD != 0)
+}
+
+/// Boot time, seconds since the epoch (`btime` of /proc/stat).
+pub fn boot_time() -> Option<f64> {
+    let t = std::fs::read_to_string("/proc/stat").ok()?;
+    t.lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Clock ticks per second, the unit of /proc start times.
+pub fn clock_ticks() -> u64 {
+    rustix::param::clock_ticks_per_second().max(1)
+}
+
+/// glibc's version, `(2, 36)`.
+pub fn glibc_version() -> Option<(u32, u32)> {
+    // SAFETY: gnu_get_libc_version returns a pointer to a static NUL-terminated string.
+    let v = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) };
+    let s = v.to_str().ok()?;
+    let mut it = s.split('.').map(|p| p.parse::<u32>().ok());
+    Some((it.next()??, it.next()??))
+}
+
+/// Run `work` in a process of its own session with stdio on /dev/null, and return at once
+/// (false when it could not be forked). With `reap`, it runs as a grandchild (the
+/// intermediate child is waited for), so a long-lived caller keeps no zombie; without,
+/// it is a child that the caller's exit hands to init.
+///
+/// The caller must be single-threaded, or `work` must only call async-signal-safe code: it
+/// runs in a forked copy of the process.
+pub fn detach(reap: bool, work: impl FnOnce() -> bool) -> bool {
+    // SAFETY: fork in a process whose other threads (if any) the caller vouches for; the
+    // child only sets up its session and stdio, runs `work` and _exits, never returning into
+    // the caller's frames.
+    unsafe {
+        let pid = libc::fork();
+        if pid < 0 {
+            return false;
+        }
+        if pid > 0 {
+            if reap {
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            return true;
+        }
+        libc::setsid();
+        if reap && libc::fork() != 0 {
+            libc::_exit(0);
+        }
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+        }
+        libc::_exit(if work() { 0 } else { 1 })
+    }
+}
+
+/// The exit code a shell would show for a wait status: the code, or 128 + the signal.
+pub fn exit_code(status: i32, otherwise: i32) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        otherwise
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields() {
+        let stat = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 12345 1000 10";
+        assert_eq!(parse_stat_start(stat), Some(12345));
+        assert_eq!(parse_stat_flags(stat), Some(4194560));
+        assert!(alive(std::process::id()));
+        assert!(start_time(std::process::id()).is_some());
+        assert_eq!(is_kernel_thread(std::process::id() as i32), Ok(false));
+    }
+}
