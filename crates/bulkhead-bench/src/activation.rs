@@ -26,6 +26,8 @@ pub const SOCKET_ACTIVATE: &str = "/usr/bin/systemd-socket-activate";
 
 pub struct Spec {
     pub bulkhead: PathBuf,
+    /// This benchmarks binary (it is also the backend server every peer reaches).
+    pub bench: PathBuf,
     pub cold_runs: usize,
     pub bursts: usize,
     pub burst_clients: usize,
@@ -299,8 +301,8 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
     // The one backend server every warm peer reaches (pass mode starts its own copy).
     setup.children.push(
         with_pdeathsig(
-            Command::new(&spec.bulkhead)
-                .args(["bench", "backend", "--listen"])
+            Command::new(&spec.bench)
+                .args(["backend", "--listen"])
                 .arg(format!("127.0.0.1:{b}"))
                 .stdout(Stdio::null()),
         )
@@ -351,9 +353,9 @@ command = ["/bin/sleep", "infinity"]
 listen = ["127.0.0.1:{p_pass}"]
 mode = "pass"
 [socket.{n_pass}.target]
-command = ["{exe}", "bench", "backend", "--listen-fd", "3"]
+command = ["{bench}", "backend", "--listen-fd", "3"]
 "#,
-        exe = spec.bulkhead.display(),
+        bench = spec.bench.display(),
         root = root.display(),
         www = root.join("www").display(),
         pipe = spec

@@ -67,7 +67,7 @@ pub fn tear_down(s: &State, dir: &Path) {
     for (file, pages) in &s.pools {
         let _ = std::fs::write(file, pages.to_string());
     }
-    let _ = bulkhead::cgroup::ops::remove_trees(&s.cgroup_dirs);
+    let _ = bulkhead::cgroup::fs::remove_trees(&s.cgroup_dirs);
     for l in s.loops.iter().rev() {
         if let Some(m) = &l.mount {
             unmount(m);

@@ -239,7 +239,10 @@ fn exit_text(st: std::process::ExitStatus) -> String {
 
 impl Run<'_> {
     fn apply(&self, plan: &ResolvedPlan) -> Result<(), String> {
-        let changes = self.fs.plan_apply(plan).map_err(|e| e.to_string())?;
+        let changes = self
+            .fs
+            .plan_apply(plan, Default::default())
+            .map_err(|e| e.to_string())?;
         self.fs.execute(&changes).map_err(|e| e.to_string())?;
         Ok(())
     }
@@ -283,38 +286,20 @@ impl Run<'_> {
             HogKind::Cpu => (0..bulkhead::host::Host::detect().cpu_count())
                 .map(|cpu| {
                     let mut c = Command::new(exe);
-                    c.args([
-                        "bench",
-                        "hog",
-                        "cpu",
-                        "--pin",
-                        &cpu.to_string(),
-                        "--seconds",
-                        &secs,
-                    ]);
+                    c.args(["hog", "cpu", "--pin", &cpu.to_string(), "--seconds", &secs]);
                     c
                 })
                 .collect(),
             HogKind::Io => {
                 let mut c = Command::new(exe);
-                c.args([
-                    "bench",
-                    "hog",
-                    "io",
-                    "--size",
-                    "512M",
-                    "--seconds",
-                    &secs,
-                    "--dir",
-                ])
-                .arg(data_dir);
+                c.args(["hog", "io", "--size", "512M", "--seconds", &secs, "--dir"])
+                    .arg(data_dir);
                 vec![c]
             }
             HogKind::Memory => {
                 let mut c = Command::new(exe);
                 let max = (self.spec.host_memory * 2).to_string();
                 c.args([
-                    "bench",
                     "hog",
                     "memory",
                     "--max",
@@ -362,7 +347,7 @@ impl Run<'_> {
             std::thread::sleep(Duration::from_millis(500));
         }
         let mut lg = Command::new(&self.spec.exe);
-        lg.args(["bench", "loadgen", "--addr", &redis.addr.to_string()])
+        lg.args(["loadgen", "--addr", &redis.addr.to_string()])
             .args(["--connections", &self.spec.connections.to_string()])
             .args(["--warmup", &format!("{}ms", self.spec.warmup.as_millis())])
             .args([

@@ -130,7 +130,7 @@ impl Serve {
     }
     /// SIGTERM and wait; returns the exit code.
     fn stop(&mut self) -> Option<i32> {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = bulkhead::sys::process::kill(self.child.id() as i32, libc::SIGTERM);
         let t0 = Instant::now();
         loop {
             if let Ok(Some(st)) = self.child.try_wait() {
@@ -345,7 +345,7 @@ environment = {{ A = "b c" }}
     let n = sock.recv(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"READY=1");
     TcpStream::connect(("127.0.0.1", port)).expect("listening once READY=1 was sent");
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = bulkhead::sys::process::kill(child.id() as i32, libc::SIGTERM);
     let n = sock.recv(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"STOPPING=1");
     assert_eq!(child.wait().unwrap().code(), Some(0));
@@ -427,7 +427,7 @@ command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{d
     assert!(http_get(port).unwrap().contains("again"));
     wait_for("target pid", || status(&name)["target_pid"].is_u64());
     let pid = status(&name)["target_pid"].as_u64().unwrap();
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let _ = bulkhead::sys::process::kill(pid as i32, libc::SIGKILL);
     wait_for("crash noticed", || status(&name)["state"] == "idle");
     assert!(
         serve.log().contains("killed by signal 9"),

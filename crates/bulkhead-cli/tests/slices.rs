@@ -144,7 +144,7 @@ fn run_lands_in_every_hierarchy_and_passes_exit_codes() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let _ = bulkhead::sys::process::kill(child.id() as i32, libc::SIGINT);
     let st = child.wait().unwrap();
     assert_eq!(st.signal(), Some(libc::SIGINT));
 

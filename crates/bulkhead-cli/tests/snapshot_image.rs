@@ -799,7 +799,7 @@ fn stale_entries_are_cleaned() {
     std::fs::create_dir_all(&owned).unwrap();
     let _ = std::fs::remove_file(snapshot::state_root().join(".orphans-checked"));
 
-    let lines = snapshot::clean_stale();
+    let lines = snapshot::clean_stale(|| bulkhead::image::images_dir().ok());
     let all = lines.join("\n");
     assert!(
         all.contains(&format!(
@@ -887,7 +887,7 @@ fn kill_9_leaves_nothing_after_clean_stale() {
     assert!(root.exists());
     child.kill().unwrap();
     child.wait().unwrap();
-    let lines = snapshot::clean_stale();
+    let lines = snapshot::clean_stale(|| bulkhead::image::images_dir().ok());
     assert!(!root.exists(), "{lines:?}");
     assert!(fs.snapshots().is_empty());
     let entry = format!("{}-", child.id());
@@ -1174,7 +1174,7 @@ fn create_discard_timings() {
     let mut clean = Vec::new();
     for _ in 0..RUNS {
         let t = Instant::now();
-        snapshot::clean_stale();
+        snapshot::clean_stale(|| bulkhead::image::images_dir().ok());
         clean.push(t.elapsed());
     }
     clean.sort();

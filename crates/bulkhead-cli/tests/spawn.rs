@@ -184,6 +184,7 @@ fn hardening_fds_proc_sys_caps() {
         use std::os::fd::AsRawFd;
         use std::os::unix::process::CommandExt;
         let fd = f.as_raw_fd();
+        // SAFETY: the child only calls dup2, which is async-signal-safe.
         unsafe {
             c.pre_exec(move || {
                 if libc::dup2(fd, 9) < 0 {
@@ -264,7 +265,7 @@ fn exit_codes_signals_and_missing_commands() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = bulkhead::sys::process::kill(child.id() as i32, libc::SIGTERM);
     let st = child.wait().unwrap();
     assert_eq!(st.code(), Some(143));
 }
@@ -514,7 +515,7 @@ fn kill_9_leaves_nothing_after_the_next_start() {
     let text = std::fs::read_to_string(&entry).unwrap();
     let copy = PathBuf::from(text.split_once('\n').unwrap().1);
     assert!(copy.is_dir(), "{}", copy.display());
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let _ = bulkhead::sys::process::kill(pid as i32, libc::SIGKILL);
     child.wait().unwrap();
     // The sandbox dies with bulkhead (PR_SET_PDEATHSIG on its PID 1).
     std::thread::sleep(Duration::from_millis(300));

@@ -126,8 +126,7 @@ pub(crate) const LEGACY: &[Legacy] = &[
     Legacy {
         name: "CPUShares",
         becomes: "CPUWeight",
-        // systemd: weight = shares * 100 / 1024, clamped to 1..10000
-        convert: Some(|s| (s * 100 / 1024).clamp(1, 10000)),
+        convert: Some(crate::convert::shares_to_weight),
     },
     Legacy {
         name: "MemoryLimit",
@@ -137,13 +136,12 @@ pub(crate) const LEGACY: &[Legacy] = &[
     Legacy {
         name: "BlockIOWeight",
         becomes: "IOWeight",
-        // systemd: io weight = blkio weight * 100 / 500, clamped to 1..10000
-        convert: Some(|w| (w * 100 / 500).clamp(1, 10000)),
+        convert: Some(crate::convert::blkio_to_io_weight),
     },
     Legacy {
         name: "BlockIODeviceWeight",
         becomes: "IODeviceWeight",
-        convert: Some(|w| (w * 100 / 500).clamp(1, 10000)),
+        convert: Some(crate::convert::blkio_to_io_weight),
     },
     Legacy {
         name: "BlockIOReadBandwidth",

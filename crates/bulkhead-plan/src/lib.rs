@@ -6,6 +6,7 @@
 //! [`Plan::resolve`] turns percentages and device paths into the numbers of one host, and the
 //! cgroup backends turn a [`ResolvedPlan`] into file writes.
 
+pub mod convert;
 mod directives;
 pub mod env;
 pub mod hugepages;

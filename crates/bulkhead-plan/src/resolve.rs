@@ -93,6 +93,10 @@ impl ResolvedSlice {
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ResolvedPlan {
+    /// The plan this was resolved from (unit files keep its own spellings: percentages,
+    /// floors).
+    #[serde(skip)]
+    pub plan: Plan,
     pub source: String,
     pub host: Host,
     /// Parents before children.
@@ -258,6 +262,7 @@ pub(super) fn resolve(plan: &Plan, host: &Host) -> Result<ResolvedPlan> {
         return Err(Error::Invalid(cx.errors));
     }
     Ok(ResolvedPlan {
+        plan: plan.clone(),
         source: plan.source.label(),
         host: host.clone(),
         slices: out,

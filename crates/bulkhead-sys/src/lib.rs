@@ -7,9 +7,14 @@
 
 pub mod cgroupfs;
 pub mod error;
+pub mod exit;
+pub mod fd;
 pub mod host;
 pub mod paths;
 pub mod process;
+pub mod pty;
+pub mod signals;
 pub mod units;
+pub mod xattr;
 
 pub use error::{Diagnostic, Error, Result, Severity};

@@ -52,10 +52,10 @@ pub fn start_time(pid: u32) -> Option<u64> {
 /// PF_KTHREAD in /proc/PID/stat's flags.
 const PF_KTHREAD: u64 = 0x0020_0000;
 
-/// Whether `pid` is a kernel thread (Err: no such process).
-pub fn is_kernel_thread(pid: i32) -> Result<bool, ()> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|_| ())?;
-    Ok(parse_stat_flags(&stat).unwrap_or(0) & PF_KTHREAD != 0)
+/// Whether `pid` is a kernel thread (None: no such process).
+pub fn is_kernel_thread(pid: i32) -> Option<bool> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(parse_stat_flags(&stat).unwrap_or(0) & PF_KTHREAD != 0)
 }
 
 /// Boot time, seconds since the epoch (`btime` of /proc/stat).
@@ -116,6 +116,55 @@ pub fn detach(reap: bool, work: impl FnOnce() -> bool) -> bool {
     }
 }
 
+/// Fork; the child runs `child` and exits with the code it returns, without running the
+/// parent's destructors or atexit handlers. Returns the child's PID in the parent.
+///
+/// The caller must be single-threaded (what `child` may do after a fork of a multi-threaded
+/// process is very little).
+pub fn fork_child(child: impl FnOnce() -> i32) -> std::io::Result<i32> {
+    // SAFETY: fork in a single-threaded caller (documented above); the child never returns
+    // into the caller's frames: it runs `child` and _exits.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        let code = child();
+        // SAFETY: leaving the forked child without unwinding into the parent's state.
+        unsafe { libc::_exit(code) };
+    }
+    Ok(pid)
+}
+
+/// waitpid(2) for one child: its raw wait status once it has exited, None while it runs
+/// (`block` false) or when it is not our child. EINTR is retried.
+pub fn wait(pid: i32, block: bool) -> Option<i32> {
+    let flags = if block { 0 } else { libc::WNOHANG };
+    loop {
+        let mut st = 0;
+        // SAFETY: waitpid writes the status into a local integer.
+        let r = unsafe { libc::waitpid(pid, &mut st, flags) };
+        if r == pid {
+            return Some(st);
+        }
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        return None;
+    }
+}
+
+/// Whether `fd` becomes readable within `timeout_ms` milliseconds.
+pub fn poll_readable(fd: std::os::fd::BorrowedFd<'_>, timeout_ms: i32) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let t = Timespec {
+        tv_sec: (timeout_ms.max(0) / 1000) as i64,
+        tv_nsec: ((timeout_ms.max(0) % 1000) as i64) * 1_000_000,
+    };
+    poll(&mut fds, Some(&t)).is_ok_and(|n| n > 0)
+}
+
 /// The exit code a shell would show for a wait status: the code, or 128 + the signal.
 pub fn exit_code(status: i32, otherwise: i32) -> i32 {
     if libc::WIFEXITED(status) {
@@ -138,6 +187,6 @@ mod tests {
         assert_eq!(parse_stat_flags(stat), Some(4194560));
         assert!(alive(std::process::id()));
         assert!(start_time(std::process::id()).is_some());
-        assert_eq!(is_kernel_thread(std::process::id() as i32), Ok(false));
+        assert_eq!(is_kernel_thread(std::process::id() as i32), Some(false));
     }
 }

@@ -16,8 +16,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-pub const DEFAULT_IMAGES_DIR: &str = "/var/lib/bulkhead/images";
-pub const DEFAULT_STORE_RECORD: &str = "/var/lib/bulkhead/store.toml";
+pub use bulkhead_sys::paths::{
+    default_images_dir, store_record_path, DEFAULT_IMAGES_DIR, DEFAULT_STORE_RECORD,
+};
 /// mkfs.btrfs refuses smaller devices (DUP metadata, btrfs-progs 5.15 and later).
 pub const MIN_STORE_SIZE: u64 = 114_294_784;
 
@@ -66,24 +67,6 @@ pub enum Done {
     Already,
 }
 
-fn env_path(var: &str, default: &str) -> PathBuf {
-    match std::env::var_os(var) {
-        Some(v) if !v.is_empty() => PathBuf::from(v),
-        _ => PathBuf::from(default),
-    }
-}
-
-/// `/var/lib/bulkhead/store.toml`, or `$BULKHEAD_STORE_RECORD` (tests).
-pub fn store_record_path() -> PathBuf {
-    env_path("BULKHEAD_STORE_RECORD", DEFAULT_STORE_RECORD)
-}
-
-/// The images directory without a store: `/var/lib/bulkhead/images`, or
-/// `$BULKHEAD_IMAGES_DIR` (tests).
-pub fn default_images_dir() -> PathBuf {
-    env_path("BULKHEAD_IMAGES_DIR", DEFAULT_IMAGES_DIR)
-}
-
 /// The recorded store, if any.
 pub fn read_store() -> Result<Option<StoreRecord>> {
     let path = store_record_path();
@@ -123,16 +106,6 @@ pub fn images_dir() -> Result<PathBuf> {
 /// Whether images are btrfs subvolumes here (the images directory is on btrfs).
 pub fn images_on_btrfs() -> bool {
     images_dir().is_ok_and(|d| snapshot::fs_magic(&d) == Some(BTRFS_MAGIC))
-}
-
-/// The images directory goes with the sandbox registry in use: the machine's own when
-/// neither is overridden, a test's when both are. Only then does `clean_stale` look there for
-/// snapshots no registry entry names (left by a crash and a reboot, which empties /run).
-pub(crate) fn images_paired_with_registry() -> bool {
-    let set = |v: &str| std::env::var_os(v).is_some_and(|x| !x.is_empty());
-    let state_overridden = set("BULKHEAD_STATE_DIR");
-    let images_overridden = set("BULKHEAD_STORE_RECORD") || set("BULKHEAD_IMAGES_DIR");
-    state_overridden == images_overridden
 }
 
 /// Image names are plain names: `[A-Za-z0-9][A-Za-z0-9._-]*`, at most 128 characters.
@@ -685,7 +658,24 @@ const TAR_ENDINGS: [&str; 9] = [
 /// Import a directory or a tarball as the image `name`: a btrfs subvolume when the images
 /// directory is on btrfs, else a plain directory. It is built under a hidden name and renamed
 /// at the end, so a failure (or a crash) never leaves a half image under `name`.
-pub fn import(src: &Path, name: &str) -> Result<Image> {
+pub fn import(src: &Path, name: &str, read_only: bool) -> Result<Image> {
+    if read_only && !images_on_btrfs() {
+        return Err(Error::invalid(
+            Diagnostic::error(
+                "--read-only needs the btrfs image store: images here are plain directories",
+            )
+            .hint("create the store first: bulkhead image store create --size 10G FILE"),
+        ));
+    }
+    let img = import_tree(src, name)?;
+    if read_only {
+        snapshot::set_read_only(&img.path)
+            .map_err(|e| io_failed("cannot make the image read-only:", &img.path, e))?;
+    }
+    Ok(img)
+}
+
+fn import_tree(src: &Path, name: &str) -> Result<Image> {
     check_name(name)?;
     let md = std::fs::metadata(src).map_err(|e| {
         Error::invalid(

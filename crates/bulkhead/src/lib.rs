@@ -8,15 +8,17 @@
 //! [`image`].
 //! [`hugepages`] reserves and checks huge page pools, THP and hugetlbfs mounts.
 
+pub mod actions;
 pub mod activate;
-pub mod cgroup;
 pub mod hugepages;
 pub mod image;
-pub mod metrics;
 pub mod run;
 pub mod sandbox;
 pub mod snapshot;
 
+pub use bulkhead_cgroups as cgroup;
+pub use bulkhead_cgroups::stats as metrics;
 pub use bulkhead_plan as plan;
+pub use bulkhead_sys as sys;
 pub use bulkhead_sys::{error, host, units};
 pub use bulkhead_sys::{Diagnostic, Error, Result};

@@ -904,7 +904,10 @@ fn ignore_missing(r: io::Result<()>) -> io::Result<()> {
 /// PID now belongs to another process), unmount what is mounted below it, remove the
 /// snapshot it records (only a `.#bulkhead-…-<pid>-<seq>` path) and the entry. Returns one
 /// line per thing removed, or per thing that could not be.
-pub fn clean_stale() -> Vec<String> {
+///
+/// `images` gives the images directory, asked for only once per boot: snapshots there that no
+/// registry entry names are orphans of a crash and a reboot.
+pub fn clean_stale(images: impl FnOnce() -> Option<PathBuf>) -> Vec<String> {
     let mut out = Vec::new();
     let root = state_root();
     if std::fs::create_dir_all(&root).is_err() {
@@ -968,8 +971,10 @@ pub fn clean_stale() -> Vec<String> {
     // Orphans can only come from a registry that was lost, i.e. from before this boot: look
     // once per boot (the marker lives in /run), once the images directory can be read.
     let marker = root.join(".orphans-checked");
-    if crate::image::images_paired_with_registry() && std::fs::symlink_metadata(&marker).is_err() {
-        if let Ok(images) = crate::image::images_dir() {
+    if bulkhead_sys::paths::images_paired_with_registry()
+        && std::fs::symlink_metadata(&marker).is_err()
+    {
+        if let Some(images) = images() {
             clean_orphans(&images, &root, &mut out);
             let _ = std::fs::write(&marker, "");
         }

@@ -289,7 +289,7 @@ impl Drop for Container {
     fn drop(&mut self) {
         // An orderly halt first (nspawn turns SIGTERM into the container's poweroff).
         // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.nspawn.id() as i32, libc::SIGTERM) };
+        let _ = bulkhead::sys::process::kill(self.nspawn.id() as i32, libc::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.nspawn.try_wait() {
@@ -300,7 +300,7 @@ impl Drop for Container {
         let _ = self.nspawn.kill();
         let _ = self.nspawn.wait();
         // Whatever is left in the container's cgroups (nothing, normally) dies with them.
-        if let Err(e) = bulkhead::cgroup::ops::remove_trees(&self.cgroups) {
+        if let Err(e) = bulkhead::cgroup::fs::remove_trees(&self.cgroups) {
             eprintln!("container cleanup: {e}");
         }
         if !self.run_dir_was_there {

@@ -146,7 +146,7 @@ fn walk(d: &Path, out: &mut Vec<PathBuf>) {
 
 impl Drop for TestRoot {
     fn drop(&mut self) {
-        if let Err(e) = bulkhead::cgroup::ops::remove_trees(&self.dirs) {
+        if let Err(e) = bulkhead::cgroup::fs::remove_trees(&self.dirs) {
             eprintln!("test cleanup: {e}");
         }
         if let (Some(u), Some(before)) = (&self.layout.unified, &self.unified_subtree_before) {

@@ -85,6 +85,11 @@ impl Host {
     }
 }
 
+/// Whether PID 1 (in this PID namespace) is systemd.
+pub fn pid1_is_systemd() -> bool {
+    fs::read_to_string("/proc/1/comm").is_ok_and(|c| c.trim() == "systemd")
+}
+
 /// A `Key:   12345 kB` field of /proc/meminfo, in bytes.
 pub fn meminfo_field(meminfo: &str, key: &str) -> Option<u64> {
     meminfo.lines().find_map(|l| {

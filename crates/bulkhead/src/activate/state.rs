@@ -29,7 +29,7 @@ pub struct SocketStatus {
 }
 
 pub fn dir() -> PathBuf {
-    crate::cgroup::runtime_dir().join("sockets")
+    bulkhead_sys::paths::sockets_dir()
 }
 
 pub fn path(name: &str) -> PathBuf {

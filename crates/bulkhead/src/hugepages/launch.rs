@@ -18,16 +18,18 @@
 //! did. `--no-verify` execs in place instead (`hugepages usage PID` checks later).
 
 use super::usage::parse_rollup;
-use crate::cgroup::Backend;
 use crate::run::{RunError, RunSpec, EXIT_RUN_FAILED};
+use bulkhead_cgroups::Placement;
 use bulkhead_sys::error::{Diagnostic, Error, Result, Severity};
+use bulkhead_sys::fd::pipe;
 use bulkhead_sys::host::hugepages::{Facts, Paths};
+use bulkhead_sys::process::{self, fork_child};
+use bulkhead_sys::signals::{self, Relay};
 use bulkhead_sys::units::human_bytes;
 use std::ffi::OsString;
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 /// What `--hugepages` asks for.
@@ -453,8 +455,8 @@ pub fn sample(pid: i32, started: Instant) -> Option<Sample> {
 pub struct Verified {
     /// The exit status bulkhead should give (the command's; 128+N for signal N).
     pub code: i32,
-    /// Set when the command never started.
-    pub error: Option<Error>,
+    /// Set when the command never started (with the exit code to give).
+    pub error: Option<RunError>,
     pub pid: i32,
     pub ran_for: Duration,
     /// The first sample that showed huge pages.
@@ -464,16 +466,8 @@ pub struct Verified {
     /// The last sample taken.
     pub last: Option<Sample>,
     pub samples: usize,
-}
-
-static CHILD: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn forward(sig: libc::c_int) {
-    let pid = CHILD.load(Ordering::SeqCst);
-    if pid > 0 {
-        // SAFETY: kill is async-signal-safe.
-        unsafe { libc::kill(pid, sig) };
-    }
+    /// What was asked for.
+    pub mode: RunMode,
 }
 
 const FORWARDED: &[libc::c_int] = &[
@@ -489,11 +483,12 @@ fn encode_error(e: &RunError) -> Vec<u8> {
         "code": e.code,
         "invalid": e.error.exit_code() == 2,
         "diagnostics": e.error.diagnostics(),
+        "missing_slice": e.missing_slice,
     }))
     .unwrap_or_default()
 }
 
-fn decode_error(bytes: &[u8]) -> (i32, Error) {
+fn decode_error(bytes: &[u8]) -> RunError {
     let v: serde_json::Value = serde_json::from_slice(bytes).unwrap_or_default();
     let code = v["code"].as_i64().unwrap_or(EXIT_RUN_FAILED as i64) as i32;
     let ds: Vec<Diagnostic> = v["diagnostics"]
@@ -523,17 +518,11 @@ fn decode_error(bytes: &[u8]) -> (i32, Error) {
     } else {
         Error::Failed(Box::new(ds[0].clone()))
     };
-    (code, e)
-}
-
-fn wait_status(status: libc::c_int) -> i32 {
-    if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else if libc::WIFSIGNALED(status) {
-        128 + libc::WTERMSIG(status)
-    } else {
-        EXIT_RUN_FAILED
-    }
+    let mut re = RunError::with_code(code, e);
+    re.missing_slice = v["missing_slice"]
+        .as_str()
+        .and_then(|s| bulkhead_plan::SliceName::parse(s).ok());
+    re
 }
 
 /// Start the command as a child (joining the slice, dropping privileges and exec'ing exactly
@@ -541,7 +530,7 @@ fn wait_status(status: libc::c_int) -> i32 {
 /// (SIGINT and SIGQUIT from the terminal reach it directly and are ignored here), and sample
 /// its huge page use until it exits. `on_first` is called once, when huge pages first show.
 pub fn run_verified(
-    backend: &dyn Backend,
+    backend: &dyn Placement,
     spec: &RunSpec,
     mode: RunMode,
     on_first: &mut dyn FnMut(i32, &Sample),
@@ -555,128 +544,109 @@ pub fn run_verified(
         peak: None,
         last: None,
         samples: 0,
+        mode,
     };
     let fail = |v: &mut Verified, m: String| {
-        v.error = Some(Error::failed(m));
+        v.error = Some(RunError::with_code(EXIT_RUN_FAILED, Error::failed(m)));
         v.code = EXIT_RUN_FAILED;
     };
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two fds.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        fail(&mut v, format!("pipe: {}", std::io::Error::last_os_error()));
-        return v;
-    }
-    // SAFETY: both fds are new and owned here.
-    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // Forwarding handlers are in place before the fork (exec resets them in the child).
-    for &s in FORWARDED {
-        // SAFETY: the handler only calls kill(2).
-        unsafe { libc::signal(s, forward as *const () as libc::sighandler_t) };
-    }
+    let (rd, wr) = match pipe() {
+        Ok(p) => p,
+        Err(e) => {
+            fail(&mut v, format!("pipe: {e}"));
+            return v;
+        }
+    };
+    // Forwarding is in place before the fork (exec resets the handlers in the child).
+    let relay = Relay::install(FORWARDED);
     let started = Instant::now();
-    // SAFETY: bulkhead is single-threaded here; the child only runs `run`'s exec path.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        fail(&mut v, format!("fork: {}", std::io::Error::last_os_error()));
-        return v;
-    }
-    if pid == 0 {
-        drop(rd);
+    let mut wr = Some(wr);
+    let forked = fork_child(|| {
         let e = crate::run::exec(backend, spec);
-        let mut f = std::fs::File::from(wr);
-        let _ = f.write_all(&encode_error(&e));
-        drop(f);
-        // SAFETY: leave without running the parent's destructors or atexit handlers.
-        unsafe { libc::_exit(e.code) };
-    }
+        if let Some(w) = wr.take() {
+            let _ = std::fs::File::from(w).write_all(&encode_error(&e));
+        }
+        e.code
+    });
     drop(wr);
+    let pid = match forked {
+        Ok(pid) => pid,
+        Err(e) => {
+            fail(&mut v, format!("fork: {e}"));
+            return v;
+        }
+    };
     v.pid = pid;
-    CHILD.store(pid, Ordering::SeqCst);
+    relay.target(pid);
     let mut buf = Vec::new();
     let _ = std::fs::File::from(rd).read_to_end(&mut buf);
     if !buf.is_empty() {
-        let mut st = 0;
-        // SAFETY: reaping our own child.
-        unsafe { libc::waitpid(pid, &mut st, 0) };
-        let (code, e) = decode_error(&buf);
-        v.code = code;
+        process::wait(pid, true);
+        let e = decode_error(&buf);
+        v.code = e.code;
         v.error = Some(e);
         return v;
     }
     // The command runs. Terminal signals reach it directly: ignore them here, as system(3).
-    // SAFETY: changing our own dispositions.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-    }
-    // SAFETY: pidfd_open of our own child.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    signals::ignore(libc::SIGINT);
+    signals::ignore(libc::SIGQUIT);
+    let pidfd = process::pidfd_open(pid).ok();
     let mut interval = Duration::from_millis(10);
     let mut next = started + interval;
     loop {
-        let now = Instant::now();
         let timeout = next
-            .saturating_duration_since(now)
+            .saturating_duration_since(Instant::now())
             .as_millis()
             .min(i32::MAX as u128) as i32;
-        let exited = if pidfd >= 0 {
-            let mut p = libc::pollfd {
-                fd: pidfd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            let r = unsafe { libc::poll(&mut p, 1, timeout) };
-            r > 0
-        } else {
-            // No pidfd (Linux < 5.3): the WNOHANG check below notices the exit.
-            std::thread::sleep(Duration::from_millis(timeout as u64));
-            false
+        let exited = match &pidfd {
+            Some(fd) => process::poll_readable(fd.as_fd(), timeout),
+            None => {
+                // No pidfd (Linux < 5.3): the WNOHANG check below notices the exit.
+                std::thread::sleep(Duration::from_millis(timeout as u64));
+                false
+            }
         };
         if exited {
             break;
         }
         if Instant::now() >= next {
-            if let Some(s) = sample(pid, started) {
-                v.samples += 1;
-                if s.got(mode) && v.first.is_none() {
-                    v.first = Some(s);
-                    on_first(pid, &s);
-                }
-                let key = |x: &Sample| x.thp + x.hugetlb;
-                if v.peak.is_none_or(|p| key(&s) > key(&p)) {
-                    v.peak = Some(s);
-                }
-                v.last = Some(s);
-            }
-            let mut st = 0;
-            // SAFETY: non-blocking check on our own child.
-            if unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) } == pid {
-                v.code = wait_status(st);
+            take_sample(&mut v, pid, started, on_first);
+            if let Some(st) = process::wait(pid, false) {
+                v.code = process::exit_code(st, EXIT_RUN_FAILED);
                 v.ran_for = started.elapsed();
-                return finish(v, pidfd);
+                return v;
             }
             interval = (interval * 2).min(Duration::from_secs(5));
             next = Instant::now() + interval;
         }
     }
-    let mut st = 0;
-    // SAFETY: reaping our own child; EINTR is retried.
-    while unsafe { libc::waitpid(pid, &mut st, 0) } < 0
-        && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-    {}
-    v.code = wait_status(st);
+    let st = process::wait(pid, true).unwrap_or(0);
+    v.code = process::exit_code(st, EXIT_RUN_FAILED);
     v.ran_for = started.elapsed();
-    finish(v, pidfd)
+    v
 }
 
-fn finish(v: Verified, pidfd: i32) -> Verified {
-    CHILD.store(0, Ordering::SeqCst);
-    if pidfd >= 0 {
-        // SAFETY: our own fd.
-        unsafe { libc::close(pidfd) };
+/// Look at the command's memory once; remember the first sample with huge pages (and say
+/// so), the peak, and the last.
+fn take_sample(
+    v: &mut Verified,
+    pid: i32,
+    started: Instant,
+    on_first: &mut dyn FnMut(i32, &Sample),
+) {
+    let Some(s) = sample(pid, started) else {
+        return;
+    };
+    v.samples += 1;
+    if s.got(v.mode) && v.first.is_none() {
+        v.first = Some(s);
+        on_first(pid, &s);
     }
-    v
+    let key = |x: &Sample| x.thp + x.hugetlb;
+    if v.peak.is_none_or(|p| key(&s) > key(&p)) {
+        v.peak = Some(s);
+    }
+    v.last = Some(s);
 }
 
 /// The words for a run that never showed huge pages.
@@ -807,10 +777,16 @@ mod tests {
             127,
             Error::failed_with(Diagnostic::error("x: command not found").hint("check PATH")),
         );
-        let (code, back) = decode_error(&encode_error(&e));
-        assert_eq!(code, 127);
-        assert_eq!(back.exit_code(), 1);
-        assert!(back.to_string().contains("command not found"));
-        assert!(back.to_string().contains("check PATH"));
+        let back = decode_error(&encode_error(&e));
+        assert_eq!(back.code, 127);
+        assert_eq!(back.error.exit_code(), 1);
+        assert!(back.error.to_string().contains("command not found"));
+        assert!(back.error.to_string().contains("check PATH"));
+        let missing = RunError::missing_slice(&bulkhead_plan::SliceName::parse("a-b").unwrap());
+        let back = decode_error(&encode_error(&missing));
+        assert_eq!(
+            back.missing_slice.map(|s| s.to_string()),
+            Some("a-b".into())
+        );
     }
 }

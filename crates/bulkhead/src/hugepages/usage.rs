@@ -8,7 +8,7 @@
 //! the hugetlb cgroup counters and the THP share of memory.stat.
 
 use super::state::Saved;
-use crate::cgroup::{CgroupFs, Layout, Version};
+use bulkhead_cgroups::{CgroupFs, Layout, Version};
 use bulkhead_sys::error::{Diagnostic, Error, Result};
 use bulkhead_sys::host::hugepages::{self as sysfs, HugetlbfsMount, Meminfo, Paths, Pool, Thp};
 use bulkhead_sys::host::page_size_cgroup_name;
@@ -452,7 +452,7 @@ pub fn process_usage(
     u.hugetlb.sort_by_key(|h| h.size);
     if let Some(h) = layout.and_then(|l| l.hierarchy("hugetlb")) {
         let cg = text("cgroup", false).unwrap_or_default();
-        if let Some(rel) = crate::cgroup::original_path(&cg, h) {
+        if let Some(rel) = bulkhead_cgroups::fs::original_path(&cg, h) {
             let dir = h.mount.join(rel.trim_start_matches('/'));
             u.cgroup_counters = cgroup_counters(&dir, h.version, sizes);
             u.cgroup = Some(PathBuf::from(rel));

@@ -16,9 +16,9 @@ mod child;
 pub mod seccomp;
 pub mod setup;
 
-use crate::cgroup::Backend;
 use crate::run::{RunError, EXIT_RUN_FAILED};
 use crate::snapshot::{self, Snapshot};
+use bulkhead_cgroups::Placement;
 pub use bulkhead_plan::sandbox::{Bind, Choice, Net, UserRange};
 use bulkhead_plan::SliceName;
 use bulkhead_sys::error::{errno_text, Diagnostic, Error};
@@ -211,12 +211,12 @@ fn check_inside(p: &Path, what: &str) -> Result<(), RunError> {
 /// Start the sandbox, wait for it, clean up. `note` gets progress lines for `-v`.
 /// `backend` is needed only with a slice (`spec.slice`); without one no cgroup is touched.
 pub fn spawn(
-    backend: Option<&dyn Backend>,
+    backend: Option<&dyn Placement>,
     spec: &SandboxSpec,
     note: &mut dyn FnMut(&str),
 ) -> Result<Outcome, RunError> {
     let start = Instant::now();
-    for line in snapshot::clean_stale() {
+    for line in snapshot::clean_stale(|| crate::image::images_dir().ok()) {
         note(&format!("removed stale sandbox state: {line}"));
     }
     let rootfs = validate(spec)?;
@@ -253,7 +253,7 @@ pub fn spawn(
                 "no cgroup backend to join the slice {slice} with"
             ))));
         };
-        backend.join(slice).map_err(failed)?;
+        backend.join(slice).map_err(RunError::place)?;
     }
     let result = child::run(&program, spec.timeout, spec.stop_timeout);
     let method = snap.as_ref().map(|s| (s.method, s.why.clone()));

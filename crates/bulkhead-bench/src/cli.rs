@@ -1,0 +1,771 @@
+//! `bulkhead bench ...`: measurements side by side with the tools people use today.
+
+use crate::{bulkhead_bin, report, Cli};
+use bulkhead::cgroup::{Backend, CgroupFs, Layout};
+use bulkhead::error::{Diagnostic, Error, Result};
+use bulkhead::host::Host;
+use bulkhead::plan::Plan;
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Subcommand)]
+pub enum BenchCmd {
+    /// The cost of `bulkhead run` over a plain exec of the same command
+    Run(RunBench),
+    /// A real Redis under CPU, I/O and memory hogs: baseline, free and confined, side by side
+    Isolation(IsolationBench),
+    /// Start-to-exit of an ephemeral sandbox per snapshot method, beside systemd-nspawn
+    /// --ephemeral, plain unshare and /bin/true
+    Spawn(SpawnBench),
+    /// Socket activation: cold start of a sandboxed server, bursts of clients during it, and
+    /// warm latency and bulk throughput through `bulkhead serve` beside a direct connection
+    /// and systemd-socket-proxyd
+    Activation(ActivationBench),
+    /// Random row reads from an in-memory table on 4K, THP, hugetlb 2M and 1G pages, and
+    /// Redis with and without `run --hugepages thp`
+    #[command(
+        long_about = "The seed's TLB experiment in miniature. An in-memory table (--size) of \
+fixed-size rows (--rows) is read at random keys, whole rows, by 1..N threads (--threads), backed \
+by 4K pages (MADV_NOHUGEPAGE), transparent huge pages (MADV_HUGEPAGE), hugetlb 2M pages and \
+hugetlb 1G pages (MAP_HUGETLB). The 2M and 1G pools are grown for the run (read back; memory \
+compaction when the kernel comes up short; 1G is skipped, with the reason, when no page can be \
+had) and given back at the end, on Ctrl-C, and by the next run if this one was killed. Each \
+round maps every backing afresh in rotated order, checks how much of it really is on huge pages, \
+and measures every row size and thread count; the report gives the median rate and the ratio to \
+the same round's 4K rate with its [min-max] over rounds and IQR. The end-to-end row starts Redis \
+plain and under `bulkhead run --hugepages thp` in alternating order, loads --redis-keys keys and \
+measures GET throughput with the RESP load generator.",
+        after_help = "On a VM the host backs guest memory with pages of its own choosing and that \
+backing changes from run to run: compare ratios within a run, not absolute rates across runs. \
+Defaults are sized for a few minutes on 2 CPUs and need about 3x --size of free memory (the table and \
+both pools)."
+    )]
+    Tlb(TlbBench),
+    /// The RESP load generator alone (the isolation bench runs it in its own slice)
+    #[command(hide = true)]
+    Loadgen(LoadgenArgs),
+    /// The server `bench activation` reaches through each peer
+    #[command(hide = true)]
+    Backend(BackendArgs),
+    /// One hog (the isolation bench runs them in slices)
+    #[command(hide = true, subcommand)]
+    Hog(HogCmd),
+}
+
+fn duration(s: &str) -> std::result::Result<Duration, String> {
+    bulkhead::units::parse_duration(s)
+}
+
+fn count(s: &str) -> std::result::Result<u64, String> {
+    // 1M keys means a million, as in redis-benchmark.
+    bulkhead::units::parse_size(s, 1000)
+}
+
+#[derive(Args)]
+pub struct IsolationBench {
+    /// Hogs to run, comma-separated: cpu, io, memory
+    #[arg(long, default_value = "cpu,io,memory", value_delimiter = ',')]
+    hog: Vec<String>,
+    #[command(flatten)]
+    load: LoadArgs,
+    /// The plan's slice for the database
+    #[arg(long, default_value = "db-server")]
+    server_slice: String,
+    /// The plan's slice for helpers (where the hogs are confined)
+    #[arg(long, default_value = "db-helper")]
+    helper_slice: String,
+    /// Memory of the small host the memory scenarios run in (a cgroup limit around the bench)
+    #[arg(long, default_value = "3G")]
+    host_memory: String,
+    /// Redis port [default: a free one]
+    #[arg(long)]
+    port: Option<u16>,
+    /// Rounds: every scenario runs this often, in rotated order; the report gives medians
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// Write everything as JSON to FILE
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a PNG chart of op rate and p99 per scenario
+    #[arg(long, value_name = "FILE.png")]
+    chart: Option<PathBuf>,
+}
+
+/// What the load generator does; shared by `bench isolation` and the hidden `bench loadgen`.
+#[derive(Args)]
+pub struct LoadArgs {
+    /// Measured time per scenario
+    #[arg(long, default_value = "20s", value_parser = duration)]
+    duration: Duration,
+    /// Load before measuring, per scenario
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    warmup: Duration,
+    /// Client connections
+    #[arg(long, default_value_t = 20)]
+    connections: usize,
+    /// Open loop at this many ops/s (latency from the intended send time); default: closed loop
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Keys loaded into Redis (1M = a million)
+    #[arg(long, default_value = "1M", value_parser = count)]
+    keys: u64,
+    /// Value size in bytes
+    #[arg(long, default_value_t = 128)]
+    value_size: usize,
+    /// Share of GETs in the mix (the rest are SETs)
+    #[arg(long, default_value_t = 0.9)]
+    get_ratio: f64,
+}
+
+#[derive(Args)]
+pub struct LoadgenArgs {
+    #[arg(long)]
+    addr: std::net::SocketAddr,
+    #[command(flatten)]
+    load: LoadArgs,
+}
+
+#[derive(Subcommand)]
+pub enum HogCmd {
+    Cpu {
+        #[arg(long)]
+        pin: Option<usize>,
+        #[arg(long)]
+        seconds: f64,
+    },
+    Io {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value = "512M")]
+        size: String,
+        #[arg(long)]
+        seconds: f64,
+    },
+    Memory {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        max: u64,
+        #[arg(long)]
+        step: u64,
+        #[arg(long)]
+        seconds: f64,
+    },
+}
+
+#[derive(Args)]
+pub struct TlbBench {
+    /// Row sizes in bytes, comma-separated
+    #[arg(
+        long,
+        default_value = "128,8192,16384",
+        value_delimiter = ',',
+        value_name = "BYTES"
+    )]
+    rows: Vec<usize>,
+    /// Table size (K, M, G with base 1024; a multiple of 2M)
+    #[arg(long, default_value = "4G", value_name = "SIZE")]
+    size: String,
+    /// Reader thread counts, comma-separated
+    #[arg(long, default_value = "1,2", value_delimiter = ',', value_name = "N")]
+    threads: Vec<usize>,
+    /// Rounds: each maps every backing afresh, in rotated order; the report gives medians
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    rounds: usize,
+    /// Time per measurement (one backing, row size and thread count)
+    #[arg(long, default_value = "500ms", value_parser = duration)]
+    duration: Duration,
+    /// Backings to compare, comma-separated; 4K is the reference and always needed
+    #[arg(long, default_value = "4K,THP,2M,1G", value_delimiter = ',')]
+    backings: Vec<String>,
+    /// Leave out the Redis row
+    #[arg(long)]
+    no_redis: bool,
+    /// Keys loaded into Redis (1M = a million)
+    #[arg(long, default_value = "1M", value_parser = count)]
+    redis_keys: u64,
+    /// Redis value size in bytes
+    #[arg(long, default_value_t = 128)]
+    redis_value_size: usize,
+    /// Measured time per Redis round
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    redis_duration: Duration,
+    /// Load before measuring, per Redis round
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    redis_warmup: Duration,
+    /// Load generator connections
+    #[arg(long, default_value_t = 20)]
+    connections: usize,
+    /// Write the results as JSON to this file
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a PNG chart to this file
+    #[arg(long, value_name = "FILE.png")]
+    chart: Option<PathBuf>,
+}
+
+fn tlb_bench(cli: &Cli, a: &TlbBench) -> Result<i32> {
+    use bulkhead_bench::tlb;
+    let size = bulkhead::units::parse_size(&a.size, 1024)
+        .map_err(|e| bad(format!("--size {}: {e}", a.size)))?;
+    let backings = a
+        .backings
+        .iter()
+        .map(|b| tlb::Backing::parse(b))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(bad)?;
+    if let Some(c) = &a.chart {
+        if c.extension().is_none_or(|e| e != "png") {
+            return Err(bad(format!(
+                "--chart {}: the chart is a PNG file (FILE.png)",
+                c.display()
+            )));
+        }
+    }
+    if a.connections == 0 {
+        return Err(bad("--connections must be at least 1"));
+    }
+    let spec = tlb::Spec {
+        rows: a.rows.clone(),
+        size,
+        threads: a.threads.clone(),
+        rounds: a.rounds,
+        duration: a.duration,
+        backings,
+        redis: (!a.no_redis).then_some(tlb::RedisSpec {
+            keys: a.redis_keys,
+            value_size: a.redis_value_size,
+            connections: a.connections,
+            warmup: a.redis_warmup,
+            duration: a.redis_duration,
+        }),
+        bulkhead: bulkhead_bin()?,
+        progress: !cli.quiet,
+    };
+    tlb::validate(&spec).map_err(bad)?;
+    bulkhead_bench::stop::install_handler();
+    let r = tlb::run(&spec).map_err(Error::failed)?;
+    print!("{}", tlb::text(&r));
+    if let Some(j) = &a.json {
+        std::fs::write(j, serde_json::to_string_pretty(&r).unwrap_or_default())
+            .map_err(|e| bulkhead::error::io_failed("cannot write", j, e))?;
+    }
+    if let Some(c) = &a.chart {
+        tlb::chart(&r, c).map_err(Error::failed)?;
+        if !cli.quiet {
+            eprintln!("chart: {}", c.display());
+        }
+    }
+    Ok(if r.interrupted { 130 } else { 0 })
+}
+
+#[derive(Args)]
+pub struct RunBench {
+    /// Rounds; each round runs every peer once, in rotating order
+    #[arg(long, default_value_t = 300)]
+    runs: usize,
+    /// Write the results as JSON to this file
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct SpawnBench {
+    /// Rounds; each round starts every peer once, in rotated order
+    #[arg(long, default_value_t = 100)]
+    runs: usize,
+    /// Rounds for the slow peers (nspawn's full copy, reflink of a whole root)
+    #[arg(long, default_value_t = 5)]
+    slow_runs: usize,
+    /// Also time the full-copy method (seconds per start)
+    #[arg(long)]
+    with_copy: bool,
+    /// Where the Debian root is cached (built by debootstrap when missing)
+    #[arg(long, default_value = bulkhead_bench::spawn::DEFAULT_CACHE, value_name = "DIR")]
+    cache: PathBuf,
+    /// The Debian suite debootstrap installs
+    #[arg(long, default_value = "bookworm")]
+    suite: String,
+    /// The Debian mirror debootstrap downloads from
+    #[arg(long, default_value = "http://deb.debian.org/debian")]
+    mirror: String,
+    /// Write the results as JSON to this file
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a PNG chart to this file
+    #[arg(long, value_name = "FILE.png")]
+    chart: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct ActivationBench {
+    /// Cold starts per target (sandboxed and plain httpd), alternating
+    #[arg(long, default_value_t = 30)]
+    cold_runs: usize,
+    /// Bursts of clients connecting at once to an idle socket
+    #[arg(long, default_value_t = 5)]
+    bursts: usize,
+    /// Clients per burst
+    #[arg(long, default_value_t = 100)]
+    burst_clients: usize,
+    /// Rounds of warm requests and bulk transfers; peers are rotated each round
+    #[arg(long, default_value_t = 11)]
+    rounds: usize,
+    /// Warm requests per peer per round
+    #[arg(long, default_value_t = 1000)]
+    requests: usize,
+    /// Bytes per bulk transfer (e.g. 2G)
+    #[arg(long, default_value = "2G", value_name = "SIZE")]
+    bulk: String,
+    /// The pipe_size of bulkhead's socket [default: bulkhead's default]
+    #[arg(long, value_name = "SIZE")]
+    pipe_size: Option<String>,
+    /// Write the results as JSON to this file
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a PNG chart to this file
+    #[arg(long, value_name = "FILE.png")]
+    chart: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct BackendArgs {
+    /// Listen on this address
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "listen_fd")]
+    listen: Option<String>,
+    /// Serve on this inherited listening socket (systemd's LISTEN_FDS protocol)
+    #[arg(long, value_name = "FD")]
+    listen_fd: Option<i32>,
+}
+
+fn backend_server(a: &BackendArgs) -> Result<i32> {
+    use std::os::fd::FromRawFd;
+    let l = match (&a.listen, a.listen_fd) {
+        (Some(addr), _) => std::net::TcpListener::bind(addr)
+            .map_err(|e| Error::failed(format!("cannot listen on {addr}: {e}")))?,
+        // SAFETY: the fd was passed to this process to be owned by it.
+        (None, Some(fd)) => unsafe { std::net::TcpListener::from_raw_fd(fd) },
+        (None, None) => return Err(bad("give --listen or --listen-fd")),
+    };
+    bulkhead_bench::activation::serve_backend(l)
+}
+
+fn activation_bench(cli: &Cli, a: &ActivationBench) -> Result<i32> {
+    use bulkhead_bench::activation;
+    for (v, flag) in [
+        (a.cold_runs, "--cold-runs"),
+        (a.bursts, "--bursts"),
+        (a.burst_clients, "--burst-clients"),
+        (a.rounds, "--rounds"),
+        (a.requests, "--requests"),
+    ] {
+        if v == 0 {
+            return Err(bad(format!("{flag} must be at least 1")));
+        }
+    }
+    let bulk_bytes =
+        bulkhead::units::parse_size(&a.bulk, 1024).map_err(|e| bad(format!("--bulk: {e}")))?;
+    if bulk_bytes < 1 << 20 {
+        return Err(bad("--bulk must be at least 1M"));
+    }
+    if let Some(c) = &a.chart {
+        if c.extension().is_none_or(|e| e != "png") {
+            return Err(bad(format!(
+                "--chart {}: the chart is a PNG file (FILE.png)",
+                c.display()
+            )));
+        }
+    }
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(bad("bench activation needs root (sandboxes)").with_hint("run it with sudo"));
+    }
+    bulkhead_bench::stop::install_handler();
+    let spec = activation::Spec {
+        bulkhead: bulkhead_bin()?,
+        bench: std::env::current_exe().map_err(|e| Error::failed(e.to_string()))?,
+        cold_runs: a.cold_runs,
+        bursts: a.bursts,
+        burst_clients: a.burst_clients,
+        rounds: a.rounds,
+        requests: a.requests,
+        bulk_bytes,
+        pipe_size: a.pipe_size.clone(),
+        progress: !cli.quiet,
+    };
+    let r = activation::run(&spec).map_err(Error::failed)?;
+    print!("{}", activation::text(&r));
+    if let Some(j) = &a.json {
+        std::fs::write(j, serde_json::to_string_pretty(&r).unwrap_or_default())
+            .map_err(|e| bulkhead::error::io_failed("cannot write", j, e))?;
+    }
+    if let Some(c) = &a.chart {
+        activation::chart(&r, c).map_err(Error::failed)?;
+    }
+    Ok(0)
+}
+
+fn spawn_bench(cli: &Cli, a: &SpawnBench) -> Result<i32> {
+    use bulkhead_bench::spawn;
+    if a.runs == 0 {
+        return Err(bad("--runs must be at least 1"));
+    }
+    if let Some(c) = &a.chart {
+        if c.extension().is_none_or(|e| e != "png") {
+            return Err(bad(format!(
+                "--chart {}: the chart is a PNG file (FILE.png)",
+                c.display()
+            )));
+        }
+    }
+    bulkhead_bench::stop::install_handler();
+    let spec = spawn::Spec {
+        bulkhead: bulkhead_bin()?,
+        runs: a.runs,
+        slow_runs: a.slow_runs,
+        cache: a.cache.clone(),
+        suite: a.suite.clone(),
+        mirror: a.mirror.clone(),
+        with_copy: a.with_copy,
+        progress: !cli.quiet,
+    };
+    let r = spawn::run(&spec).map_err(Error::failed)?;
+    print!("{}", spawn::text(&r));
+    if let Some(j) = &a.json {
+        std::fs::write(j, serde_json::to_string_pretty(&r).unwrap_or_default())
+            .map_err(|e| bulkhead::error::io_failed("cannot write", j, e))?;
+    }
+    if let Some(c) = &a.chart {
+        spawn::chart(&r, c).map_err(Error::failed)?;
+    }
+    Ok(0)
+}
+
+pub fn dispatch(cli: &Cli, b: &BenchCmd) -> Result<i32> {
+    match b {
+        BenchCmd::Run(a) => run_overhead(cli, a),
+        BenchCmd::Isolation(a) => isolation(cli, a),
+        BenchCmd::Spawn(a) => spawn_bench(cli, a),
+        BenchCmd::Activation(a) => activation_bench(cli, a),
+        BenchCmd::Tlb(a) => tlb_bench(cli, a),
+        BenchCmd::Loadgen(a) => loadgen(a),
+        BenchCmd::Hog(h) => hog(h),
+        BenchCmd::Backend(a) => backend_server(a),
+    }
+}
+
+fn bad(msg: impl Into<String>) -> Error {
+    Error::invalid(Diagnostic::error(msg))
+}
+
+fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
+    use bulkhead::plan::SliceName;
+    use bulkhead_bench::isolation::{self, HogKind, Spec};
+    let mut hogs = Vec::new();
+    for h in &a.hog {
+        let k = HogKind::parse(h).map_err(bad)?;
+        if !hogs.contains(&k) {
+            hogs.push(k);
+        }
+    }
+    let l = &a.load;
+    if !(0.0..=1.0).contains(&l.get_ratio) {
+        return Err(bad("--get-ratio must be between 0 and 1"));
+    }
+    let host_memory = bulkhead::units::parse_size(&a.host_memory, 1024)
+        .map_err(|e| bad(format!("--host-memory: {e}")))?;
+    let plan = Plan::load(cli.config.as_deref())?.resolve(&Host::detect())?;
+    let parse = |s: &str, flag: &str| SliceName::parse(s).map_err(|e| bad(format!("{flag}: {e}")));
+    let spec = Spec {
+        hogs,
+        warmup: l.warmup,
+        duration: l.duration,
+        connections: l.connections,
+        rate: l.rate,
+        keys: l.keys,
+        value_size: l.value_size,
+        get_ratio: l.get_ratio,
+        server: parse(&a.server_slice, "--server-slice")?,
+        helper: parse(&a.helper_slice, "--helper-slice")?,
+        plan,
+        host_memory,
+        port: a.port,
+        exe: std::env::current_exe().map_err(|e| Error::failed(e.to_string()))?,
+        progress: !cli.quiet,
+        repeat: a.repeat,
+    };
+    if a.repeat == 0 {
+        return Err(bad("--repeat must be at least 1"));
+    }
+    isolation::validate(&spec).map_err(bad)?;
+    let report = isolation::run(&spec).map_err(Error::failed)?;
+    for s in &report.scenarios {
+        println!("{}", bulkhead_bench::report::block(s));
+    }
+    println!(
+        "Database: {}. Load: {}.",
+        report.database, report.load_generator
+    );
+    println!(
+        "Machine: {} CPUs, {} RAM, Linux {}, {}.\n",
+        report.machine.cpus,
+        bulkhead::units::human_bytes(report.machine.memory),
+        report.machine.kernel,
+        report.machine.cgroups
+    );
+    print!("{}", bulkhead_bench::report::summary(&report));
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&report).unwrap())
+            .map_err(|e| bulkhead::error::io_failed("cannot write", p, e))?;
+    }
+    if let Some(p) = &a.chart {
+        bulkhead_bench::report::chart(&report, p).map_err(Error::failed)?;
+        if !cli.quiet {
+            eprintln!("chart: {}", p.display());
+        }
+    }
+    Ok(0)
+}
+
+fn loadgen(a: &LoadgenArgs) -> Result<i32> {
+    let spec = bulkhead_bench::loadgen::LoadSpec {
+        addr: a.addr,
+        connections: a.load.connections,
+        warmup: a.load.warmup,
+        duration: a.load.duration,
+        rate: a.load.rate,
+        get_ratio: a.load.get_ratio,
+        keys: a.load.keys,
+        value_size: a.load.value_size,
+        timeout: Duration::from_secs(5),
+    };
+    let r = bulkhead_bench::loadgen::run(&spec).map_err(Error::failed)?;
+    println!("{}", serde_json::to_string(&r).unwrap());
+    Ok(0)
+}
+
+fn hog(h: &HogCmd) -> Result<i32> {
+    use bulkhead_bench::hog;
+    hog::install_stop_handler();
+    let secs = |s: f64| {
+        if s.is_finite() && s > 0.0 {
+            Ok(Duration::from_secs_f64(s))
+        } else {
+            Err(bad("--seconds must be above zero"))
+        }
+    };
+    let r = match h {
+        HogCmd::Cpu { pin, seconds } => hog::cpu(*pin, secs(*seconds)?),
+        HogCmd::Io { dir, size, seconds } => {
+            let size = bulkhead::units::parse_size(size, 1024).map_err(bad)?;
+            hog::io(dir, size, secs(*seconds)?)
+        }
+        HogCmd::Memory {
+            dir,
+            max,
+            step,
+            seconds,
+        } => hog::memory(dir, *max, *step, secs(*seconds)?),
+    }
+    .map_err(|e| Error::failed(e.to_string()))?;
+    println!("{}", serde_json::to_string(&r).unwrap());
+    Ok(0)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn pct(v: &[f64], p: f64) -> f64 {
+    // v sorted
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn time_once(cmd: &mut Command) -> std::io::Result<Duration> {
+    let t = Instant::now();
+    let st = cmd.stdin(Stdio::null()).stdout(Stdio::null()).status()?;
+    let d = t.elapsed();
+    if !st.success() {
+        return Err(std::io::Error::other(format!("{cmd:?} exited with {st}")));
+    }
+    Ok(d)
+}
+
+/// Times `/bin/true` alone, under `bulkhead run`, and under the by-hand cgroup join people
+/// script today (and `cgexec` where cgroup-tools is installed), interleaved round by round.
+fn run_overhead(cli: &Cli, a: &RunBench) -> Result<i32> {
+    if a.runs == 0 {
+        return Err(Error::invalid(Diagnostic::error(
+            "--runs must be at least 1",
+        )));
+    }
+    let layout = Layout::detect().map_err(|e| Error::failed(e.to_string()))?;
+    let fs = CgroupFs::new(layout, &cli.cgroup_root)?;
+    let name = format!("bulkhead_bench_run_{}", std::process::id());
+    let plan = Plan::parse(&format!("[slice.{name}]\nCPUWeight = 100\n"), None)?
+        .resolve(&Host::detect())?;
+    let slice = plan.slices[0].name().clone();
+    fs.execute(&fs.plan_apply(&plan, Default::default())?)?;
+    // Everything below must remove the slice again, whatever happens.
+    let result = (|| -> Result<serde_json::Value> {
+        let exe = bulkhead_bin()?;
+        let truth = which("true").ok_or_else(|| Error::failed("no `true` binary in PATH"))?;
+        let procs: Vec<String> = fs
+            .existing_dirs(&slice)
+            .iter()
+            .map(|(_, d)| d.join("cgroup.procs").display().to_string())
+            .collect();
+        let join_script = format!(
+            "for f in {}; do echo $$ > $f; done; exec {}",
+            procs.join(" "),
+            truth.display()
+        );
+        let cgexec = which("cgexec");
+        type Peer = (&'static str, Box<dyn Fn() -> Command>);
+        let mut peers: Vec<Peer> = vec![
+            (
+                "plain exec of true",
+                Box::new({
+                    let t = truth.clone();
+                    move || Command::new(&t)
+                }),
+            ),
+            (
+                "env true (empty wrapper: 1 extra exec)",
+                Box::new({
+                    let t = truth.clone();
+                    move || {
+                        let mut c = Command::new("env");
+                        c.arg(&t);
+                        c
+                    }
+                }),
+            ),
+            (
+                "bulkhead run -- true",
+                Box::new({
+                    let (exe, t, s, root) = (
+                        exe.clone(),
+                        truth.clone(),
+                        slice.to_string(),
+                        cli.cgroup_root.clone(),
+                    );
+                    move || {
+                        let mut c = Command::new(&exe);
+                        c.args(["--cgroup-root", &root, "run", "--slice", &s, "--"])
+                            .arg(&t);
+                        c
+                    }
+                }),
+            ),
+            (
+                "sh: echo $$ > cgroup.procs; exec true",
+                Box::new(move || {
+                    let mut c = Command::new("/bin/sh");
+                    c.args(["-c", &join_script]);
+                    c
+                }),
+            ),
+        ];
+        if let Some(cg) = cgexec {
+            let controllers: Vec<String> = fs
+                .existing_dirs(&slice)
+                .iter()
+                .filter(|(h, _)| h.version == bulkhead::cgroup::Version::V1)
+                .map(|(h, _)| h.controllers.join(","))
+                .collect();
+            let path = slice.cgroup_path().display().to_string();
+            let t = truth.clone();
+            peers.push((
+                "cgexec (cgroup-tools) true",
+                Box::new(move || {
+                    let mut c = Command::new(&cg);
+                    c.arg("-g")
+                        .arg(format!("{}:/{path}", controllers.join(",")))
+                        .arg(&t);
+                    c
+                }),
+            ));
+        }
+        let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(a.runs); peers.len()];
+        // Warm up caches once.
+        for (_, mk) in &peers {
+            time_once(&mut mk()).map_err(|e| Error::failed(e.to_string()))?;
+        }
+        for round in 0..a.runs {
+            for k in 0..peers.len() {
+                let i = (round + k) % peers.len();
+                let d = time_once(&mut (peers[i].1)())
+                    .map_err(|e| Error::failed(format!("{}: {e}", peers[i].0)))?;
+                samples[i].push(d.as_secs_f64() * 1e3);
+            }
+            if !cli.quiet && (round + 1) % 50 == 0 {
+                eprint!("\rbench run: {}/{} rounds ", round + 1, a.runs);
+            }
+        }
+        if !cli.quiet {
+            eprintln!();
+        }
+        use std::io::Write as _;
+        let _ = std::io::stderr().flush();
+        let base = median(&mut samples[0].clone());
+        let wrapper = median(&mut samples[1].clone());
+        let mut rows = Vec::new();
+        println!(
+            "{:<42} {:>10} {:>10} {:>8} {:>11} {:>13}",
+            "peer", "median ms", "p90 ms", "x plain", "over plain", "over wrapper"
+        );
+        for (i, (label, _)) in peers.iter().enumerate() {
+            let mut v = samples[i].clone();
+            let m = median(&mut v);
+            let p90 = pct(&v, 0.9);
+            println!(
+                "{label:<42} {m:>10.3} {p90:>10.3} {:>8.2} {:>8.3} ms {:>10.3} ms",
+                m / base,
+                m - base,
+                m - wrapper
+            );
+            rows.push(serde_json::json!({"peer": label, "median_ms": m, "p90_ms": p90, "ratio_to_plain": m / base, "overhead_ms": m - base, "over_empty_wrapper_ms": m - wrapper, "runs": v.len()}));
+        }
+        Ok(serde_json::json!({
+            "benchmark": "run",
+            "runs": a.runs,
+            "host": {"cpus": Host::detect().cpu_count(), "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(), "layout": fs.layout.describe()},
+            "results": rows,
+        }))
+    })();
+    let cleanup = fs
+        .plan_destroy(std::slice::from_ref(&slice), true)
+        .and_then(|c| fs.execute(&c));
+    if let Err(e) = &cleanup {
+        report(&e.diagnostics());
+    }
+    let json = result?;
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&json).unwrap())
+            .map_err(|e| bulkhead::error::io_failed("cannot write", p, e))?;
+    }
+    cleanup?;
+    Ok(0)
+}
+
+fn which(prog: &str) -> Option<PathBuf> {
+    std::env::var("PATH")
+        .ok()?
+        .split(':')
+        .map(|d| PathBuf::from(d).join(prog))
+        .find(|p| p.is_file())
+}

@@ -1,0 +1,140 @@
+//! What every backend offers: placing processes into slices ([`Placement`]) and turning a
+//! resolved plan into operations that are data ([`Backend`]: planned, printed as a dry run,
+//! executed, undone on failure).
+
+use bulkhead_plan::{ResolvedPlan, SliceName};
+use bulkhead_sys::error::{Diagnostic, Error, Result};
+use std::fmt;
+
+/// What an apply or destroy would do, in a backend's own operations.
+#[derive(Debug, serde::Serialize)]
+pub struct Changes<Op> {
+    pub ops: Vec<Op>,
+    /// Directives this host cannot honour, and other findings.
+    pub warnings: Vec<Diagnostic>,
+    /// Slices considered.
+    pub slices: Vec<String>,
+}
+
+impl<Op> Changes<Op> {
+    pub fn new(ops: Vec<Op>, slices: Vec<String>) -> Changes<Op> {
+        Changes {
+            ops,
+            warnings: vec![],
+            slices,
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+    /// The same changes with every operation wrapped (a chosen backend's own op type).
+    pub fn map<T>(self, f: impl Fn(Op) -> T) -> Changes<T> {
+        Changes {
+            ops: self.ops.into_iter().map(f).collect(),
+            warnings: self.warnings,
+            slices: self.slices,
+        }
+    }
+}
+
+/// What an execution did.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct Outcome {
+    pub done: usize,
+    /// Defaults skipped because this kernel has no file for them.
+    pub skipped: usize,
+}
+
+/// How `apply` records the slices.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApplyOptions {
+    /// systemd: unit files and drop-ins that survive a reboot, instead of transient units.
+    pub persist: bool,
+}
+
+/// Why a process could not be placed into a slice.
+#[derive(Debug)]
+pub enum PlaceError {
+    /// No such slice of bulkhead's exists (not in the plan, or not applied yet).
+    MissingSlice(SliceName),
+    /// The slice exists but the move failed.
+    Failed(Error),
+}
+
+impl From<PlaceError> for Error {
+    fn from(e: PlaceError) -> Error {
+        match e {
+            PlaceError::MissingSlice(s) => {
+                Error::invalid(Diagnostic::error(format!("slice '{s}' does not exist")))
+            }
+            PlaceError::Failed(e) => e,
+        }
+    }
+}
+
+impl fmt::Display for PlaceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlaceError::MissingSlice(s) => write!(f, "slice '{s}' does not exist"),
+            PlaceError::Failed(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Putting processes into slices: what `run`, `move`, `spawn` and the guard need.
+pub trait Placement {
+    /// `cgroupfs` or `systemd`.
+    fn name(&self) -> &'static str;
+    /// Slices bulkhead created that exist now, parents first.
+    fn slices(&self) -> Vec<SliceName>;
+    /// Whether a slice exists (and is bulkhead's).
+    fn slice_exists(&self, slice: &SliceName) -> bool {
+        self.slices().contains(slice)
+    }
+    /// Move the calling process into a slice (for `run`: join, then exec).
+    fn join(&self, slice: &SliceName) -> std::result::Result<(), PlaceError>;
+    /// Move one whole process into a slice; on failure it is left where it was.
+    fn move_pid(&self, slice: &SliceName, pid: i32) -> std::result::Result<(), String>;
+}
+
+/// A backend: slices from a resolved plan, as operations that are data.
+pub trait Backend: Placement {
+    /// One operation, printable for `--dry-run` and serialisable for `--json`.
+    type Op: fmt::Display + fmt::Debug + serde::Serialize;
+    /// One line for people: the backend and the layout it drives.
+    fn describe(&self) -> String;
+    /// What `apply` would do, reading the system but changing nothing.
+    fn plan_apply(&self, plan: &ResolvedPlan, how: ApplyOptions) -> Result<Changes<Self::Op>>;
+    /// What `destroy` would do for these slices.
+    fn plan_destroy(&self, slices: &[SliceName], kill: bool) -> Result<Changes<Self::Op>>;
+    /// Carry out planned changes; on failure everything already changed is put back.
+    fn execute(&self, changes: &Changes<Self::Op>) -> Result<Outcome>;
+}
+
+/// The slices to remove for `slices`, children first: child slices that exist but are not
+/// named (left from earlier plans) go too, since a parent cannot be removed before them.
+pub fn removal_order(slices: &[SliceName], existing: Vec<SliceName>) -> Vec<SliceName> {
+    let mut names: Vec<SliceName> = slices.to_vec();
+    for e in existing {
+        if !names.contains(&e) && e.lineage().iter().any(|a| slices.contains(a)) {
+            names.push(e);
+        }
+    }
+    names.sort_by(|a, b| (b.depth(), b.as_str()).cmp(&(a.depth(), a.as_str())));
+    names.dedup();
+    names
+}
+
+/// "slices still have processes: ..." with the hint both backends give.
+pub fn busy_error(busy: &[String]) -> Diagnostic {
+    Diagnostic::error(format!("slices still have processes: {}", busy.join("; ")))
+        .hint("stop them, move them out with `bulkhead move`, or pass --kill to kill them")
+}
+
+/// A note for a slice an earlier apply made that the plan no longer has.
+pub fn left_over_note(slice: &SliceName) -> Diagnostic {
+    Diagnostic::note(format!(
+        "slice '{slice}' exists from an earlier apply but is not in this plan; it is left as it is"
+    ))
+    .hint(format!("remove it with: bulkhead destroy --slice {slice}"))
+}

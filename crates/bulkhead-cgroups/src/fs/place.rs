@@ -1,0 +1,102 @@
+//! Placing processes on cgroupfs: the caller itself (`run`: join, then exec) or a running
+//! process with all its threads (`move`), in every hierarchy the slice exists in.
+
+use super::CgroupFs;
+use crate::backend::PlaceError;
+use crate::layout::{Hierarchy, Version};
+use bulkhead_plan::SliceName;
+use bulkhead_sys::cgroupfs::write_file;
+use bulkhead_sys::error::{errno_text, Diagnostic, Error};
+use std::fs;
+
+impl CgroupFs {
+    pub(super) fn join_fs(&self, slice: &SliceName) -> Result<(), PlaceError> {
+        let dirs = self.existing_dirs(slice);
+        if dirs.is_empty() {
+            return Err(PlaceError::MissingSlice(slice.clone()));
+        }
+        for (h, d) in dirs {
+            write_file(&d.join("cgroup.procs"), "0").map_err(|e| {
+                let mut diag = Diagnostic::error(format!(
+                    "cannot join slice '{slice}' in the {} hierarchy: {}",
+                    h.label(),
+                    errno_text(&e)
+                ))
+                .at(d.display().to_string());
+                if e.raw_os_error() == Some(libc::EBUSY) && h.version == Version::V2 {
+                    diag = diag.hint(
+                        "on cgroup v2 processes can only join leaf slices (ones without child slices)",
+                    );
+                }
+                PlaceError::Failed(Error::failed_with(diag))
+            })?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn move_pid_fs(&self, slice: &SliceName, pid: i32) -> Result<(), String> {
+        let dirs = self.existing_dirs(slice);
+        if dirs.is_empty() {
+            return Err(format!("slice '{slice}' does not exist"));
+        }
+        match bulkhead_sys::process::is_kernel_thread(pid) {
+            None => return Err("no such process".into()),
+            Some(true) => return Err("is a kernel thread; kernel threads cannot be moved".into()),
+            Some(false) => {}
+        }
+        let original = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let mut moved: Vec<&Hierarchy> = Vec::new();
+        for (h, d) in &dirs {
+            if let Err(e) = write_file(&d.join("cgroup.procs"), &pid.to_string()) {
+                put_back(&moved, &original, pid);
+                return Err(refusal(h, &e));
+            }
+            moved.push(h);
+        }
+        Ok(())
+    }
+}
+
+/// Put a process back where it was in the hierarchies already changed.
+fn put_back(moved: &[&Hierarchy], original: &str, pid: i32) {
+    for mh in moved {
+        if let Some(orig) = original_path(original, mh) {
+            let procs = mh
+                .mount
+                .join(orig.trim_start_matches('/'))
+                .join("cgroup.procs");
+            let _ = write_file(&procs, &pid.to_string());
+        }
+    }
+}
+
+fn refusal(h: &Hierarchy, e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ESRCH) => "no such process".to_string(),
+        Some(libc::EBUSY) if h.version == Version::V2 => format!(
+            "{}: on cgroup v2 processes can only join leaf slices",
+            errno_text(e)
+        ),
+        Some(libc::EINVAL) => format!(
+            "the {} hierarchy refused it ({}): real-time or kernel tasks cannot move",
+            h.label(),
+            errno_text(e)
+        ),
+        _ => format!("the {} hierarchy refused it: {}", h.label(), errno_text(e)),
+    }
+}
+
+/// The cgroup path of a process in one hierarchy, from /proc/PID/cgroup text.
+pub fn original_path(proc_cgroup: &str, h: &Hierarchy) -> Option<String> {
+    proc_cgroup.lines().find_map(|l| {
+        let mut it = l.splitn(3, ':');
+        let id = it.next()?;
+        let ctrls = it.next()?;
+        let path = it.next()?;
+        let hit = match h.version {
+            Version::V2 => id == "0" && ctrls.is_empty(),
+            Version::V1 => ctrls.split(',').any(|c| h.has(c)),
+        };
+        hit.then(|| path.to_string())
+    })
+}

@@ -1,0 +1,341 @@
+//! What each slice uses and how much it suffers: CPU, throttling, memory and its events,
+//! I/O bytes, tasks, and pressure stall information (PSI) where the hierarchy has it.
+
+use crate::backend::Placement;
+use crate::fs::CgroupFs;
+use crate::layout::Version;
+use bulkhead_plan::SliceName;
+use bulkhead_sys::cgroupfs::count_procs;
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Avg {
+    pub avg10: f64,
+    pub avg60: f64,
+    pub avg300: f64,
+    /// Total stall time, microseconds.
+    pub total_us: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Pressure {
+    pub some: Avg,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub full: Option<Avg>,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Psi {
+    pub cpu: Option<Pressure>,
+    pub memory: Option<Pressure>,
+    pub io: Option<Pressure>,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct MemoryEvents {
+    pub low: u64,
+    pub high: u64,
+    pub max: u64,
+    pub oom: u64,
+    pub oom_kill: u64,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SliceStatus {
+    pub name: String,
+    pub unit: String,
+    pub cgroup: String,
+    /// Processes in the slice and its children.
+    pub processes: usize,
+    /// CPU time used since the slice was created, microseconds.
+    pub cpu_usage_us: Option<u64>,
+    /// CPU use over the interval, percent of one CPU (as top shows it).
+    pub cpu_percent: Option<f64>,
+    pub cpu_nr_throttled: Option<u64>,
+    pub cpu_throttled_us: Option<u64>,
+    /// `v1` or `v2`: which memory controller the numbers come from (v1 has no memory.high).
+    pub memory_controller: Option<String>,
+    pub memory_current: Option<u64>,
+    /// None: no limit.
+    pub memory_high: Option<u64>,
+    pub memory_max: Option<u64>,
+    pub memory_events: Option<MemoryEvents>,
+    pub io_read_bytes: Option<u64>,
+    pub io_write_bytes: Option<u64>,
+    pub tasks_current: Option<u64>,
+    pub tasks_max: Option<u64>,
+    pub psi: Option<Psi>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Status {
+    pub backend: String,
+    pub layout: String,
+    pub interval_seconds: f64,
+    pub slices: Vec<SliceStatus>,
+}
+
+fn read(p: &Path) -> Option<String> {
+    fs::read_to_string(p).ok()
+}
+
+fn read_u64(p: &Path) -> Option<u64> {
+    read(p)?.trim().parse().ok()
+}
+
+/// A limit file: `max`, or v1's page-counter maximum, is "no limit" (None).
+fn read_limit(p: &Path) -> Option<Option<u64>> {
+    let s = read(p)?;
+    let t = s.trim();
+    Some(match t {
+        "max" | "-1" => None,
+        _ => t.parse::<u64>().ok().filter(|n| *n < 1 << 62),
+    })
+}
+
+/// `key value` lines (cpu.stat, memory.events, memory.oom_control).
+pub fn flat_keyed(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let mut it = l.split_whitespace();
+        (it.next()? == key).then(|| it.next()?.parse().ok())?
+    })
+}
+
+/// Parse a PSI file (`some avg10=0.00 avg60=0.00 avg300=0.00 total=0` and a `full` line).
+pub fn parse_pressure(text: &str) -> Option<Pressure> {
+    let line = |kind: &str| -> Option<Avg> {
+        let l = text.lines().find(|l| l.starts_with(kind))?;
+        let mut a = Avg::default();
+        for kv in l.split_whitespace().skip(1) {
+            let (k, v) = kv.split_once('=')?;
+            match k {
+                "avg10" => a.avg10 = v.parse().ok()?,
+                "avg60" => a.avg60 = v.parse().ok()?,
+                "avg300" => a.avg300 = v.parse().ok()?,
+                "total" => a.total_us = v.parse().ok()?,
+                _ => {}
+            }
+        }
+        Some(a)
+    };
+    Some(Pressure {
+        some: line("some")?,
+        full: line("full"),
+    })
+}
+
+/// Sum rbytes/wbytes over all devices of a v2 io.stat.
+pub fn io_stat_v2(text: &str) -> (u64, u64) {
+    let mut r = 0;
+    let mut w = 0;
+    for l in text.lines() {
+        for kv in l.split_whitespace().skip(1) {
+            match kv.split_once('=') {
+                Some(("rbytes", v)) => r += v.parse::<u64>().unwrap_or(0),
+                Some(("wbytes", v)) => w += v.parse::<u64>().unwrap_or(0),
+                _ => {}
+            }
+        }
+    }
+    (r, w)
+}
+
+/// Read/Write bytes per device of a v1 blkio.*io_service_bytes* file.
+fn io_per_device_v1(text: &str) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let mut m = std::collections::BTreeMap::new();
+    for l in text.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() == 3 {
+            let e = m.entry(f[0].to_string()).or_insert((0u64, 0u64));
+            match f[1] {
+                "Read" => e.0 += f[2].parse::<u64>().unwrap_or(0),
+                "Write" => e.1 += f[2].parse::<u64>().unwrap_or(0),
+                _ => {}
+            }
+        }
+    }
+    m
+}
+
+/// Sum Read/Write over all devices of v1 blkio stat files. v1 counts a disk's I/O in the
+/// throttle files only while the disk has a limit, and in the BFQ files only when the disk
+/// uses BFQ; per device the larger figure is taken, so nothing is counted twice.
+pub fn io_stat_v1(texts: &[String]) -> (u64, u64) {
+    let mut merged: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for t in texts {
+        for (dev, (r, w)) in io_per_device_v1(t) {
+            let e = merged.entry(dev).or_default();
+            e.0 = e.0.max(r);
+            e.1 = e.1.max(w);
+        }
+    }
+    merged
+        .values()
+        .fold((0, 0), |(r, w), (a, b)| (r + a, w + b))
+}
+
+/// One reading of a slice, without the interval-based CPU share.
+pub fn read_slice(fs: &CgroupFs, name: &SliceName) -> SliceStatus {
+    let layout = &fs.layout;
+    let mut s = SliceStatus {
+        name: name.to_string(),
+        unit: name.unit(),
+        cgroup: Path::new("/")
+            .join(&fs.root)
+            .join(name.cgroup_path())
+            .display()
+            .to_string(),
+        ..Default::default()
+    };
+    if let Some(p) = layout.primary() {
+        let d = fs.dir(p, name);
+        s.processes = count_procs(&d);
+    }
+    // CPU time: the unified hierarchy's cpu.stat always has usage_usec; else v1 cpuacct.
+    let unified_dir = layout
+        .unified
+        .as_ref()
+        .map(|u| fs.dir(u, name))
+        .filter(|d| d.is_dir());
+    s.cpu_usage_us = unified_dir
+        .as_ref()
+        .and_then(|d| read(&d.join("cpu.stat")))
+        .and_then(|t| flat_keyed(&t, "usage_usec"))
+        .or_else(|| {
+            let h = layout.cpuacct()?;
+            read_u64(&fs.dir(h, name).join("cpuacct.usage")).map(|ns| ns / 1000)
+        });
+    if let (Some(h), Some(d)) = (layout.hierarchy("cpu"), fs.dir_for("cpu", name)) {
+        if let Some(t) = read(&d.join("cpu.stat")) {
+            s.cpu_nr_throttled = flat_keyed(&t, "nr_throttled");
+            s.cpu_throttled_us = match h.version {
+                Version::V2 => flat_keyed(&t, "throttled_usec"),
+                Version::V1 => flat_keyed(&t, "throttled_time").map(|ns| ns / 1000),
+            };
+        }
+    }
+    if let (Some(h), Some(d)) = (layout.hierarchy("memory"), fs.dir_for("memory", name)) {
+        s.memory_controller = Some(format!("{:?}", h.version).to_lowercase());
+        match h.version {
+            Version::V2 => {
+                s.memory_current = read_u64(&d.join("memory.current"));
+                s.memory_high = read_limit(&d.join("memory.high")).flatten();
+                s.memory_max = read_limit(&d.join("memory.max")).flatten();
+                s.memory_events = read(&d.join("memory.events")).map(|t| MemoryEvents {
+                    low: flat_keyed(&t, "low").unwrap_or(0),
+                    high: flat_keyed(&t, "high").unwrap_or(0),
+                    max: flat_keyed(&t, "max").unwrap_or(0),
+                    oom: flat_keyed(&t, "oom").unwrap_or(0),
+                    oom_kill: flat_keyed(&t, "oom_kill").unwrap_or(0),
+                });
+            }
+            Version::V1 => {
+                s.memory_current = read_u64(&d.join("memory.usage_in_bytes"));
+                s.memory_max = read_limit(&d.join("memory.limit_in_bytes")).flatten();
+                let oom = read(&d.join("memory.oom_control")).unwrap_or_default();
+                s.memory_events = Some(MemoryEvents {
+                    // v1 counts how often usage hit the limit.
+                    max: read_u64(&d.join("memory.failcnt")).unwrap_or(0),
+                    oom: flat_keyed(&oom, "under_oom").unwrap_or(0),
+                    oom_kill: flat_keyed(&oom, "oom_kill").unwrap_or(0),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    if let (Some(h), Some(d)) = (layout.hierarchy("io"), fs.dir_for("io", name)) {
+        let (r, w) = match h.version {
+            Version::V2 => read(&d.join("io.stat")).map(|t| io_stat_v2(&t)),
+            Version::V1 => {
+                let texts: Vec<String> = [
+                    "blkio.throttle.io_service_bytes_recursive",
+                    "blkio.bfq.io_service_bytes_recursive",
+                    "blkio.io_service_bytes_recursive",
+                ]
+                .iter()
+                .filter_map(|f| read(&d.join(f)))
+                .collect();
+                (!texts.is_empty()).then(|| io_stat_v1(&texts))
+            }
+        }
+        .unzip();
+        s.io_read_bytes = r;
+        s.io_write_bytes = w;
+    }
+    if let Some(d) = fs.dir_for("pids", name) {
+        s.tasks_current = read_u64(&d.join("pids.current"));
+        s.tasks_max = read_limit(&d.join("pids.max")).flatten();
+    }
+    if let Some(d) = &unified_dir {
+        let p = |f: &str| read(&d.join(f)).and_then(|t| parse_pressure(&t));
+        let psi = Psi {
+            cpu: p("cpu.pressure"),
+            memory: p("memory.pressure"),
+            io: p("io.pressure"),
+        };
+        if psi.cpu.is_some() || psi.memory.is_some() || psi.io.is_some() {
+            s.psi = Some(psi);
+        }
+    }
+    s
+}
+
+/// Read the slices twice, `interval` apart, to give CPU shares over the interval.
+pub fn status(fs: &CgroupFs, names: &[SliceName], interval: Duration) -> Status {
+    let first: Vec<(Instant, Option<u64>)> = names
+        .iter()
+        .map(|n| (Instant::now(), read_slice(fs, n).cpu_usage_us))
+        .collect();
+    std::thread::sleep(interval);
+    let slices = names
+        .iter()
+        .zip(first)
+        .map(|(n, (t0, u0))| {
+            let mut s = read_slice(fs, n);
+            let dt = t0.elapsed().as_secs_f64();
+            if let (Some(a), Some(b)) = (u0, s.cpu_usage_us) {
+                if dt > 0.0 {
+                    s.cpu_percent = Some(b.saturating_sub(a) as f64 / 1e6 / dt * 100.0);
+                }
+            }
+            s
+        })
+        .collect();
+    Status {
+        backend: fs.name().into(),
+        layout: fs.layout.describe(),
+        interval_seconds: interval.as_secs_f64(),
+        slices,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parsers() {
+        let p = parse_pressure("some avg10=1.50 avg60=0.20 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n").unwrap();
+        assert_eq!(p.some.avg10, 1.5);
+        assert_eq!(p.some.total_us, 1234);
+        assert!(p.full.is_some());
+        assert_eq!(
+            io_stat_v2("254:0 rbytes=10 wbytes=20 rios=1\n7:0 rbytes=5 wbytes=0\n"),
+            (15, 20)
+        );
+        let throttle = "254:0 Read 100\n254:0 Write 50\n254:0 Total 150\nTotal 150\n".to_string();
+        let bfq = "254:0 Read 100\n254:0 Write 50\n7:0 Read 0\n7:0 Write 4096\n".to_string();
+        assert_eq!(io_stat_v1(std::slice::from_ref(&throttle)), (100, 50));
+        assert_eq!(
+            io_stat_v1(&[throttle, bfq]),
+            (100, 4146),
+            "per device max, no double count"
+        );
+        assert_eq!(
+            flat_keyed("usage_usec 42\nuser_usec 1", "usage_usec"),
+            Some(42)
+        );
+    }
+}

@@ -1,0 +1,409 @@
+//! The command line: every argument type, and the one parse. The commands themselves live
+//! in the `cmd` module; this one only describes what they take.
+
+mod backend;
+pub mod hugepages;
+pub mod image;
+mod spawn;
+
+pub use backend::BackendArg;
+pub use spawn::SpawnArgs;
+
+use bulkhead::actions::Context;
+use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// Isolate the workloads of a database host: slices (cgroups) for the server and its
+/// helpers, without Docker.
+#[derive(Parser)]
+#[command(
+    name = "bulkhead",
+    version,
+    about,
+    long_about = "bulkhead isolates the workloads of a database host. A plan file names slices \
+(cgroups nested like systemd's: db-server is inside db) with systemd's resource directives; \
+`apply` creates them, `run` and `move` put processes into them, and `status` shows what each \
+slice uses and how much it stalls.",
+    after_help = "Exit status: 0 on success, 1 when acting on the system failed, 2 for bad \
+input (plan, arguments). `run` exits with the command's own status (125: bulkhead could not \
+start it, 126: not executable, 127: not found).\n\nFiles: /etc/bulkhead/bulkhead.toml (the \
+plan; an embedded default is used when it is missing), /run/bulkhead (runtime state)."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub globals: Globals,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The options every command takes (`cli.config` etc. reach them through Deref).
+#[derive(Args)]
+pub struct Globals {
+    /// The plan file [default: /etc/bulkhead/bulkhead.toml, else the embedded default plan]
+    #[arg(
+        short = 'c',
+        long = "config",
+        global = true,
+        env = "BULKHEAD_CONFIG",
+        value_name = "FILE"
+    )]
+    pub config: Option<PathBuf>,
+
+    /// The cgroup under which slices live (a delegated subtree, or a test root)
+    #[arg(
+        long,
+        global = true,
+        env = "BULKHEAD_CGROUP_ROOT",
+        default_value = "/",
+        value_name = "PATH"
+    )]
+    pub cgroup_root: String,
+
+    /// Only print errors
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+
+    /// Who creates slices: systemd over D-Bus, or bulkhead writing cgroupfs [auto: systemd
+    /// when PID 1 is systemd and answers on D-Bus, else cgroupfs]
+    #[arg(
+        long,
+        global = true,
+        env = "BULKHEAD_BACKEND",
+        value_enum,
+        default_value_t = BackendArg::Auto,
+        value_name = "BACKEND"
+    )]
+    pub backend: BackendArg,
+}
+
+impl std::ops::Deref for Cli {
+    type Target = Globals;
+    fn deref(&self) -> &Globals {
+        &self.globals
+    }
+}
+
+/// The one-line help of `spawn`, in both parsers.
+const SPAWN_ABOUT: &str =
+    "Run a command in a sandbox (namespaces, a root file system, an ephemeral snapshot)";
+
+/// `bulkhead spawn ...` is parsed by a parser of its own: building the whole command tree
+/// costs about 0.3 ms, a tenth of a sandbox's start. Same options, same help.
+#[derive(Parser)]
+#[command(name = "bulkhead")]
+struct SpawnOnly {
+    #[command(flatten)]
+    pub globals: Globals,
+    #[command(subcommand)]
+    pub command: SpawnCmd,
+}
+
+#[derive(Subcommand)]
+enum SpawnCmd {
+    #[command(
+        about = SPAWN_ABOUT
+    )]
+    Spawn(SpawnArgs),
+}
+
+/// The full parser, or the spawn-only one when the command line starts with `spawn`.
+pub fn parse() -> Cli {
+    if std::env::args_os().nth(1).is_some_and(|a| a == "spawn") {
+        let s = SpawnOnly::parse();
+        let SpawnCmd::Spawn(a) = s.command;
+        return Cli {
+            globals: s.globals,
+            command: Command::Spawn(a),
+        };
+    }
+    Cli::parse()
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Show or check the plan
+    #[command(subcommand)]
+    Plan(PlanCmd),
+    /// Create or update the plan's slices (idempotent)
+    Apply(ApplyArgs),
+    /// Run a command in a slice
+    Run(RunArgs),
+    /// Move running processes (with all their threads) into a slice
+    Move(MoveArgs),
+    /// Show what each slice uses and how much it stalls
+    Status(StatusArgs),
+    /// Remove the plan's slices, children first
+    Destroy(DestroyArgs),
+    // `about` here, not a doc comment: a doc comment would also clear the long help that
+    // SpawnArgs carries.
+    #[command(
+        about = SPAWN_ABOUT
+    )]
+    Spawn(SpawnArgs),
+    #[command(
+        about = "Start targets on their first connection: socket activation for the plan's sockets"
+    )]
+    Serve(ServeArgs),
+    /// Convert systemd .slice files (and their .d/*.conf drop-ins) to plan TOML
+    Import(ImportArgs),
+    /// Write the plan in another format (systemd unit files)
+    #[command(subcommand)]
+    Export(ExportCmd),
+    /// Benchmarks that measure bulkhead against what people use today
+    #[command(disable_help_flag = true)]
+    Bench(BenchArgs),
+    /// Root file system images for sandboxes, and the btrfs store that holds them
+    #[command(
+        subcommand,
+        long_about = "Root file system images for sandboxes. An image is a directory with a plain \
+name in the images directory: the mount point of the image store when one is recorded (a btrfs \
+file system in a file, loop-mounted; every image is a subvolume, so a sandbox starts from a \
+snapshot in constant time), else /var/lib/bulkhead/images. `spawn -D NAME` takes an image name \
+where it takes a directory.",
+        after_help = "Files: /var/lib/bulkhead/store.toml (the recorded store; BULKHEAD_STORE_RECORD \
+overrides it), /var/lib/bulkhead/images (the default images directory and mount point)."
+    )]
+    Image(image::ImageCmd),
+    /// Huge pages: pools, THP and what processes and slices really got
+    #[command(
+        subcommand,
+        long_about = "Huge pages. The plan's [hugepages] section (applied by `bulkhead apply`) sets \
+the hugetlb pools per page size and NUMA node, the THP switches and hugetlbfs mounts; these \
+commands show what the machine, its slices and its processes really have, move a running \
+process onto THP, and put back what bulkhead changed. `bulkhead run --hugepages thp|2M` \
+starts a program with its allocator's huge page switch set.",
+        after_help = "Files: /run/bulkhead/hugepages.json (what `reset` restores; \
+BULKHEAD_HUGEPAGES_STATE overrides it), /sys/kernel/mm/hugepages, \
+/sys/kernel/mm/transparent_hugepage, /proc/PID/smaps_rollup."
+    )]
+    Hugepages(hugepages::HugepagesCmd),
+}
+
+#[derive(Subcommand)]
+pub enum PlanCmd {
+    /// Print the resolved plan: every slice, every value in bytes and weights, for this host
+    /// (or another one with --memory/--cpus). The output is itself a valid plan.
+    Show(PlanShowArgs),
+}
+
+#[derive(Args)]
+pub struct PlanShowArgs {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Resolve for a host with this much RAM (e.g. 64G) instead of this one
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// Resolve for a host with this many CPUs instead of this one
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<u32>,
+}
+
+#[derive(Args)]
+pub struct ApplyArgs {
+    /// Print every write apply would make, and make none
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+    /// Treat directives this host cannot honour as errors
+    #[arg(long)]
+    pub strict: bool,
+    /// Apply huge page pools that leave less than the safe share of RAM outside them
+    #[arg(long)]
+    pub force: bool,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+    /// systemd backend: write unit files and drop-ins under /etc/systemd/system and reload
+    /// systemd, instead of transient units (which are gone at reboot)
+    #[arg(long)]
+    pub persist: bool,
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The slice to run in (as in the plan: db-helper or db-helper.slice); without it the
+    /// command stays in bulkhead's own cgroups
+    #[arg(long, short = 's', value_name = "SLICE")]
+    pub slice: Option<String>,
+    /// Make the program's heap use huge pages: thp, or a hugetlb page size (2M, 1G) from the
+    /// pool. Sets glibc's glibc.malloc.hugetlb tunable (and jemalloc's thp:always), then
+    /// stays the command's parent to check that it got them
+    #[arg(long, value_name = "thp|2M|1G")]
+    pub hugepages: Option<String>,
+    /// With --hugepages: exec the command in place instead of checking (check later with
+    /// `bulkhead hugepages usage PID`; the command keeps bulkhead's PID)
+    #[arg(long, requires = "hugepages")]
+    pub no_verify: bool,
+    /// Run as this user (name or UID); the user's groups come with it
+    #[arg(long, value_name = "USER")]
+    pub uid: Option<String>,
+    /// Run with this group (name or GID) [default: the user's primary group]
+    #[arg(long, value_name = "GROUP")]
+    pub gid: Option<String>,
+    /// Working directory
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Set an environment variable (repeatable)
+    #[arg(long = "env", short = 'E', value_name = "KEY=VALUE", value_parser = bulkhead::plan::env::parse_env_assignment)]
+    pub env: Vec<(String, String)>,
+    /// Read KEY=VALUE lines from a file, as systemd's EnvironmentFile= (repeatable)
+    #[arg(long = "setenv-file", value_name = "FILE")]
+    pub setenv_file: Vec<PathBuf>,
+    /// Pass fds 3..3+N to the command by the systemd protocol (LISTEN_FDS, LISTEN_PID)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub listen_fds: u32,
+    /// systemd backend: move bulkhead itself into a transient scope in the slice and exec
+    /// the command there (like systemd-run --scope), instead of starting a service
+    #[arg(long)]
+    pub scope: bool,
+    /// systemd backend: give the command a pseudo-terminal (like systemd-run --pty)
+    #[arg(long, short = 't', conflicts_with = "scope")]
+    pub pty: bool,
+    /// The command and its arguments
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Args)]
+pub struct MoveArgs {
+    /// The slice to move into
+    #[arg(long, short = 's', value_name = "SLICE")]
+    pub slice: String,
+    /// Process IDs
+    #[arg(required = true, value_name = "PID")]
+    pub pids: Vec<i32>,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// Print JSON (one object; with --watch, one per line)
+    #[arg(long)]
+    pub json: bool,
+    /// Refresh every SECONDS until interrupted
+    #[arg(long, short = 'w', value_name = "SECONDS")]
+    pub watch: Option<f64>,
+    /// The interval CPU shares are measured over, in seconds
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub interval: f64,
+}
+
+#[derive(Args)]
+pub struct DestroyArgs {
+    /// Kill the processes still in the slices
+    #[arg(long)]
+    pub kill: bool,
+    /// Print what would be removed, and remove nothing
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+    /// Remove these slices (and their children) instead of the plan's
+    #[arg(long = "slice", value_name = "SLICE")]
+    pub slices: Vec<String>,
+    /// Remove every slice bulkhead created under the cgroup root
+    #[arg(long, conflicts_with = "slices")]
+    pub all: bool,
+}
+
+#[derive(Args)]
+pub struct ImportArgs {
+    /// systemd slice unit files
+    #[arg(required = true, value_name = "FILE.slice")]
+    pub files: Vec<PathBuf>,
+    /// Write the plan here instead of standard output
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+impl Globals {
+    /// The library's view of the global options.
+    pub fn context(&self) -> Context {
+        Context {
+            config: self.config.clone(),
+            cgroup_root: self.cgroup_root.clone(),
+            backend: self.backend.into(),
+        }
+    }
+}
+
+#[derive(Args)]
+#[command(
+    long_about = "Listen on the plan's sockets and start each socket's target on the first \
+connection. Connections that arrive while the target starts wait (they are not refused) until \
+it is ready: its backend accepts a connection (ready = \"connect\") or it sent READY=1 on \
+$NOTIFY_SOCKET (ready = \"notify\"). In proxy mode bulkhead copies the bytes both ways with \
+splice(2); in pass mode it hands the listening sockets to the target (LISTEN_FDS, as systemd \
+does) and steps aside; in per-connection mode each connection gets its own target with the \
+connection on stdin and stdout. A target is stopped (SIGTERM, then SIGKILL after \
+stop_timeout) idle_timeout after its last connection closed, and started again by the next \
+one. A target with rootfs runs in an ephemeral sandbox (bulkhead spawn), else as a plain \
+command (bulkhead run), in its slice.\n\nRuns in the foreground and logs to stderr; when \
+systemd starts it (Type=notify), it says READY=1 once every socket listens. SIGTERM or SIGINT \
+stops the targets and exits.",
+    after_help = "Plan keys of [socket.NAME]: listen (list: HOST:PORT, [V6]:PORT, PORT, \
+udp:HOST:PORT, unix:/PATH), mode (proxy | pass | per-connection), backend, ready (connect | \
+notify), idle_timeout (30s; \"infinity\"), start_timeout (10s), stop_timeout (10s), \
+max_connections (1024; 64 per-connection), connection_idle_timeout, pipe_size, backlog, \
+proxy_protocol (\"v1\" | \"v2\", sent to the target), accept_proxy_protocol (read from a load \
+balancer), socket_mode, socket_user, socket_group. [socket.NAME.target]: command, rootfs, \
+slice, user, group, working_directory, environment, network, bind, snapshot.\n\nExit status: \
+0 after SIGTERM/SIGINT, 1 when serving failed, 2 for a bad plan or a socket that cannot be \
+bound.\n\nExample:\n  bulkhead serve -c /etc/bulkhead/bulkhead.toml --socket app\n  \
+bulkhead status          # state, connections, bytes, cold starts of each socket"
+)]
+pub struct ServeArgs {
+    /// Serve only this socket (repeatable) [default: every socket of the plan]
+    #[arg(long = "socket", value_name = "NAME")]
+    pub sockets: Vec<String>,
+    /// Print what would listen and how each target would start, and start nothing
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+}
+
+#[derive(Subcommand)]
+pub enum ExportCmd {
+    /// Write the plan as systemd .slice units (and .slice.d/ drop-ins for memory floors)
+    #[command(
+        long_about = "Write the plan as systemd unit files, for hosts that ship unit files instead of \
+running bulkhead: one DIR/NAME.slice per slice the plan names, and DIR/NAME.slice.d/50-bulkhead-floor.conf \
+where a memory floor or ceiling of the plan ({ value = \"4%\", min = \"1200M\" }) decides the value \
+on the target host (this host, or --memory SIZE). Directives are chosen for --systemd-version: \
+before 232 CPUWeight becomes CPUShares, before 231 MemoryMax becomes MemoryLimit and percentages \
+become bytes, before 230 IOWeight becomes BlockIOWeight; what a version cannot take is left out \
+and said. What systemd cannot express (floors, HugetlbMax, left-out directives) is kept in an \
+[X-Bulkhead] section that systemd ignores, so `bulkhead import DIR/*.slice` gives the plan back.",
+        after_help = "Files bulkhead did not write are never replaced. Writing the same plan again \
+changes nothing. Check the files with: systemd-analyze verify DIR/*.slice"
+    )]
+    Systemd(ExportSystemdArgs),
+}
+
+#[derive(Args)]
+pub struct ExportSystemdArgs {
+    /// The directory to write the unit files into (created if missing)
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Write for this systemd version (e.g. 219 for CentOS 7) [default: this host's systemd
+    /// if it answers, else 252 and newer]
+    #[arg(long, value_name = "N")]
+    pub systemd_version: Option<u32>,
+    /// Write memory floors for a host with this much RAM (e.g. 64G) instead of this one
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// Print the files instead of writing them
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `bulkhead bench ...`: everything after `bench` goes to the bulkhead-bench binary.
+#[derive(Args)]
+pub struct BenchArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0.., value_name = "ARGS")]
+    pub args: Vec<OsString>,
+}

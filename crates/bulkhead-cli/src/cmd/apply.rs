@@ -1,0 +1,114 @@
+//! `apply`: print the plan's changes, make them, say what was done.
+
+use crate::args::{ApplyArgs, Cli};
+use crate::cmd::{json, report};
+use bulkhead::actions::apply::{self, ApplyPlan, ApplyReport, ApplyRequest};
+use bulkhead::error::Result;
+
+pub fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
+    let p = apply::plan(
+        &cli.context(),
+        ApplyRequest {
+            strict: a.strict,
+            force: a.force,
+            persist: a.persist,
+        },
+    )?;
+    if a.json {
+        let done = if a.dry_run { None } else { Some(p.execute()?) };
+        let out = serde_json::json!({
+            "backend": p.backend_name(),
+            "layout": p.chosen.layout_line(),
+            "plan": p.resolved.source,
+            "dry_run": a.dry_run,
+            "changes": p.changes.ops,
+            "hugepages": p.hugepages.as_ref().map(|h| &h.ops),
+            "warnings": p.notes,
+            "outcome": done.as_ref().and_then(|d| d.slices),
+        });
+        println!("{}", json(&out));
+        return Ok(0);
+    }
+    if !cli.quiet {
+        eprintln!("bulkhead: {}", p.describe());
+        report(&p.notes);
+    }
+    print_planned(cli, &p, a.dry_run);
+    if a.dry_run {
+        return Ok(0);
+    }
+    let done = p.execute()?;
+    print_done(cli, &p, &done);
+    Ok(0)
+}
+
+fn print_planned(cli: &Cli, p: &ApplyPlan, dry_run: bool) {
+    let show = dry_run || !cli.quiet;
+    if let Some(c) = &p.hugepages {
+        if c.ops.is_empty() {
+            if !cli.quiet {
+                println!("hugepages: nothing to change");
+            }
+        } else {
+            if show {
+                for op in &c.ops {
+                    println!("{op}");
+                }
+            }
+            if dry_run {
+                println!(
+                    "dry run: {} huge page change(s) not made (run without --dry-run to apply)",
+                    c.ops.len()
+                );
+            }
+        }
+    }
+    let ops = &p.changes.ops;
+    if ops.is_empty() {
+        if !cli.quiet && !p.changes.slices.is_empty() {
+            println!(
+                "nothing to change: {} slice(s) already match the plan",
+                p.changes.slices.len()
+            );
+        }
+        return;
+    }
+    if show {
+        for op in ops {
+            println!("{op}");
+        }
+    }
+    if dry_run {
+        println!(
+            "dry run: {} change(s) not made (run without --dry-run to apply)",
+            ops.len()
+        );
+    }
+}
+
+fn print_done(cli: &Cli, p: &ApplyPlan, done: &ApplyReport) {
+    if cli.quiet {
+        return;
+    }
+    for (why, asked, got) in &done.compacted {
+        println!("{why}: got {got} of {asked} pages after compacting memory");
+    }
+    if done.hugepages_done > 0 {
+        println!(
+            "hugepages: {} change(s); `bulkhead hugepages reset` puts back what was there",
+            done.hugepages_done
+        );
+    }
+    if let (Some(out), false) = (done.slices, p.changes.is_empty()) {
+        println!(
+            "applied: {} slice(s), {} change(s){}",
+            p.changes.slices.len(),
+            out.done,
+            if out.skipped > 0 {
+                format!(", {} default(s) this kernel has no file for", out.skipped)
+            } else {
+                String::new()
+            }
+        );
+    }
+}

@@ -1,0 +1,47 @@
+//! One module per command: call the library, print what it returns.
+
+mod apply;
+mod bench;
+mod destroy;
+mod export;
+mod hugepages;
+mod image;
+mod moves;
+mod plan;
+mod run;
+mod serve;
+mod spawn;
+mod status;
+
+use crate::args::{Cli, Command, PlanCmd};
+use bulkhead::error::{Diagnostic, Result};
+
+pub fn dispatch(cli: &Cli) -> Result<i32> {
+    match &cli.command {
+        Command::Plan(PlanCmd::Show(a)) => plan::show(cli, a),
+        Command::Apply(a) => apply::apply(cli, a),
+        Command::Run(a) => Ok(run::run(cli, a)),
+        Command::Move(a) => moves::move_pids(cli, a),
+        Command::Status(a) => status::status(cli, a),
+        Command::Serve(a) => serve::serve(cli, a),
+        Command::Destroy(a) => destroy::destroy(cli, a),
+        Command::Import(a) => plan::import(a),
+        Command::Export(e) => export::export(cli, e),
+        Command::Spawn(a) => Ok(spawn::spawn(cli, a)),
+        Command::Bench(b) => bench::exec(cli, b),
+        Command::Image(i) => image::dispatch(cli, i),
+        Command::Hugepages(h) => hugepages::dispatch(cli, h),
+    }
+}
+
+/// Print diagnostics to stderr, prefixed like every Unix tool does.
+pub fn report(ds: &[Diagnostic]) {
+    for d in ds {
+        eprintln!("bulkhead: {d}");
+    }
+}
+
+/// JSON for people: pretty, or one line per object with --watch.
+pub fn json(v: &impl serde::Serialize) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}

@@ -1,0 +1,41 @@
+//! `run`: the exit code is the command's own, or 125/126/127 when it never started.
+
+use crate::args::{Cli, RunArgs};
+use crate::cmd::report;
+use bulkhead::actions::run::{self, RunEvent, RunRequest};
+use bulkhead::error::Severity;
+use bulkhead::run::RunSpec;
+
+pub fn run(cli: &Cli, a: &RunArgs) -> i32 {
+    let req = RunRequest {
+        spec: RunSpec {
+            slice: None,
+            listen_fds: a.listen_fds,
+            uid: a.uid.clone(),
+            gid: a.gid.clone(),
+            cwd: a.cwd.clone(),
+            env: a.env.clone(),
+            env_files: a.setenv_file.clone(),
+            argv: a.command.clone(),
+        },
+        slice: a.slice.clone(),
+        scope: a.scope,
+        pty: a.pty,
+        hugepages: a.hugepages.clone(),
+        verify: !a.no_verify,
+    };
+    let quiet = cli.quiet;
+    let mut on = |e: RunEvent| match e {
+        RunEvent::Note(d) if !quiet || d.severity != Severity::Note => report(&[d]),
+        RunEvent::Note(_) => {}
+        RunEvent::Hugepages(line) if !quiet => eprintln!("bulkhead: {line}"),
+        RunEvent::Hugepages(_) => {}
+    };
+    match run::run(&cli.context(), req, &mut on) {
+        Ok(code) => code,
+        Err(e) => {
+            report(&e.error.diagnostics());
+            e.code
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! Signals: the self-pipe for forwarding what bulkhead receives, dispositions, and the
+//! blocked-signal waits of a supervising parent.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The write end of the pipe the handler writes signal numbers to.
+static PIPE: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    let fd = PIPE.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let b = sig as u8;
+        // SAFETY: write(2) is async-signal-safe; one byte from the stack to our own pipe.
+        unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
+    }
+}
+
+/// While it lives, the given signals are caught and their numbers can be read with
+/// [`SignalPipe::recv`] (one pipe per process: installing a second one replaces the first).
+/// Dropping it puts the default dispositions back and wakes a reader with None.
+pub struct SignalPipe {
+    signals: Vec<i32>,
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+/// The reading side, for a thread that forwards.
+pub struct SignalReader(OwnedFd);
+
+impl SignalPipe {
+    pub fn install(signals: &[i32]) -> std::io::Result<SignalPipe> {
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        PIPE.store(write.as_raw_fd(), Ordering::Relaxed);
+        for &s in signals {
+            set_handler(s, on_signal as *const () as libc::sighandler_t);
+        }
+        Ok(SignalPipe {
+            signals: signals.to_vec(),
+            read,
+            write,
+        })
+    }
+
+    /// A second handle on the reading side (for a forwarding thread).
+    pub fn reader(&self) -> std::io::Result<SignalReader> {
+        Ok(SignalReader(self.read.try_clone()?))
+    }
+}
+
+impl SignalReader {
+    /// The next signal caught, or None once the pipe is dropped.
+    pub fn recv(&self) -> Option<i32> {
+        let mut b = [0u8; 1];
+        loop {
+            match rustix::io::read(&self.0, &mut b) {
+                Ok(1) if b[0] != 0 => return Some(b[0] as i32),
+                Err(rustix::io::Errno::INTR) => continue,
+                _ => return None,
+            }
+        }
+    }
+}
+
+impl Drop for SignalPipe {
+    fn drop(&mut self) {
+        for &s in &self.signals {
+            set_handler(s, libc::SIG_DFL);
+        }
+        PIPE.store(-1, Ordering::Relaxed);
+        let _ = rustix::io::write(self.write.as_fd(), &[0u8]);
+    }
+}
+
+fn set_handler(sig: i32, handler: libc::sighandler_t) {
+    // SAFETY: `handler` is SIG_DFL, SIG_IGN, `on_signal` (only write(2)) or `relay` (only
+    // kill(2)): all async-signal-safe.
+    unsafe { libc::signal(sig, handler) };
+}
+
+/// Ignore a signal in this process (as system(3) does with SIGINT while it waits).
+pub fn ignore(sig: i32) {
+    set_handler(sig, libc::SIG_IGN);
+}
+
+/// The default disposition for a signal.
+pub fn default(sig: i32) {
+    set_handler(sig, libc::SIG_DFL);
+}
+
+/// The process [`Relay`] forwards to.
+static TARGET: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn relay(sig: libc::c_int) {
+    let pid = TARGET.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill(2) is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// While it lives, the given signals are passed on to one process (a child bulkhead
+/// supervises): installed before the fork, aimed with [`Relay::target`] after it. Dropping it
+/// puts the default dispositions back.
+pub struct Relay {
+    signals: Vec<i32>,
+}
+
+impl Relay {
+    pub fn install(signals: &[i32]) -> Relay {
+        for &s in signals {
+            set_handler(s, relay as *const () as libc::sighandler_t);
+        }
+        Relay {
+            signals: signals.to_vec(),
+        }
+    }
+
+    pub fn target(&self, pid: i32) {
+        TARGET.store(pid, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        TARGET.store(0, Ordering::SeqCst);
+        for &s in &self.signals {
+            set_handler(s, libc::SIG_DFL);
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! `apply`: the plan's slices (through the chosen backend) and its `[hugepages]` section, as
+//! one transaction. Everything is planned first (reading the system, changing nothing); the
+//! huge page changes are made before the slices, so a slice failure takes them back too.
+
+use super::Context;
+use crate::hugepages::{self, ops::Applied, Paths};
+use bulkhead_cgroups::{ApplyOptions, Backend, Changes, Chosen, ChosenOp, Outcome, Placement};
+use bulkhead_plan::ResolvedPlan;
+use bulkhead_sys::error::{Diagnostic, Error, Result, Severity};
+use bulkhead_sys::host::Host;
+
+/// What the user asked `apply` for.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApplyRequest {
+    /// Directives this host cannot honour are errors.
+    pub strict: bool,
+    /// Apply huge page pools that leave less than the safe share of RAM outside them.
+    pub force: bool,
+    /// systemd: unit files instead of transient units.
+    pub persist: bool,
+}
+
+/// Everything `apply` would do, planned against the system as it is now.
+pub struct ApplyPlan {
+    pub chosen: Chosen,
+    pub resolved: ResolvedPlan,
+    pub changes: Changes<ChosenOp>,
+    pub hugepages: Option<hugepages::Changes>,
+    /// The plan's notes, what the host cannot honour, and the huge page section's notes.
+    pub notes: Vec<Diagnostic>,
+}
+
+/// What carrying it out did.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct ApplyReport {
+    /// The slice changes' outcome.
+    pub slices: Option<Outcome>,
+    /// Huge page changes made.
+    pub hugepages_done: usize,
+    /// Pools that needed memory compaction: (directive, asked, got).
+    pub compacted: Vec<(String, u64, u64)>,
+}
+
+/// Plan an apply: resolve the plan for this host, ask the backend and the huge page model
+/// what they would change. With `strict`, anything the host cannot honour is an error.
+pub fn plan(cx: &Context, req: ApplyRequest) -> Result<ApplyPlan> {
+    let host = Host::detect();
+    let resolved = cx.load_plan()?.resolve(&host)?;
+    let chosen = cx.choose()?;
+    let changes = chosen.plan_apply(
+        &resolved,
+        ApplyOptions {
+            persist: req.persist,
+        },
+    )?;
+    let hp = hugepages::plan_apply(&resolved.plan, &Paths::default(), req.force)?;
+    let mut notes = resolved.notes.clone();
+    notes.extend(changes.warnings.iter().cloned());
+    if req.strict {
+        strict(&notes)?;
+    }
+    // What --force let through is said, but is no reason for --strict to refuse.
+    if let Some(h) = &hp {
+        notes.extend(h.resolved.notes.iter().cloned());
+    }
+    Ok(ApplyPlan {
+        chosen,
+        resolved,
+        changes,
+        hugepages: hp,
+        notes,
+    })
+}
+
+/// --strict: every warning becomes an error, and nothing is changed.
+fn strict(notes: &[Diagnostic]) -> Result<()> {
+    let mut bad: Vec<Diagnostic> = notes
+        .iter()
+        .filter(|d| d.severity == Severity::Warning)
+        .cloned()
+        .map(|mut d| {
+            d.severity = Severity::Error;
+            d
+        })
+        .collect();
+    if bad.is_empty() {
+        return Ok(());
+    }
+    bad.push(Diagnostic::error(
+        "--strict: nothing was changed because the host cannot honour the plan as written",
+    ));
+    Err(Error::Invalid(bad))
+}
+
+impl ApplyPlan {
+    /// Whether there is nothing to change.
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty() && self.hugepages.as_ref().is_none_or(|h| h.ops.is_empty())
+    }
+
+    /// Carry it out: huge pages first, then the slices; if the slices fail, the huge page
+    /// changes are taken back as well.
+    pub fn execute(&self) -> Result<ApplyReport> {
+        let mut report = ApplyReport::default();
+        let applied = self.execute_hugepages(&mut report)?;
+        if self.changes.is_empty() {
+            report.slices = Some(Outcome::default());
+            return Ok(report);
+        }
+        match self.chosen.execute(&self.changes) {
+            Ok(o) => {
+                report.slices = Some(o);
+                Ok(report)
+            }
+            Err(e) => Err(undo_hugepages(e, applied)),
+        }
+    }
+
+    fn execute_hugepages(&self, report: &mut ApplyReport) -> Result<Option<Applied>> {
+        let Some(c) = self.hugepages.as_ref().filter(|c| !c.ops.is_empty()) else {
+            return Ok(None);
+        };
+        let applied =
+            hugepages::ops::execute(&c.ops, &Paths::default(), &hugepages::state::default_path())?;
+        report.hugepages_done = applied.done;
+        report.compacted = applied
+            .pools
+            .iter()
+            .filter(|(_, r)| r.compacted)
+            .map(|(why, r)| (why.clone(), r.asked, r.got))
+            .collect();
+        Ok(Some(applied))
+    }
+
+    /// One line for people: the backend, the layout it drives, and the plan's source.
+    pub fn describe(&self) -> String {
+        format!("{} ({})", self.chosen.describe(), self.resolved.source)
+    }
+
+    pub fn backend_name(&self) -> &'static str {
+        self.chosen.name()
+    }
+}
+
+/// The slice changes failed after the huge page changes were made: take those back and say
+/// so in the error.
+fn undo_hugepages(e: Error, applied: Option<Applied>) -> Error {
+    let Some(a) = applied else { return e };
+    let said = match a.undo() {
+        Ok(()) => "the huge page changes made before them were undone".to_string(),
+        Err(u) => u.to_string(),
+    };
+    let hint = match e.diagnostics().last().and_then(|d| d.hint.clone()) {
+        Some(h) => format!("{h}\n  hint: {said}"),
+        None => said,
+    };
+    e.with_hint(hint)
+}

@@ -1,0 +1,69 @@
+//! `serve`: socket activation for the plan's `[socket.NAME]` sections. Targets start as
+//! `bulkhead spawn` or `bulkhead run` with the same global options as serve itself.
+
+use super::Context;
+use crate::activate::{self, Log, TargetLauncher};
+use bulkhead_cgroups::Choice;
+use bulkhead_plan::socket::SocketSpec;
+use bulkhead_plan::Plan;
+use bulkhead_sys::error::{Error, Result};
+use std::ffi::OsString;
+
+/// The plan and the sockets to serve, checked, with how their targets start.
+pub struct Served {
+    pub plan: Plan,
+    pub sockets: Vec<SocketSpec>,
+    pub launcher: TargetLauncher,
+}
+
+/// Select the sockets (all of the plan's, or those named) and build the target launcher.
+pub fn prepare(cx: &Context, names: &[String]) -> Result<Served> {
+    let plan = cx.load_plan()?;
+    let sockets = activate::select(&plan, names)?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::failed(format!("cannot find bulkhead's own binary: {e}")))?;
+    Ok(Served {
+        plan,
+        sockets,
+        launcher: TargetLauncher {
+            exe,
+            global_args: global_args(cx),
+        },
+    })
+}
+
+/// What a target's `bulkhead spawn|run` gets before its subcommand.
+fn global_args(cx: &Context) -> Vec<OsString> {
+    let mut args: Vec<OsString> = Vec::new();
+    if let Some(c) = &cx.config {
+        // Absolute: the target may run with another working directory.
+        let c = std::path::absolute(c).unwrap_or_else(|_| c.clone());
+        args.extend(["--config".into(), c.into()]);
+    }
+    if !cx.default_root() {
+        args.extend(["--cgroup-root".into(), cx.cgroup_root.clone().into()]);
+    }
+    let backend = match cx.backend {
+        Choice::Auto => "auto",
+        Choice::Systemd => "systemd",
+        Choice::Cgroupfs => "cgroupfs",
+    };
+    args.extend(["--backend".into(), backend.into()]);
+    args
+}
+
+impl Served {
+    /// `--dry-run`: what would listen and how each target would start.
+    pub fn describe(&self) -> Result<Vec<String>> {
+        activate::check(&self.plan, &self.sockets)?;
+        Ok(activate::describe(&self.sockets, &self.launcher))
+    }
+
+    /// Serve until SIGTERM or SIGINT; returns once every target stopped.
+    pub fn run(self, quiet: bool) -> Result<()> {
+        // A client that goes away must be an EPIPE for the proxy, not the end of bulkhead.
+        // The targets get SIGPIPE back (std resets it for every child).
+        bulkhead_sys::signals::ignore(libc::SIGPIPE);
+        activate::serve(&self.plan, self.sockets, self.launcher, Log { quiet })
+    }
+}

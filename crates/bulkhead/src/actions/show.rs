@@ -1,0 +1,59 @@
+//! `plan show`: the plan resolved for this host, or for another one (`--memory`, `--cpus`).
+
+use super::Context;
+use crate::hugepages::{Facts, Paths};
+use bulkhead_plan::hugepages::Resolved as HugepagesResolved;
+use bulkhead_plan::ResolvedPlan;
+use bulkhead_sys::error::{Diagnostic, Error, Result};
+use bulkhead_sys::host::Host;
+use bulkhead_sys::units::{parse_size, IdSet};
+
+/// The host to resolve for: this one, with RAM and CPUs overridden when given.
+#[derive(Debug, Clone, Default)]
+pub struct HostOverride {
+    /// RAM, like `64G`.
+    pub memory: Option<String>,
+    pub cpus: Option<u32>,
+}
+
+impl HostOverride {
+    pub fn host(&self) -> Result<Host> {
+        let mut host = Host::detect();
+        if let Some(m) = &self.memory {
+            host.memory = parse_size(m, 1024)
+                .map_err(|e| Error::invalid(Diagnostic::error(format!("--memory {m}: {e}"))))?;
+        }
+        if let Some(n) = self.cpus {
+            if n == 0 {
+                return Err(Error::invalid(Diagnostic::error(
+                    "--cpus must be at least 1",
+                )));
+            }
+            host.cpus = IdSet((0..n).collect());
+        }
+        Ok(host)
+    }
+}
+
+/// The resolved plan, and its `[hugepages]` section resolved for the same RAM.
+pub fn plan_show(
+    cx: &Context,
+    over: &HostOverride,
+) -> Result<(ResolvedPlan, Option<HugepagesResolved>)> {
+    let host = over.host()?;
+    let resolved = cx.load_plan()?.resolve(&host)?;
+    let hp = match &resolved.plan.hugepages {
+        None => None,
+        Some(spec) => {
+            let mut facts = Facts::read(&Paths::default());
+            facts.memory = host.memory;
+            Some(bulkhead_plan::hugepages::resolve(
+                spec,
+                &resolved.plan.source,
+                &facts,
+                true,
+            )?)
+        }
+    };
+    Ok((resolved, hp))
+}

@@ -1,0 +1,145 @@
+//! `spawn`: a command in a sandbox, optionally in a slice. The start path stays lean: the
+//! cgroup layout is read only when a slice is to be joined, the plan only to explain a slice
+//! that is missing, and systemd is asked only when it might own the slice.
+
+use super::slices::{parse_slice, require_slice};
+use super::Context;
+use crate::run::{RunError, EXIT_RUN_FAILED};
+use crate::sandbox::{self, Choice, Outcome, SandboxSpec, UserRange};
+use bulkhead_cgroups::{CgroupFs, Choice as BackendChoice, Layout};
+use bulkhead_sys::error::{Diagnostic, Error};
+
+/// What the user asked for: the sandbox, with the root, user range and slice as given.
+#[derive(Debug, Clone, Default)]
+pub struct SpawnRequest {
+    /// Everything but `rootfs`, `private_users` and `slice`, which are resolved here.
+    pub spec: SandboxSpec,
+    /// `-D`: a directory, or an image name.
+    pub directory: String,
+    /// `--private-users[=auto|BASE[:SIZE]]`.
+    pub private_users: Option<String>,
+    pub slice: Option<String>,
+}
+
+fn start(e: Error) -> RunError {
+    RunError::with_code(EXIT_RUN_FAILED, e)
+}
+
+/// Resolve the request into a sandbox spec: the root (an image name or a directory), the
+/// user range and the slice.
+pub fn resolve(req: &SpawnRequest) -> Result<SandboxSpec, RunError> {
+    let mut spec = req.spec.clone();
+    spec.rootfs = crate::image::resolve_image(&req.directory).map_err(start)?;
+    spec.private_users = req
+        .private_users
+        .as_deref()
+        .map(parse_users)
+        .transpose()
+        .map_err(start)?;
+    spec.slice = req
+        .slice
+        .as_deref()
+        .map(parse_slice)
+        .transpose()
+        .map_err(start)?;
+    Ok(spec)
+}
+
+/// `--dry-run`: every operation the start would make, one line each.
+pub fn dry_run(spec: &SandboxSpec) -> Result<Vec<String>, RunError> {
+    let mut out = Vec::new();
+    if spec.ephemeral {
+        out.push(format!(
+            "# the root is an ephemeral snapshot of {} (--snapshot {}), made at start",
+            spec.rootfs.display(),
+            spec.snapshot.unwrap_or(Choice::Auto)
+        ));
+    }
+    if let Some(s) = &spec.slice {
+        out.push(format!("join slice {s}"));
+    }
+    out.extend(sandbox::describe(spec)?);
+    Ok(out)
+}
+
+/// Start the sandbox and wait for it. `note` hears what `-v` shows.
+pub fn spawn(
+    cx: &Context,
+    spec: &SandboxSpec,
+    note: &mut dyn FnMut(&str),
+) -> Result<Outcome, RunError> {
+    let fs = match &spec.slice {
+        None => None,
+        Some(s) => {
+            if systemd_owns_slices(cx) {
+                return Err(start(Error::invalid(
+                    Diagnostic::error("spawn --slice cannot join systemd's slices yet: it works with the cgroupfs backend")
+                        .hint("start it with bulkhead run --slice S -- bulkhead spawn ..., or pass --backend cgroupfs with a delegated --cgroup-root"),
+                )));
+            }
+            let layout = Layout::detect().map_err(|e| {
+                start(Error::failed(format!(
+                    "cannot read /proc/self/mountinfo: {e}"
+                )))
+            })?;
+            let fs = CgroupFs::new(layout, cx.root()).map_err(start)?;
+            require_slice(cx, &fs, s).map_err(start)?;
+            Some(fs)
+        }
+    };
+    sandbox::spawn(
+        fs.as_ref().map(|f| f as &dyn bulkhead_cgroups::Placement),
+        spec,
+        note,
+    )
+}
+
+/// Whether `--slice` would meet systemd's slices, which spawn cannot join yet.
+fn systemd_owns_slices(cx: &Context) -> bool {
+    match cx.backend {
+        BackendChoice::Cgroupfs => false,
+        BackendChoice::Systemd => true,
+        BackendChoice::Auto => {
+            cx.default_root()
+                && bulkhead_sys::host::pid1_is_systemd()
+                && bulkhead_cgroups::systemd::bus::Bus::connect().is_ok()
+        }
+    }
+}
+
+/// `--private-users=auto|BASE[:SIZE]`.
+fn parse_users(s: &str) -> Result<UserRange, Error> {
+    let bad = || {
+        Error::invalid(
+            Diagnostic::error(format!("--private-users={s}: not auto or BASE[:SIZE]"))
+                .hint("e.g. --private-users=auto, or --private-users=524288:65536"),
+        )
+    };
+    if s == "auto" {
+        // A 64K range per sandbox, above the IDs a host normally gives out (systemd-nspawn's
+        // range starts at 0x80000), picked from bulkhead's PID so parallel sandboxes differ.
+        let slot = std::process::id() % 0x6000;
+        return Ok(UserRange {
+            base: 0x80000 + slot * 0x10000,
+            size: 0x10000,
+        });
+    }
+    let (b, n) = match s.split_once(':') {
+        Some((b, n)) => (b, Some(n)),
+        None => (s, None),
+    };
+    let base: u32 = b.parse().map_err(|_| bad())?;
+    let size: u32 = match n {
+        Some(n) => n.parse().map_err(|_| bad())?,
+        None => 0x10000,
+    };
+    if base == 0 || size == 0 || base.checked_add(size).is_none() {
+        return Err(Error::invalid(
+            Diagnostic::error(format!(
+                "--private-users={s}: the range must start above 0 and fit in 32 bits"
+            ))
+            .hint("root inside is BASE outside; BASE 0 would be the host's root"),
+        ));
+    }
+    Ok(UserRange { base, size })
+}

@@ -1,0 +1,49 @@
+//! `status`: what each slice uses and how much it stalls, and the state of served sockets.
+
+use super::Context;
+use crate::activate::state::SocketStatus;
+use bulkhead_cgroups::stats::{self, Status};
+use bulkhead_cgroups::{Chosen, Placement};
+use bulkhead_sys::error::{Diagnostic, Error, Result};
+use std::time::Duration;
+
+/// One reading: the slices (CPU shares over `interval`) and the sockets.
+#[derive(Debug, serde::Serialize)]
+pub struct Report {
+    #[serde(flatten)]
+    pub slices: Status,
+    pub sockets: Vec<SocketStatus>,
+}
+
+/// A status reader for repeated readings (`--watch`).
+pub struct Reader {
+    chosen: Chosen,
+    interval: Duration,
+}
+
+/// Check the interval and choose the backend.
+pub fn reader(cx: &Context, seconds: f64) -> Result<Reader> {
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0) {
+        return Err(Error::invalid(Diagnostic::error(format!(
+            "the interval must be between 0 and 3600 seconds, not {seconds}"
+        ))));
+    }
+    Ok(Reader {
+        chosen: cx.choose()?,
+        interval: Duration::from_secs_f64(seconds),
+    })
+}
+
+impl Reader {
+    /// Read everything twice, `interval` apart.
+    pub fn read(&self) -> Report {
+        let names = self.chosen.slices();
+        let mut st = stats::status(self.chosen.reader(), &names, self.interval);
+        st.backend = self.chosen.name().into();
+        st.layout = self.chosen.layout_line();
+        Report {
+            slices: st,
+            sockets: crate::activate::state::read_all(),
+        }
+    }
+}
