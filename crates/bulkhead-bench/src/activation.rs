@@ -118,7 +118,7 @@ impl Drop for Setup {
     fn drop(&mut self) {
         // Last started first: serve (which stops its targets) before the backend.
         for c in self.children.iter_mut().rev() {
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = bulkhead::sys::process::kill(c.id() as i32, libc::SIGTERM);
             let t0 = Instant::now();
             while let Ok(None) = c.try_wait() {
                 if t0.elapsed() > Duration::from_secs(20) {

@@ -378,7 +378,7 @@ fn activation_bench(cli: &Cli, a: &ActivationBench) -> Result<i32> {
             )));
         }
     }
-    if unsafe { libc::geteuid() } != 0 {
+    if !bulkhead::sys::process::is_root() {
         return Err(bad("bench activation needs root (sandboxes)").with_hint("run it with sudo"));
     }
     bulkhead_bench::stop::install_handler();

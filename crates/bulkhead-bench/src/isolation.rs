@@ -163,8 +163,7 @@ pub fn validate(spec: &Spec) -> Result<(), String> {
             ));
         }
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !bulkhead::sys::process::is_root() {
         return Err("the bench creates cgroups, a loop device and mounts: run it as root".into());
     }
     if redis::find_server().is_none() {

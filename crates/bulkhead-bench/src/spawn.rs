@@ -464,12 +464,10 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
 }
 
 fn fs_name(p: &Path) -> String {
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap_or_default();
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+    let Some(magic) = bulkhead::sys::statfs::fs_magic(p) else {
         return "host fs".into();
-    }
-    match st.f_type as u64 {
+    };
+    match magic as u64 {
         0xEF53 => "ext4".into(),
         0x9123683E => "btrfs".into(),
         0x58465342 => "xfs".into(),

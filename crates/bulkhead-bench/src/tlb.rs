@@ -253,8 +253,9 @@ struct Table {
     len: usize,
 }
 
-// The table is read-only while threads share it.
+// SAFETY: the mapping is owned by the Table and only read while threads share it.
 unsafe impl Send for Table {}
+// SAFETY: as above: shared references only read.
 unsafe impl Sync for Table {}
 
 impl Drop for Table {

@@ -6,6 +6,8 @@
 //! [`Plan::resolve`] turns percentages and device paths into the numbers of one host, and the
 //! cgroup backends turn a [`ResolvedPlan`] into file writes.
 
+#![forbid(unsafe_code)]
+
 pub mod convert;
 mod directives;
 pub mod env;

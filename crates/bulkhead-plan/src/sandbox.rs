@@ -66,11 +66,7 @@ impl std::str::FromStr for Bind {
 }
 
 /// A user namespace: IDs 0..size inside are base..base+size outside.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UserRange {
-    pub base: u32,
-    pub size: u32,
-}
+pub use bulkhead_sys::launch::IdRange as UserRange;
 
 /// How a snapshot is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

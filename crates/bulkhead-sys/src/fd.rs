@@ -1,6 +1,6 @@
 //! File descriptors passed along by number.
 
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// Borrow a descriptor that stays open for as long as the process needs it: standard input,
 /// output or error, or one the caller holds open itself (a pty it made).
@@ -40,4 +40,28 @@ pub fn is_open(fd: i32) -> bool {
 /// A pipe whose ends close on exec: (read, write).
 pub fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(Into::into)
+}
+
+/// Whether any of the descriptors is readable now (poll with no wait).
+pub fn any_readable(fds: &[BorrowedFd<'_>]) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut p: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(f, PollFlags::IN)).collect();
+    let zero = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    poll(&mut p, Some(&zero)).is_ok_and(|n| n > 0)
+}
+
+/// Register an owned descriptor with the tokio reactor for readiness (readable).
+pub fn async_readable(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: the AsyncFd takes ownership of `fd`, so the descriptor stays open and refers
+    // to the same file for the AsyncFd's whole life, as register_with_interest requires.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| std::io::Error::other(e.to_string()))
+}
+
+/// A duplicate of `fd` numbered at or above `min`, closed on exec.
+pub fn dup_above(fd: impl AsFd, min: i32) -> std::io::Result<OwnedFd> {
+    rustix::io::fcntl_dupfd_cloexec(fd, min).map_err(Into::into)
 }

@@ -5,15 +5,21 @@
 //! All of bulkhead's `unsafe` code lives in this crate, each block with a `// SAFETY:` line;
 //! the crates above it forbid `unsafe`.
 
+pub mod btrfs;
 pub mod cgroupfs;
+pub mod dir;
 pub mod error;
 pub mod exit;
 pub mod fd;
 pub mod host;
+pub mod launch;
+pub mod mountinfo;
 pub mod paths;
 pub mod process;
 pub mod pty;
 pub mod signals;
+pub mod statfs;
+pub mod tree;
 pub mod units;
 pub mod xattr;
 

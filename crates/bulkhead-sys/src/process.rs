@@ -12,6 +12,11 @@ pub fn kill(pid: i32, sig: i32) -> std::io::Result<()> {
     rustix::process::kill_process(pid, sig).map_err(Into::into)
 }
 
+/// Whether this process runs with effective UID 0.
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
 /// Whether a process with this PID exists (kill with signal 0).
 pub fn alive(pid: u32) -> bool {
     let Some(pid) = i32::try_from(pid)
@@ -163,6 +168,97 @@ pub fn poll_readable(fd: std::os::fd::BorrowedFd<'_>, timeout_ms: i32) -> bool {
         tv_nsec: ((timeout_ms.max(0) % 1000) as i64) * 1_000_000,
     };
     poll(&mut fds, Some(&t)).is_ok_and(|n| n > 0)
+}
+
+/// Before `cmd` execs, write "0" to each of these `cgroup.procs` files: the child joins
+/// the cgroups and runs no instruction of the command outside them.
+pub fn join_cgroups_before_exec(
+    cmd: &mut std::process::Command,
+    procs_files: &[std::path::PathBuf],
+) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::process::CommandExt;
+    // Everything the child needs is allocated before fork: between fork and exec only
+    // async-signal-safe calls (open, write, close) are made.
+    let paths: Vec<std::ffi::CString> = procs_files
+        .iter()
+        .map(|p| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other))
+        .collect::<std::io::Result<_>>()?;
+    // SAFETY: the closure only calls async-signal-safe functions (open, write, close) on
+    // buffers built before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            for p in &paths {
+                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+                let err = std::io::Error::last_os_error();
+                libc::close(fd);
+                if n != 1 {
+                    return Err(err);
+                }
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
+/// Before `cmd` execs: set `pdeathsig` (the child gets it when its parent dies), and put
+/// `fds` at 3, 4, ... (the systemd socket passing protocol), blocking, as systemd passes
+/// them. The caller keeps `fds` open until the spawn returned.
+pub fn pass_fds_before_exec(cmd: &mut std::process::Command, fds: &[OwnedFd], pdeathsig: i32) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    // SAFETY: the closure only calls async-signal-safe functions (prctl, dup2, fcntl) on a
+    // vector built before the fork; the descriptors stay open until the spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, pdeathsig as libc::c_ulong);
+            for (i, &fd) in raw.iter().enumerate() {
+                let to = 3 + i as i32;
+                if libc::dup2(fd, to) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let fl = libc::fcntl(to, libc::F_GETFL);
+                libc::fcntl(to, libc::F_SETFL, fl & !libc::O_NONBLOCK);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// process_madvise(MADV_COLLAPSE) of `len` bytes at `start` in the process of `pidfd`
+/// (Linux 6.1+): how many bytes were advised.
+pub fn madvise_collapse(
+    pidfd: std::os::fd::BorrowedFd<'_>,
+    start: u64,
+    len: u64,
+) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let iov = libc::iovec {
+        iov_base: start as *mut libc::c_void,
+        iov_len: len as usize,
+    };
+    // SAFETY: the iovec describes memory of the other process; the kernel only reads the
+    // iovec itself, which lives on this stack for the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_process_madvise,
+            pidfd.as_raw_fd(),
+            &iov as *const libc::iovec,
+            1usize,
+            libc::MADV_COLLAPSE,
+            0u32,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(r as usize)
 }
 
 /// The exit code a shell would show for a wait status: the code, or 128 + the signal.

@@ -6,12 +6,14 @@
 //! Snapshots of an image are made beside it (see [`crate::snapshot`]), hidden by their
 //! `.#bulkhead-` names, which `list` skips.
 
-use crate::snapshot::{self, BTRFS_MAGIC};
+use crate::snapshot;
+use bulkhead_sys::btrfs::{self, BTRFS_MAGIC};
 use bulkhead_sys::error::{errno_text, io_failed, Diagnostic, Error, Result};
+use bulkhead_sys::statfs::fs_magic;
+use bulkhead_sys::tree::{self, CopyFail};
 use bulkhead_sys::units::human_bytes;
 use std::collections::HashSet;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -105,7 +107,7 @@ pub fn images_dir() -> Result<PathBuf> {
 
 /// Whether images are btrfs subvolumes here (the images directory is on btrfs).
 pub fn images_on_btrfs() -> bool {
-    images_dir().is_ok_and(|d| snapshot::fs_magic(&d) == Some(BTRFS_MAGIC))
+    images_dir().is_ok_and(|d| fs_magic(&d) == Some(BTRFS_MAGIC))
 }
 
 /// Image names are plain names: `[A-Za-z0-9][A-Za-z0-9._-]*`, at most 128 characters.
@@ -310,7 +312,6 @@ impl Drop for Undo {
 }
 
 fn allocate(file: &Path, size: u64, undo: &mut Undo) -> Result<()> {
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
         .write(true)
@@ -319,9 +320,8 @@ fn allocate(file: &Path, size: u64, undo: &mut Undo) -> Result<()> {
         .open(file)
         .map_err(|e| io_failed("cannot create", file, e))?;
     undo.file = Some(file.to_path_buf());
-    // SAFETY: fallocate on an open descriptor.
-    if unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, size as libc::off_t) } != 0 {
-        let e = io::Error::last_os_error();
+    if let Err(e) = rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, size) {
+        let e = io::Error::from(e);
         if e.raw_os_error() == Some(libc::ENOSPC) {
             return Err(Error::failed(format!(
                 "the file system holding {} has no room for {}",
@@ -528,7 +528,7 @@ fn mountinfo() -> Vec<MountLine> {
     text.lines()
         .filter_map(|l| {
             let (left, right) = l.split_once(" - ")?;
-            let point = snapshot::unescape_mountinfo(left.split(' ').nth(4)?);
+            let point = bulkhead_sys::mountinfo::unescape(left.split(' ').nth(4)?);
             let mut r = right.split(' ');
             Some(MountLine {
                 point,
@@ -623,17 +623,7 @@ fn find_tool(name: &str) -> Option<PathBuf> {
 }
 
 fn statvfs(p: &Path) -> io::Result<(u64, u64)> {
-    let c = std::ffi::CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: statvfs into a zeroed buffer.
-    unsafe {
-        let mut v: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &mut v) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let frsize = v.f_frsize as u64;
-        Ok((v.f_blocks as u64 * frsize, v.f_bavail as u64 * frsize))
-    }
+    bulkhead_sys::statfs::space(p)
 }
 
 fn available_bytes(p: &Path) -> io::Result<u64> {
@@ -751,9 +741,9 @@ fn import_tree(src: &Path, name: &str) -> Result<Image> {
     sweep_stale_imports(&dir);
     let tmp = dir.join(format!(".#import-{name}-{}", std::process::id()));
     let _ = remove_any(&tmp);
-    let subvolume = snapshot::fs_magic(&dir) == Some(BTRFS_MAGIC);
+    let subvolume = fs_magic(&dir) == Some(BTRFS_MAGIC);
     if subvolume {
-        snapshot::btrfs_subvolume_create(&tmp)
+        btrfs::subvolume_create(&tmp)
             .map_err(|e| io_failed("cannot create the btrfs subvolume", &tmp, e))?;
     } else {
         std::fs::create_dir(&tmp).map_err(|e| io_failed("cannot create", &tmp, e))?;
@@ -761,8 +751,8 @@ fn import_tree(src: &Path, name: &str) -> Result<Image> {
     let filled = if tarball {
         untar(src, &tmp)
     } else {
-        snapshot::copy_tree(src, &tmp, false, false).map_err(|e| match e {
-            snapshot::CopyFail::At(p, what, e) => match e.raw_os_error() {
+        tree::copy_tree(src, &tmp, false, false).map_err(|e| match e {
+            CopyFail::At(p, what, e) => match e.raw_os_error() {
                 Some(libc::ENOSPC) | Some(libc::EDQUOT) => Error::failed(format!(
                     "the file system holding {} is full (while copying {})",
                     dir.display(),
@@ -771,7 +761,7 @@ fn import_tree(src: &Path, name: &str) -> Result<Image> {
                 .with_hint("make room, or create a bigger image store"),
                 _ => Error::failed(format!("{what} {}: {}", p.display(), errno_text(&e))),
             },
-            snapshot::CopyFail::NoReflink(e) => {
+            CopyFail::NoReflink(e) => {
                 Error::failed(format!("cannot copy {}: {}", src.display(), errno_text(&e)))
             }
         })
@@ -829,25 +819,14 @@ fn untar(src: &Path, into: &Path) -> Result<()> {
 }
 
 fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
-    let c = |p: &Path| {
-        std::ffi::CString::new(p.as_os_str().as_bytes())
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-    };
-    let (f, t) = (c(from)?, c(to)?);
-    // SAFETY: two valid C strings.
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            f.as_ptr(),
-            libc::AT_FDCWD,
-            t.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    rustix::fs::renameat_with(
+        rustix::fs::CWD,
+        from,
+        rustix::fs::CWD,
+        to,
+        rustix::fs::RenameFlags::NOREPLACE,
+    )
+    .map_err(Into::into)
 }
 
 /// Half imports of processes that died (`.#import-NAME-PID`).
@@ -871,7 +850,7 @@ fn sweep_stale_imports(dir: &Path) {
 }
 
 fn remove_any(p: &Path) -> std::result::Result<(), (PathBuf, io::Error)> {
-    snapshot::remove_tree(p)
+    tree::remove_tree(p)
 }
 
 /// The images, by name.
@@ -914,7 +893,7 @@ fn describe(name: &str, path: &Path) -> Image {
         path: path.to_path_buf(),
         size: md.map(|m| du(path, m.dev())).unwrap_or(0),
         created,
-        subvolume: snapshot::is_btrfs_subvolume(path),
+        subvolume: btrfs::is_subvolume(path),
     }
 }
 
@@ -968,7 +947,7 @@ pub fn remove(name: &str) -> Result<Image> {
     }
     let image = describe(name, &path);
     snapshot::drop_pool(&path);
-    snapshot::remove_tree(&path).map_err(|(p, e)| {
+    tree::remove_tree(&path).map_err(|(p, e)| {
         Error::failed(format!(
             "cannot remove the image {name}: {}: {}",
             p.display(),

@@ -8,6 +8,8 @@
 //! [`image`].
 //! [`hugepages`] reserves and checks huge page pools, THP and hugetlbfs mounts.
 
+#![forbid(unsafe_code)]
+
 pub mod actions;
 pub mod activate;
 pub mod hugepages;

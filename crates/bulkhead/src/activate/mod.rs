@@ -21,7 +21,7 @@ use listen::Listener;
 use proxy::Conn;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -273,7 +273,13 @@ async fn run(bound: Vec<(SocketSpec, Vec<Listener>)>, launcher: Launcher, log: L
         let _ = state::write(&act.status());
         match act.spec.mode {
             Mode::Pass => {
-                let fds: Vec<RawFd> = listeners.iter().map(|l| l.fd.as_raw_fd()).collect();
+                let fds: Vec<OwnedFd> = listeners
+                    .iter()
+                    .map(|l| l.fd.try_clone())
+                    .collect::<std::io::Result<_>>()
+                    .map_err(|e| {
+                        Error::failed(format!("cannot share the listening sockets: {e}"))
+                    })?;
                 owners.push(tokio::spawn(pass_loop(act.clone(), fds)));
             }
             _ => {
@@ -590,37 +596,17 @@ async fn per_connection(act: &Arc<Activator>, conn: Conn, peer: Option<SocketAdd
     }
 }
 
-/// Borrowed fd for AsyncFd (the Listener owns it).
-struct Watch(RawFd);
-impl AsRawFd for Watch {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0
-    }
-}
-
-fn any_readable(fds: &[RawFd]) -> bool {
-    let mut p: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, 0) > 0 }
+fn any_readable(fds: &[OwnedFd]) -> bool {
+    let b: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
+    bulkhead_sys::fd::any_readable(&b)
 }
 
 /// Pass mode: wait for a client without accepting, start the target with the listening
 /// sockets as fds 3.., and watch again when it exits.
-async fn pass_loop(act: Arc<Activator>, fds: Vec<RawFd>) {
-    let watches: Vec<AsyncFd<Watch>> = match fds
+async fn pass_loop(act: Arc<Activator>, fds: Vec<OwnedFd>) {
+    let watches: Vec<AsyncFd<OwnedFd>> = match fds
         .iter()
-        .map(|&fd| {
-            // SAFETY: the fds belong to the Listeners, which outlive this task (it is
-            // aborted before they are dropped).
-            unsafe { AsyncFd::register_with_interest(Watch(fd), tokio::io::Interest::READABLE) }
-                .map_err(|e| std::io::Error::other(e.to_string()))
-        })
+        .map(|fd| bulkhead_sys::fd::async_readable(fd.try_clone()?))
         .collect::<std::io::Result<_>>()
     {
         Ok(w) => w,
@@ -647,7 +633,11 @@ async fn pass_loop(act: Arc<Activator>, fds: Vec<RawFd>) {
         }
         let argv = act.launcher.command(&act.spec, fds.len() as u32, None, &[]);
         let t0 = Instant::now();
-        let mut child = match target::start_process(&argv, &fds, None) {
+        let mut child = match target::start_process(
+            &argv,
+            &fds.iter().map(|f| f.as_fd()).collect::<Vec<_>>(),
+            None,
+        ) {
             Ok(c) => c,
             Err(e) => {
                 act.log

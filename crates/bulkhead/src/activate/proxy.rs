@@ -3,8 +3,10 @@
 //! side of the other socket, the other way goes on), and a connection with no traffic either
 //! way for `idle` is closed.
 
+use rustix::net::{RecvFlags, SendFlags};
+use rustix::pipe::SpliceFlags;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::Interest;
@@ -29,10 +31,10 @@ impl Conn {
             Conn::Unix(s) => s.try_io(i, f),
         }
     }
-    pub fn fd(&self) -> RawFd {
+    pub fn fd(&self) -> BorrowedFd<'_> {
         match self {
-            Conn::Tcp(s) => s.as_raw_fd(),
-            Conn::Unix(s) => s.as_raw_fd(),
+            Conn::Tcp(s) => s.as_fd(),
+            Conn::Unix(s) => s.as_fd(),
         }
     }
     /// Write all of `buf` (a PROXY protocol header).
@@ -40,14 +42,7 @@ impl Conn {
         while !buf.is_empty() {
             self.ready(Interest::WRITABLE).await?;
             match self.try_io(Interest::WRITABLE, || {
-                cvt(unsafe {
-                    libc::send(
-                        self.fd(),
-                        buf.as_ptr().cast(),
-                        buf.len(),
-                        libc::MSG_NOSIGNAL,
-                    )
-                })
+                rustix::net::send(self.fd(), buf, SendFlags::NOSIGNAL).map_err(io::Error::from)
             }) {
                 Ok(n) => buf = &buf[n..],
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -61,16 +56,9 @@ impl Conn {
         loop {
             self.ready(Interest::READABLE).await?;
             match self.try_io(Interest::READABLE, || {
-                cvt(unsafe {
-                    libc::recv(
-                        self.fd(),
-                        buf.as_mut_ptr().cast(),
-                        buf.len(),
-                        libc::MSG_PEEK,
-                    )
-                })
+                rustix::net::recv(self.fd(), &mut *buf, RecvFlags::PEEK).map_err(io::Error::from)
             }) {
-                Ok(n) => return Ok(n),
+                Ok((n, _)) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }
@@ -79,20 +67,11 @@ impl Conn {
     /// Consume exactly `n` bytes that `peek` has shown are there.
     pub fn consume(&self, n: usize) -> io::Result<()> {
         let mut buf = vec![0u8; n];
-        let got =
-            cvt(unsafe { libc::recv(self.fd(), buf.as_mut_ptr().cast(), n, libc::MSG_DONTWAIT) })?;
+        let (got, _) = rustix::net::recv(self.fd(), &mut buf[..], RecvFlags::DONTWAIT)?;
         if got != n {
             return Err(io::Error::other("short read while consuming a header"));
         }
         Ok(())
-    }
-}
-
-fn cvt(r: isize) -> io::Result<usize> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
     }
 }
 
@@ -113,31 +92,26 @@ struct Pipe {
 
 impl Pipe {
     fn new(size: Option<u64>) -> io::Result<Pipe> {
-        let mut fds = [0; 2];
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: pipe2 just returned these two fds.
-        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        use rustix::pipe::PipeFlags;
+        let (r, w) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
         if let Some(s) = size {
             // Best effort: the kernel caps it at /proc/sys/fs/pipe-max-size for non-root.
-            unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, s as libc::c_int) };
+            let _ = rustix::pipe::fcntl_setpipe_size(&w, s as usize);
         }
         Ok(Pipe { r, w })
     }
 }
 
-fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
-    cvt(unsafe {
-        libc::splice(
-            from,
-            std::ptr::null_mut(),
-            to,
-            std::ptr::null_mut(),
-            len,
-            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
-        )
-    })
+fn splice(from: BorrowedFd<'_>, to: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+    rustix::pipe::splice(
+        from,
+        None,
+        to,
+        None,
+        len,
+        SpliceFlags::MOVE | SpliceFlags::NONBLOCK,
+    )
+    .map_err(io::Error::from)
 }
 
 /// Time since `base`, in microseconds, for the shared "last traffic" stamp.
@@ -156,7 +130,7 @@ async fn pump(
 ) -> io::Result<()> {
     let pipe = Pipe::new(size)?;
     let chunk = size.unwrap_or(1 << 16).max(1 << 16) as usize;
-    let (pr, pw) = (pipe.r.as_raw_fd(), pipe.w.as_raw_fd());
+    let (pr, pw) = (pipe.r.as_fd(), pipe.w.as_fd());
     loop {
         // Fill the pipe from the source.
         src.ready(Interest::READABLE).await?;
@@ -184,7 +158,7 @@ async fn pump(
         last.store(stamp(base), Ordering::Relaxed);
     }
     // Half-close: the other direction goes on.
-    unsafe { libc::shutdown(dst.fd(), libc::SHUT_WR) };
+    let _ = rustix::net::shutdown(dst.fd(), rustix::net::Shutdown::Write);
     Ok(())
 }
 

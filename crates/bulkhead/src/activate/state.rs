@@ -37,7 +37,7 @@ pub fn path(name: &str) -> PathBuf {
 }
 
 fn alive(pid: u32) -> bool {
-    pid > 0 && unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+    pid > 0 && bulkhead_sys::process::alive(pid)
 }
 
 /// The socket another live `serve` already owns under this name.

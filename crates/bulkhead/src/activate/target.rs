@@ -8,7 +8,7 @@ use super::proxy::Conn;
 use bulkhead_plan::socket::{Endpoint, Mode, Ready, SocketSpec};
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -110,7 +110,7 @@ impl Launcher {
 /// mode) becomes its stdin and stdout. The child gets SIGTERM if `serve` dies.
 pub fn start_process(
     argv: &[OsString],
-    fds: &[RawFd],
+    fds: &[BorrowedFd<'_>],
     stdio: Option<OwnedFd>,
 ) -> io::Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(&argv[0]);
@@ -129,32 +129,9 @@ pub fn start_process(
     // the dup2 calls in the child cannot overwrite one another.
     let high: Vec<OwnedFd> = fds
         .iter()
-        .map(|&fd| {
-            let r = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 100) };
-            if r < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(unsafe { OwnedFd::from_raw_fd(r) })
-            }
-        })
+        .map(|fd| bulkhead_sys::fd::dup_above(fd, 100))
         .collect::<io::Result<_>>()?;
-    let raw: Vec<RawFd> = high.iter().map(|f| f.as_raw_fd()).collect();
-    // SAFETY: only async-signal-safe calls (prctl, dup2, fcntl) on pre-built data.
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            for (i, &fd) in raw.iter().enumerate() {
-                let to = 3 + i as RawFd;
-                if libc::dup2(fd, to) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // Passed sockets are blocking for the target, as systemd passes them.
-                let fl = libc::fcntl(to, libc::F_GETFL);
-                libc::fcntl(to, libc::F_SETFL, fl & !libc::O_NONBLOCK);
-            }
-            Ok(())
-        });
-    }
+    bulkhead_sys::process::pass_fds_before_exec(cmd.as_std_mut(), &high, libc::SIGTERM);
     let child = cmd.spawn();
     drop(high);
     child
@@ -190,22 +167,17 @@ impl NetnsThread {
         std::thread::Builder::new()
             .name("bulkhead-netns".into())
             .spawn(move || {
-                if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                    let _ = ok_tx.send(Err(io::Error::last_os_error()));
+                if let Err(e) = rustix::thread::move_into_link_name_space(
+                    ns.as_fd(),
+                    Some(rustix::thread::LinkNameSpaceType::Network),
+                ) {
+                    let _ = ok_tx.send(Err(e.into()));
                     return;
                 }
                 let _ = ok_tx.send(Ok(()));
                 drop(ns);
                 for (domain, ty, reply) in rx {
-                    let fd = unsafe {
-                        libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
-                    };
-                    let r = if fd < 0 {
-                        Err(io::Error::last_os_error())
-                    } else {
-                        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-                    };
-                    let _ = reply.send(r);
+                    let _ = reply.send(new_socket(domain, ty));
                 }
             })?;
         ok_rx
@@ -267,19 +239,7 @@ impl Dialer {
         };
         let fd = match self {
             Dialer::Sandbox { netns: Some(t), .. } => t.socket(domain, libc::SOCK_DGRAM)?,
-            _ => {
-                let fd = unsafe {
-                    libc::socket(
-                        domain,
-                        libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                        0,
-                    )
-                };
-                if fd < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                unsafe { OwnedFd::from_raw_fd(fd) }
-            }
+            _ => new_socket(domain, libc::SOCK_DGRAM)?,
         };
         let s = std::net::UdpSocket::from(fd);
         s.connect(a)?;
@@ -842,10 +802,19 @@ impl Activator {
 }
 
 pub fn kill(pid: u32, sig: libc::c_int) -> io::Result<()> {
-    if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    bulkhead_sys::process::kill(pid as i32, sig)
+}
+
+/// A non-blocking, close-on-exec socket of this namespace.
+fn new_socket(domain: libc::c_int, ty: libc::c_int) -> io::Result<OwnedFd> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    rustix::net::socket_with(
+        AddressFamily::from_raw(domain as u16),
+        SocketType::from_raw(ty as u32),
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(Into::into)
 }
 
 pub fn status_text(st: std::process::ExitStatus) -> String {

@@ -10,7 +10,7 @@
 use super::usage::{parse_rollup, parse_smaps, Rollup};
 use bulkhead_sys::error::{errno_text, Diagnostic, Error, Result};
 use bulkhead_sys::units::human_bytes;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 /// Advice per call: large areas are advised in pieces, so a failure in one piece (no free
 /// huge page there) does not hide the rest.
@@ -65,38 +65,9 @@ pub struct CollapseReport {
     pub skipped_nohugepage: usize,
 }
 
-fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the fd is new and owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
 fn advise(pidfd: &OwnedFd, start: u64, len: u64) -> std::io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    let iov = libc::iovec {
-        iov_base: start as *mut libc::c_void,
-        iov_len: len as usize,
-    };
-    // SAFETY: the iovec describes memory of the other process; the kernel only reads it.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_process_madvise,
-            pidfd.as_raw_fd(),
-            &iov as *const libc::iovec,
-            1usize,
-            libc::MADV_COLLAPSE,
-            0u32,
-        )
-    };
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
+    use std::os::fd::AsFd;
+    bulkhead_sys::process::madvise_collapse(pidfd.as_fd(), start, len)
 }
 
 fn read_proc(pid: i32, file: &str, gone: &dyn Fn() -> Error) -> Result<String> {
@@ -129,9 +100,12 @@ pub fn collapse(pid: i32, pmd_size: u64) -> Result<CollapseReport> {
                 .hint("check the PID (ps -e, pgrep NAME); nothing was changed"),
         )
     };
-    let pidfd = pidfd_open(pid).map_err(|e| match e.raw_os_error() {
+    let pidfd = bulkhead_sys::process::pidfd_open(pid).map_err(|e| match e.raw_os_error() {
         Some(libc::ESRCH) => missing(),
-        _ => Error::failed(format!("pidfd_open({pid}): {}", errno_text(&e))),
+        _ => Error::failed(format!(
+            "bulkhead_sys::process::pidfd_open({pid}): {}",
+            errno_text(&e)
+        )),
     })?;
     let gone_midway = |done: usize| {
         move || {

@@ -201,13 +201,7 @@ pub fn detect_allocator(program: &Path) -> Allocator {
 }
 
 /// glibc's version, `(2, 36)`.
-pub fn glibc_version() -> Option<(u32, u32)> {
-    // SAFETY: returns a static NUL-terminated string.
-    let v = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) };
-    let s = v.to_str().ok()?;
-    let mut it = s.split('.').map(|p| p.parse::<u32>().ok());
-    Some((it.next()??, it.next()??))
-}
+pub use bulkhead_sys::process::glibc_version;
 
 /// glibc 2.35 and 2.36 read /sys/kernel/mm/transparent_hugepage/enabled into a buffer they
 /// do not NUL-terminate before strcmp (`__malloc_thp_mode`), so `glibc.malloc.hugetlb=1`

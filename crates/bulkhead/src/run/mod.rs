@@ -307,30 +307,6 @@ pub fn spawn_joined(
     cmd: &mut std::process::Command,
     procs_files: &[PathBuf],
 ) -> std::io::Result<std::process::Child> {
-    use std::os::unix::ffi::OsStrExt;
-    // Everything the child needs is allocated before fork: between fork and exec only
-    // async-signal-safe calls (open, write, close) are made.
-    let paths: Vec<std::ffi::CString> = procs_files
-        .iter()
-        .map(|p| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other))
-        .collect::<std::io::Result<_>>()?;
-    // SAFETY: the closure only calls async-signal-safe functions on pre-built buffers.
-    unsafe {
-        cmd.pre_exec(move || {
-            for p in &paths {
-                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
-                let err = std::io::Error::last_os_error();
-                libc::close(fd);
-                if n != 1 {
-                    return Err(err);
-                }
-            }
-            Ok(())
-        });
-    }
+    bulkhead_sys::process::join_cgroups_before_exec(cmd, procs_files)?;
     cmd.spawn()
 }

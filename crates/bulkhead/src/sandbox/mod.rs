@@ -12,7 +12,6 @@
 //! mount namespace, so they vanish with it; on-disk snapshots are registered before they are
 //! made and removed on every exit path, or by the next bulkhead start after a kill -9.
 
-mod child;
 pub mod seccomp;
 pub mod setup;
 
@@ -27,7 +26,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The exit code when `--timeout` killed the sandbox (coreutils timeout(1)'s convention).
-pub const EXIT_TIMEOUT: i32 = 124;
+pub use bulkhead_sys::exit::TIMEOUT as EXIT_TIMEOUT;
 
 /// What the user asked for (`bulkhead spawn`).
 #[derive(Debug, Clone, Default)]
@@ -82,6 +81,10 @@ fn invalid(msg: impl Into<String>, hint: &str) -> RunError {
         EXIT_RUN_FAILED,
         Error::invalid(Diagnostic::error(msg).hint(hint)),
     )
+}
+
+fn launch_failed(f: bulkhead_sys::launch::Failure) -> RunError {
+    RunError::with_code(f.code, f.error)
 }
 
 fn failed(e: Error) -> RunError {
@@ -237,11 +240,11 @@ pub fn spawn(
             snapshot_time.as_secs_f64() * 1e3
         ));
     }
-    let mut program = setup::Program::build(spec, &rootfs, snap.as_ref(), ids).map_err(failed)?;
+    let mut program = setup::build(spec, &rootfs, snap.as_ref(), ids).map_err(failed)?;
     // Made before the clone, kept open until the sandbox has exited.
     let _idmapped = match (&program.idmap_source, spec.private_users) {
         (Some(src), Some(range)) => {
-            let fd = child::idmapped_tree(src, range)?;
+            let fd = bulkhead_sys::launch::idmapped_tree(src, range).map_err(launch_failed)?;
             program.idmapped = Some(std::os::fd::AsRawFd::as_raw_fd(&fd));
             Some(fd)
         }
@@ -255,7 +258,8 @@ pub fn spawn(
         };
         backend.join(slice).map_err(RunError::place)?;
     }
-    let result = child::run(&program, spec.timeout, spec.stop_timeout);
+    let result =
+        bulkhead_sys::launch::run(&program, spec.timeout, spec.stop_timeout).map_err(launch_failed);
     let method = snap.as_ref().map(|s| (s.method, s.why.clone()));
     if let Some(s) = snap.as_mut() {
         // From a read-only image's pool: removed, and the pool topped up, in the background.
@@ -277,6 +281,6 @@ pub fn spawn(
 pub fn describe(spec: &SandboxSpec) -> Result<Vec<String>, RunError> {
     let rootfs = validate(spec)?;
     let ids = setup::resolve_ids(&rootfs, spec)?;
-    let program = setup::Program::build(spec, &rootfs, None, ids).map_err(failed)?;
+    let program = setup::build(spec, &rootfs, None, ids).map_err(failed)?;
     Ok(program.describe())
 }

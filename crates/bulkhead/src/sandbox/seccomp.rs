@@ -48,10 +48,7 @@ pub const DENIED: &[&str] = &[
     "clone3 (ENOSYS)",
 ];
 
-/// The compiled program: one classic BPF filter (one JIT compile at install).
-pub struct Filter {
-    pub(crate) program: Vec<libc::sock_filter>,
-}
+pub use bulkhead_sys::launch::Filter;
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
@@ -186,13 +183,10 @@ pub fn default_filter() -> Result<Filter> {
             k,
         });
     }
-    Ok(Filter { program })
-}
-
-impl std::fmt::Debug for Filter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Filter({} instructions)", self.program.len())
-    }
+    Ok(Filter {
+        program,
+        denied: DENIED,
+    })
 }
 
 #[cfg(test)]

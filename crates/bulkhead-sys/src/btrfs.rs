@@ -1,0 +1,193 @@
+//! btrfs through its ioctls: snapshots and subvolumes (create, destroy, read-only), and the
+//! subvolume's id, flags and generation.
+
+use crate::dir::parent_and_name;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+pub use crate::statfs::{BTRFS_MAGIC, XFS_MAGIC};
+/// The inode number of every btrfs subvolume's root directory.
+pub const FIRST_FREE_OBJECTID: u64 = 256;
+
+/// `_IOW(ty, nr, size)` as <asm-generic/ioctl.h> computes it.
+const fn iow(ty: u32, nr: u32, size: usize) -> u32 {
+    (1 << 30) | ((size as u32) << 16) | (ty << 8) | nr
+}
+// <linux/btrfs.h>: BTRFS_IOCTL_MAGIC 0x94.
+const BTRFS_IOC_SUBVOL_CREATE: u32 = 0x5000_940e; // struct btrfs_ioctl_vol_args
+const BTRFS_IOC_SNAP_DESTROY: u32 = 0x5000_940f; // struct btrfs_ioctl_vol_args
+const BTRFS_IOC_SNAP_CREATE_V2: u32 = 0x5000_9417; // struct btrfs_ioctl_vol_args_v2
+/// _IOR(0x94, 60, struct btrfs_ioctl_get_subvol_info_args), 504 bytes (Linux 4.18+).
+const BTRFS_IOC_GET_SUBVOL_INFO: u32 = 0x81f8_943c;
+const SUBVOL_INFO_SIZE: usize = 504;
+/// BTRFS_ROOT_SUBVOL_RDONLY in the root item's flags.
+pub const ROOT_SUBVOL_RDONLY: u64 = 1;
+const _: () = assert!(iow(0x94, 14, size_of::<VolArgs>()) == BTRFS_IOC_SUBVOL_CREATE);
+const _: () = assert!(iow(0x94, 15, size_of::<VolArgs>()) == BTRFS_IOC_SNAP_DESTROY);
+const _: () = assert!(iow(0x94, 23, size_of::<VolArgsV2>()) == BTRFS_IOC_SNAP_CREATE_V2);
+
+/// struct btrfs_ioctl_vol_args: 4096 bytes.
+#[repr(C)]
+struct VolArgs {
+    fd: i64,
+    name: [u8; 4088],
+}
+
+/// struct btrfs_ioctl_vol_args_v2: 4096 bytes (the union after `flags` is unused here).
+#[repr(C)]
+struct VolArgsV2 {
+    fd: i64,
+    transid: u64,
+    flags: u64,
+    unused: [u64; 4],
+    name: [u8; 4040],
+}
+
+/// ioctl(2) with a request and an argument of the size the request encodes.
+///
+/// # Safety
+/// `arg` must point to a buffer of the size and layout `req` expects (or be the integer
+/// argument it takes), valid for the call.
+unsafe fn ioctl(fd: RawFd, req: u32, arg: *mut libc::c_void) -> io::Result<()> {
+    // SAFETY: the caller passes an argument of the size and layout `req` encodes (see
+    // above). GET_SUBVOL_INFO returns a positive value on success.
+    if unsafe { libc::ioctl(fd, req as _, arg) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A writable snapshot of the subvolume open as `src_fd`, at `dest` (same file system).
+pub fn snapshot(src_fd: RawFd, dest: &Path) -> io::Result<()> {
+    let (parent, name) = parent_and_name(dest, 4039)?;
+    // SAFETY: all-zero is a valid value of this plain C struct.
+    let mut args: Box<VolArgsV2> = Box::new(unsafe { std::mem::zeroed() });
+    args.fd = src_fd as i64;
+    args.name[..name.len()].copy_from_slice(&name);
+    // SAFETY: the argument is the struct or buffer this request takes, sized as it encodes.
+    unsafe {
+        ioctl(
+            parent.as_raw_fd(),
+            BTRFS_IOC_SNAP_CREATE_V2,
+            (&mut *args as *mut VolArgsV2).cast(),
+        )
+    }
+}
+
+/// A new empty subvolume at `dest`.
+pub fn subvolume_create(dest: &Path) -> io::Result<()> {
+    let (parent, name) = parent_and_name(dest, 4087)?;
+    // SAFETY: all-zero is a valid value of this plain C struct.
+    let mut args: Box<VolArgs> = Box::new(unsafe { std::mem::zeroed() });
+    args.name[..name.len()].copy_from_slice(&name);
+    // SAFETY: the argument is the struct or buffer this request takes, sized as it encodes.
+    unsafe {
+        ioctl(
+            parent.as_raw_fd(),
+            BTRFS_IOC_SUBVOL_CREATE,
+            (&mut *args as *mut VolArgs).cast(),
+        )
+    }
+}
+
+fn destroy_one(path: &Path) -> io::Result<()> {
+    let (parent, name) = parent_and_name(path, 4087)?;
+    // SAFETY: all-zero is a valid value of this plain C struct.
+    let mut args: Box<VolArgs> = Box::new(unsafe { std::mem::zeroed() });
+    args.name[..name.len()].copy_from_slice(&name);
+    // SAFETY: the argument is the struct or buffer this request takes, sized as it encodes.
+    unsafe {
+        ioctl(
+            parent.as_raw_fd(),
+            BTRFS_IOC_SNAP_DESTROY,
+            (&mut *args as *mut VolArgs).cast(),
+        )
+    }
+}
+
+/// Destroy the subvolume at `path`, and first any subvolume created inside it (the kernel
+/// refuses a subvolume that still holds others with ENOTEMPTY).
+pub fn destroy(path: &Path) -> std::result::Result<(), (PathBuf, io::Error)> {
+    match destroy_one(path) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => {
+            let dev = std::fs::symlink_metadata(path)
+                .map_err(|e| (path.to_path_buf(), e))?
+                .dev();
+            let mut nested = Vec::new();
+            find_nested_subvolumes(path, dev, &mut nested);
+            for n in nested {
+                destroy(&n)?;
+            }
+            destroy_one(path).map_err(|e| (path.to_path_buf(), e))
+        }
+        r => r.map_err(|e| (path.to_path_buf(), e)),
+    }
+}
+
+/// Subvolume roots directly inside the subvolume `dir` (device `dev`), not below them.
+fn find_nested_subvolumes(dir: &Path, dev: u64, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Ok(md) = e.metadata() else { continue };
+        if !md.is_dir() {
+            continue;
+        }
+        if md.dev() == dev {
+            find_nested_subvolumes(&e.path(), dev, out);
+        } else if md.ino() == FIRST_FREE_OBJECTID {
+            out.push(e.path());
+        }
+    }
+}
+
+/// `path` is the root directory of a btrfs subvolume.
+pub fn is_subvolume(path: &Path) -> bool {
+    let Ok(md) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    md.is_dir()
+        && md.ino() == FIRST_FREE_OBJECTID
+        && crate::statfs::fs_magic(path) == Some(BTRFS_MAGIC)
+}
+
+/// (subvolume id, root item flags, ctransid) of the subvolume `fd` is the root of.
+pub fn subvol_info(fd: RawFd) -> io::Result<(u64, u64, u64)> {
+    let mut buf = vec![0u8; SUBVOL_INFO_SIZE];
+    // SAFETY: the argument is the struct or buffer this request takes, sized as it encodes.
+    unsafe { ioctl(fd, BTRFS_IOC_GET_SUBVOL_INFO, buf.as_mut_ptr().cast()) }?;
+    let u64_at = |o: usize| u64::from_ne_bytes(buf[o..o + 8].try_into().unwrap());
+    Ok((u64_at(0), u64_at(288), u64_at(344)))
+}
+
+/// Make the subvolume at `path` read-only (BTRFS_IOC_SUBVOL_SETFLAGS): an image then gets a
+/// pool of snapshots made ahead of time.
+pub fn set_read_only(path: &Path) -> io::Result<()> {
+    // _IOW(0x94, 26, __u64); BTRFS_SUBVOL_RDONLY is bit 1 in this ioctl's flags.
+    const BTRFS_IOC_SUBVOL_SETFLAGS: u32 = 0x4008_941a;
+    let f = std::fs::File::open(path)?;
+    let mut flags: u64 = 1 << 1;
+    // SAFETY: the argument is the struct or buffer this request takes, sized as it encodes.
+    unsafe {
+        ioctl(
+            f.as_raw_fd(),
+            BTRFS_IOC_SUBVOL_SETFLAGS,
+            (&mut flags as *mut u64).cast(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ioctl_structs_are_4096_bytes() {
+        assert_eq!(size_of::<VolArgs>(), 4096);
+        assert_eq!(size_of::<VolArgsV2>(), 4096);
+        assert_eq!(libc::FICLONE as u32, iow(0x94, 9, size_of::<libc::c_int>()));
+    }
+}

@@ -1,0 +1,737 @@
+//! The child's side of a sandbox start: everything between clone and exec. System calls on
+//! data the parent prepared; a message is formatted only on the way out after a failure.
+
+use super::{signal_set, Create, Op, Program, Target};
+use crate::exit::{NOT_EXECUTABLE, NOT_FOUND, RUN_FAILED};
+use std::ffi::{CStr, CString};
+use std::io::Write;
+use std::os::fd::RawFd;
+use std::ptr::null;
+
+/// Report a failure to the parent and exit with `code`.
+fn die(err_w: RawFd, code: i32, msg: &str) -> ! {
+    // SAFETY: in the forked child: FFI calls on descriptors it owns and on NUL-terminated
+    // strings and buffers of the Program the parent built, which this copy of the address
+    // space still holds; nothing here returns into the parent's frames.
+    unsafe {
+        let mut f = <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(err_w);
+        let _ = f.write_all(msg.as_bytes());
+        libc::_exit(code)
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn strerror(e: i32) -> String {
+    crate::error::errno_text(&std::io::Error::from_raw_os_error(e))
+}
+
+fn lossy(c: &CStr) -> String {
+    c.to_string_lossy().to_string()
+}
+
+fn opt_ptr(c: &Option<CString>) -> *const libc::c_char {
+    c.as_ref().map(|c| c.as_ptr()).unwrap_or(null())
+}
+
+pub(super) fn main(p: &Program, err_w: RawFd, life_r: RawFd, go_r: RawFd) -> ! {
+    // SAFETY: in the forked child: FFI calls on descriptors it owns and on NUL-terminated
+    // strings and buffers of the Program the parent built, which this copy of the address
+    // space still holds; nothing here returns into the parent's frames.
+    unsafe {
+        // Die with bulkhead: PID 1 of a namespace takes every process in it along.
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        let mut pfd = libc::pollfd {
+            fd: life_r,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        if libc::poll(&mut pfd, 1, 0) > 0 && pfd.revents & libc::POLLHUP != 0 {
+            libc::_exit(RUN_FAILED);
+        }
+        // Wait for the parent's go (after it wrote the ID maps in a user namespace).
+        let mut b = [0u8; 1];
+        if libc::read(go_r, b.as_mut_ptr().cast(), 1) != 1 {
+            libc::_exit(RUN_FAILED);
+        }
+        libc::close(go_r);
+        if p.userns.is_some() {
+            // Become root of the new user namespace (the creator's UID is unmapped in it).
+            if libc::setresgid(0, 0, 0) != 0 || libc::setresuid(0, 0, 0) != 0 {
+                let e = errno();
+                die(
+                    err_w,
+                    RUN_FAILED,
+                    &format!("setresuid(0) in the user namespace: {}", strerror(e)),
+                );
+            }
+        }
+        if libc::mount(
+            null(),
+            c"/".as_ptr(),
+            null(),
+            libc::MS_REC | libc::MS_SLAVE,
+            null(),
+        ) != 0
+        {
+            let e = errno();
+            die(
+                err_w,
+                RUN_FAILED,
+                &format!("cannot make / a slave mount: {}", strerror(e)),
+            );
+        }
+        for op in &p.root_ops {
+            do_op(op, -1, p, err_w);
+        }
+        let root_fd = libc::open(
+            p.root.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if root_fd < 0 {
+            let e = errno();
+            die(
+                err_w,
+                RUN_FAILED,
+                &format!("cannot open the root {}: {}", lossy(&p.root), strerror(e)),
+            );
+        }
+        for op in &p.ops {
+            do_op(op, root_fd, p, err_w);
+        }
+        libc::close(root_fd);
+        if libc::sethostname(p.hostname.as_ptr(), p.hostname.as_bytes().len()) != 0 {
+            let e = errno();
+            die(err_w, RUN_FAILED, &format!("sethostname: {}", strerror(e)));
+        }
+        if p.lo_up {
+            lo_up(err_w);
+        }
+        if libc::chdir(p.root.as_ptr()) != 0
+            || libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0
+            || libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0
+            || libc::chdir(c"/".as_ptr()) != 0
+        {
+            let e = errno();
+            die(
+                err_w,
+                RUN_FAILED,
+                &format!("pivot_root into {}: {}", lossy(&p.root), strerror(e)),
+            );
+        }
+        if !p.init {
+            exec_command(p, err_w);
+        }
+        let child = libc::fork();
+        if child < 0 {
+            let e = errno();
+            die(err_w, RUN_FAILED, &format!("fork: {}", strerror(e)));
+        }
+        if child == 0 {
+            exec_command(p, err_w);
+        }
+        init_loop(child, err_w)
+    }
+}
+
+/// PID 1: reap every zombie, forward signals to the command, exit with its status.
+fn init_loop(child: libc::pid_t, err_w: RawFd) -> ! {
+    // SAFETY: in the forked child: FFI calls on descriptors it owns and on NUL-terminated
+    // strings and buffers of the Program the parent built, which this copy of the address
+    // space still holds; nothing here returns into the parent's frames.
+    unsafe {
+        libc::close(err_w);
+        // Not dumpable: /proc/1/exe (the host's bulkhead binary) cannot be opened from inside.
+        libc::prctl(libc::PR_SET_DUMPABLE, 0);
+        libc::prctl(libc::PR_SET_NAME, c"bulkhead-init".as_ptr());
+        libc::close_range(3, u32::MAX, 0);
+        let set = signal_set();
+        loop {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let sig = libc::sigwaitinfo(&set, &mut info);
+            if sig == libc::SIGCHLD {
+                loop {
+                    let mut st = 0;
+                    let r = libc::waitpid(-1, &mut st, libc::WNOHANG);
+                    if r <= 0 {
+                        break;
+                    }
+                    if r == child {
+                        let code = if libc::WIFEXITED(st) {
+                            libc::WEXITSTATUS(st)
+                        } else if libc::WIFSIGNALED(st) {
+                            128 + libc::WTERMSIG(st)
+                        } else {
+                            RUN_FAILED
+                        };
+                        libc::_exit(code);
+                    }
+                }
+            } else if sig > 0 && info.si_code != libc::SI_KERNEL {
+                libc::kill(child, sig);
+            }
+        }
+    }
+}
+
+fn exec_command(p: &Program, err_w: RawFd) -> ! {
+    // SAFETY: in the forked child: FFI calls on descriptors it owns and on NUL-terminated
+    // strings and buffers of the Program the parent built, which this copy of the address
+    // space still holds; nothing here returns into the parent's frames.
+    unsafe {
+        // Every fd above 2 (above the passed sockets) is closed at exec (err_w too: EOF tells
+        // the parent exec worked).
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32 + p.listen_fds,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+        );
+        for c in &p.drop_caps {
+            if libc::prctl(libc::PR_CAPBSET_DROP, *c as libc::c_ulong) != 0
+                && errno() != libc::EINVAL
+            {
+                let e = errno();
+                die(
+                    err_w,
+                    RUN_FAILED,
+                    &format!("dropping capability {c}: {}", strerror(e)),
+                );
+            }
+        }
+        if libc::setgroups(p.groups.len(), p.groups.as_ptr()) != 0
+            || libc::setresgid(p.gid, p.gid, p.gid) != 0
+            || libc::setresuid(p.uid, p.uid, p.uid) != 0
+        {
+            let e = errno();
+            die(
+                err_w,
+                RUN_FAILED,
+                &format!("switching to uid {} gid {}: {}", p.uid, p.gid, strerror(e)),
+            );
+        }
+        if libc::chdir(p.cwd.as_ptr()) != 0 {
+            let e = errno();
+            die(
+                err_w,
+                RUN_FAILED,
+                &format!(
+                    "--cwd {}: {} inside the sandbox\nhint: give a directory that exists in the root",
+                    lossy(&p.cwd),
+                    strerror(e)
+                ),
+            );
+        }
+        // The working directory must be inside the root (the leaked-fd escape of runc's
+        // CVE-2024-21626 shows as "(unreachable)" here).
+        let mut buf = [0u8; 4096];
+        if libc::getcwd(buf.as_mut_ptr().cast(), buf.len()).is_null() || buf[0] != b'/' {
+            die(
+                err_w,
+                RUN_FAILED,
+                "the working directory is outside the sandbox's root",
+            );
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            let e = errno();
+            die(
+                err_w,
+                RUN_FAILED,
+                &format!("PR_SET_NO_NEW_PRIVS: {}", strerror(e)),
+            );
+        }
+        if let Some(f) = &p.filter {
+            // SPEC_ALLOW: without it the kernel turns on the speculative store bypass
+            // mitigation for every seccomp'd process (MSR writes, which trap to the hypervisor on a
+            // VM). That mitigation guards a process against code it runs itself (a JavaScript
+            // engine), not one process from another.
+            let fprog = libc::sock_fprog {
+                len: f.program.len() as libc::c_ushort,
+                filter: f.program.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                libc::SECCOMP_FILTER_FLAG_SPEC_ALLOW,
+                &fprog as *const libc::sock_fprog,
+            ) != 0
+            {
+                let e = errno();
+                die(
+                    err_w,
+                    RUN_FAILED,
+                    &format!("installing the seccomp filter: {}", strerror(e)),
+                );
+            }
+        }
+        // Unblock and reset the signals bulkhead blocked or ignored.
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        for s in 1..32 {
+            if s != libc::SIGKILL && s != libc::SIGSTOP {
+                libc::signal(s, libc::SIG_DFL);
+            }
+        }
+        // LISTEN_PID=<this process's PID in the sandbox>, formatted without allocating.
+        let mut listen_pid = *b"LISTEN_PID=\0\0\0\0\0\0\0\0\0\0\0\0";
+        if p.listen_fds > 0 {
+            let mut n = libc::getpid() as u32;
+            let mut digits = [0u8; 10];
+            let mut len = 0;
+            loop {
+                digits[len] = b'0' + (n % 10) as u8;
+                len += 1;
+                n /= 10;
+                if n == 0 {
+                    break;
+                }
+            }
+            for i in 0..len {
+                listen_pid[11 + i] = digits[len - 1 - i];
+            }
+        }
+        let mut argv: [*const libc::c_char; 256] = [null(); 256];
+        let mut envp: [*const libc::c_char; 256] = [null(); 256];
+        let av: Vec<*const libc::c_char>;
+        let mut ev: Vec<*const libc::c_char>;
+        let (argv_p, envp_p) = if p.argv.len() < 255 && p.envp.len() < 255 {
+            for (i, a) in p.argv.iter().enumerate() {
+                argv[i] = a.as_ptr();
+            }
+            for (i, e) in p.envp.iter().enumerate() {
+                envp[i] = e.as_ptr();
+            }
+            if let Some(i) = p.listen_pid_slot {
+                envp[i] = listen_pid.as_ptr().cast();
+            }
+            (argv.as_ptr(), envp.as_ptr())
+        } else {
+            av = p.argv.iter().map(|a| a.as_ptr()).chain([null()]).collect();
+            ev = p.envp.iter().map(|a| a.as_ptr()).chain([null()]).collect();
+            if let Some(i) = p.listen_pid_slot {
+                ev[i] = listen_pid.as_ptr().cast();
+            }
+            (av.as_ptr(), ev.as_ptr())
+        };
+        let mut best = libc::ENOENT;
+        for c in &p.candidates {
+            libc::execve(c.as_ptr(), argv_p, envp_p);
+            let e = errno();
+            if e != libc::ENOENT && e != libc::ENOTDIR {
+                best = e;
+                if e != libc::EACCES {
+                    break;
+                }
+            }
+        }
+        let (code, msg) = match best {
+            libc::ENOENT => (
+                NOT_FOUND,
+                format!(
+                    "{}: command not found in the sandbox's root\nhint: the command runs inside the root, so it must exist there (looked in {})",
+                    p.program_name,
+                    p.candidates.iter().map(|c| lossy(c)).collect::<Vec<_>>().join(", ")
+                ),
+            ),
+            libc::EACCES | libc::ENOEXEC => (
+                NOT_EXECUTABLE,
+                format!("{}: not executable in the sandbox: {}", p.program_name, strerror(best)),
+            ),
+            e => (
+                RUN_FAILED,
+                format!("cannot execute {} in the sandbox: {}", p.program_name, strerror(e)),
+            ),
+        };
+        die(err_w, code, &msg)
+    }
+}
+
+fn lo_up(err_w: RawFd) {
+    // SAFETY: in the forked child: FFI calls on descriptors it owns and on NUL-terminated
+    // strings and buffers of the Program the parent built, which this copy of the address
+    // space still holds; nothing here returns into the parent's frames.
+    unsafe {
+        #[repr(C)]
+        struct IfReq {
+            name: [u8; 16],
+            flags: libc::c_short,
+            pad: [u8; 22],
+        }
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        let mut ifr = IfReq {
+            name: [0; 16],
+            flags: 0,
+            pad: [0; 22],
+        };
+        ifr.name[..2].copy_from_slice(b"lo");
+        if fd < 0 || libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr) != 0 || {
+            ifr.flags |= libc::IFF_UP as libc::c_short;
+            libc::ioctl(fd, libc::SIOCSIFFLAGS, &ifr) != 0
+        } {
+            let e = errno();
+            die(
+                err_w,
+                RUN_FAILED,
+                &format!("cannot bring lo up: {}", strerror(e)),
+            );
+        }
+        libc::close(fd);
+    }
+}
+
+/// Resolve a path inside the root one component at a time, never following a symlink, and
+/// create what is missing. Returns an O_PATH fd (its /proc/self/fd path is the mount target).
+fn resolve_in_root(
+    root_fd: RawFd,
+    comps: &[CString],
+    display: &str,
+    create: Create,
+    err_w: RawFd,
+) -> RawFd {
+    // SAFETY: in the forked child: FFI calls on descriptors it owns and on NUL-terminated
+    // strings and buffers of the Program the parent built, which this copy of the address
+    // space still holds; nothing here returns into the parent's frames.
+    unsafe {
+        let mut cur = libc::fcntl(root_fd, libc::F_DUPFD_CLOEXEC, 3);
+        for (i, c) in comps.iter().enumerate() {
+            let last = i + 1 == comps.len();
+            let mut fd = libc::openat(
+                cur,
+                c.as_ptr(),
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            );
+            if fd < 0 && errno() == libc::ENOENT && create != Create::No {
+                let made = if last && create == Create::File {
+                    let f = libc::openat(
+                        cur,
+                        c.as_ptr(),
+                        libc::O_CREAT
+                            | libc::O_EXCL
+                            | libc::O_WRONLY
+                            | libc::O_NOFOLLOW
+                            | libc::O_CLOEXEC,
+                        0o644,
+                    );
+                    if f >= 0 {
+                        libc::close(f);
+                    }
+                    f >= 0
+                } else {
+                    libc::mkdirat(cur, c.as_ptr(), 0o755) == 0
+                };
+                if !made {
+                    let e = errno();
+                    let hint = if e == libc::EROFS {
+                        "\nhint: the root is read-only: create it in ROOTFS, or use --ephemeral or --writable"
+                    } else {
+                        ""
+                    };
+                    die(
+                        err_w,
+                        RUN_FAILED,
+                        &format!(
+                            "cannot create {display} in the sandbox's root: {}{hint}",
+                            strerror(e)
+                        ),
+                    );
+                }
+                fd = libc::openat(
+                    cur,
+                    c.as_ptr(),
+                    libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                );
+            }
+            if fd < 0 {
+                let e = errno();
+                if e == libc::ENOENT && create == Create::No {
+                    die(
+                        err_w,
+                        RUN_FAILED,
+                        &format!("{display} does not exist in the read-only root\nhint: create it in ROOTFS, or use --ephemeral (a throw-away copy) or --writable"),
+                    );
+                }
+                die(
+                    err_w,
+                    RUN_FAILED,
+                    &format!("{display} inside the sandbox's root: {}", strerror(e)),
+                );
+            }
+            let mut st: libc::stat = std::mem::zeroed();
+            libc::fstatat(fd, c"".as_ptr(), &mut st, libc::AT_EMPTY_PATH);
+            if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+                die(
+                    err_w,
+                    RUN_FAILED,
+                    &format!(
+                        "{display}: /{} is a symbolic link inside the root, and a mount target may not pass through one (it could point outside the root)\nhint: give the path with the link resolved",
+                        comps[..=i].iter().map(|c| lossy(c)).collect::<Vec<_>>().join("/")
+                    ),
+                );
+            }
+            if !last && st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                die(
+                    err_w,
+                    RUN_FAILED,
+                    &format!(
+                        "{display}: /{} is not a directory inside the root",
+                        comps[..=i]
+                            .iter()
+                            .map(|c| lossy(c))
+                            .collect::<Vec<_>>()
+                            .join("/")
+                    ),
+                );
+            }
+            libc::close(cur);
+            cur = fd;
+        }
+        cur
+    }
+}
+
+fn fd_path(fd: RawFd) -> [u8; 32] {
+    let mut b = [0u8; 32];
+    let mut w = &mut b[..];
+    let _ = write!(w, "/proc/self/fd/{fd}\0");
+    b
+}
+
+fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
+    // SAFETY: in the forked child: FFI calls on descriptors it owns and on NUL-terminated
+    // strings and buffers of the Program the parent built, which this copy of the address
+    // space still holds; nothing here returns into the parent's frames.
+    unsafe {
+        // Returns (target pointer, fd to close, display).
+        let target = |t: &Target| -> (Option<[u8; 32]>, *const libc::c_char, RawFd) {
+            match t {
+                Target::Abs(c) => (None, c.as_ptr(), -1),
+                Target::InRoot {
+                    comps,
+                    display,
+                    create,
+                } => {
+                    let fd = resolve_in_root(root_fd, comps, display, *create, err_w);
+                    (Some(fd_path(fd)), null(), fd)
+                }
+            }
+        };
+        let show = |t: &Target| match t {
+            Target::Abs(c) => lossy(c),
+            Target::InRoot { display, .. } => display.clone(),
+        };
+        match op {
+            Op::Mount {
+                src,
+                target: t,
+                fstype,
+                flags,
+                data,
+            } => {
+                let (buf, ptr, fd) = target(t);
+                let ptr = buf.as_ref().map(|b| b.as_ptr().cast()).unwrap_or(ptr);
+                let r = libc::mount(
+                    opt_ptr(src),
+                    ptr,
+                    opt_ptr(fstype),
+                    *flags,
+                    opt_ptr(data).cast(),
+                );
+                let e = errno();
+                if fd >= 0 {
+                    libc::close(fd);
+                }
+                if r != 0 {
+                    die(
+                        err_w,
+                        RUN_FAILED,
+                        &format!(
+                            "cannot mount {} on {}: {}",
+                            fstype
+                                .as_ref()
+                                .or(src.as_ref())
+                                .map(|c| lossy(c))
+                                .unwrap_or_default(),
+                            show(t),
+                            strerror(e)
+                        ),
+                    );
+                }
+            }
+            Op::MountIfExists {
+                src,
+                target,
+                fstype,
+                flags,
+                data,
+            } => {
+                if libc::mount(
+                    opt_ptr(src),
+                    target.as_ptr(),
+                    opt_ptr(fstype),
+                    *flags,
+                    opt_ptr(data).cast(),
+                ) != 0
+                {
+                    let e = errno();
+                    if e != libc::ENOENT {
+                        die(
+                            err_w,
+                            RUN_FAILED,
+                            &format!("cannot mask {}: {}", lossy(target), strerror(e)),
+                        );
+                    }
+                }
+            }
+            Op::BindTree {
+                src,
+                target: t,
+                read_only,
+                noatime,
+            } => {
+                let tree = libc::syscall(
+                    libc::SYS_open_tree,
+                    libc::AT_FDCWD,
+                    src.as_ptr(),
+                    (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint
+                        | libc::AT_RECURSIVE as libc::c_uint,
+                ) as RawFd;
+                if tree < 0 {
+                    let e = errno();
+                    die(
+                        err_w,
+                        RUN_FAILED,
+                        &format!("cannot bind {}: {}", lossy(src), strerror(e)),
+                    );
+                }
+                if *read_only || *noatime {
+                    let mut attr = libc::mount_attr {
+                        attr_set: 0,
+                        attr_clr: 0,
+                        propagation: 0,
+                        userns_fd: 0,
+                    };
+                    if *read_only {
+                        attr.attr_set |= libc::MOUNT_ATTR_RDONLY;
+                    }
+                    if *noatime {
+                        attr.attr_clr |= libc::MOUNT_ATTR__ATIME;
+                        attr.attr_set |= libc::MOUNT_ATTR_NOATIME;
+                    }
+                    if libc::syscall(
+                        libc::SYS_mount_setattr,
+                        tree,
+                        c"".as_ptr(),
+                        (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
+                        &attr as *const libc::mount_attr,
+                        std::mem::size_of::<libc::mount_attr>(),
+                    ) != 0
+                    {
+                        let e = errno();
+                        die(
+                            err_w,
+                            RUN_FAILED,
+                            &format!(
+                                "cannot set the mount flags of {}: {}",
+                                lossy(src),
+                                strerror(e)
+                            ),
+                        );
+                    }
+                }
+                let (_, ptr, fd) = target(t);
+                // An in-root target is given as its O_PATH fd itself (a /proc/self/fd path would
+                // be a symlink that move_mount does not follow).
+                let (to_dir, to_path, extra) = if fd >= 0 {
+                    (fd, c"".as_ptr(), libc::MOVE_MOUNT_T_EMPTY_PATH)
+                } else {
+                    (libc::AT_FDCWD, ptr, 0)
+                };
+                let r = libc::syscall(
+                    libc::SYS_move_mount,
+                    tree,
+                    c"".as_ptr(),
+                    to_dir,
+                    to_path,
+                    (libc::MOVE_MOUNT_F_EMPTY_PATH | extra) as libc::c_uint,
+                );
+                let e = errno();
+                libc::close(tree);
+                if fd >= 0 {
+                    libc::close(fd);
+                }
+                if r != 0 {
+                    die(
+                        err_w,
+                        RUN_FAILED,
+                        &format!("cannot bind {} on {}: {}", lossy(src), show(t), strerror(e)),
+                    );
+                }
+            }
+            Op::AttachIdmapped { target: t } => {
+                let Some(tree) = p.idmapped else {
+                    die(err_w, RUN_FAILED, "no ID-mapped tree was prepared");
+                };
+                let (_, ptr, fd) = target(t);
+                let r = libc::syscall(
+                    libc::SYS_move_mount,
+                    tree,
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    ptr,
+                    libc::MOVE_MOUNT_F_EMPTY_PATH as libc::c_uint,
+                );
+                let e = errno();
+                if fd >= 0 {
+                    libc::close(fd);
+                }
+                if r != 0 {
+                    die(
+                        err_w,
+                        RUN_FAILED,
+                        &format!(
+                            "cannot attach the ID-mapped root on {}: {}",
+                            show(t),
+                            strerror(e)
+                        ),
+                    );
+                }
+            }
+            Op::Mkdir { path, mode } => {
+                if libc::mkdir(path.as_ptr(), *mode) != 0 && errno() != libc::EEXIST {
+                    let e = errno();
+                    die(
+                        err_w,
+                        RUN_FAILED,
+                        &format!("mkdir {}: {}", lossy(path), strerror(e)),
+                    );
+                }
+                libc::chmod(path.as_ptr(), *mode);
+            }
+            Op::Mknod { path, mode, dev } => {
+                if libc::mknod(path.as_ptr(), *mode, *dev) != 0 {
+                    let e = errno();
+                    die(
+                        err_w,
+                        RUN_FAILED,
+                        &format!("mknod {}: {}", lossy(path), strerror(e)),
+                    );
+                }
+                // The umask must not narrow 0666.
+                libc::chmod(path.as_ptr(), *mode & 0o7777);
+            }
+            Op::Symlink { target, path } => {
+                if libc::symlink(target.as_ptr(), path.as_ptr()) != 0 && errno() != libc::EEXIST {
+                    let e = errno();
+                    die(
+                        err_w,
+                        RUN_FAILED,
+                        &format!("symlink {}: {}", lossy(path), strerror(e)),
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! `--private-users`: a user namespace with the sandbox's ID range mapped, and an ID-mapped
+//! copy of a tree (the root, or an overlay's lower layer) made before the clone.
+
+use super::{clone3, close, os_err, pipe, Failure, IdRange};
+use crate::error::{errno_text, Diagnostic, Error};
+use crate::exit::RUN_FAILED;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+
+/// A user namespace with `range` mapped, as an fd (for MOUNT_ATTR_IDMAP): a child makes it
+/// and waits while its maps are written and the namespace is opened.
+fn userns_fd(range: IdRange) -> Result<OwnedFd, Failure> {
+    let (r, w) = pipe()?;
+    // SAFETY: a fork-like clone from a single-threaded caller; the child only blocks on a
+    // read and exits.
+    let pid = unsafe { clone3(libc::CLONE_NEWUSER as u64) };
+    if pid == 0 {
+        close(w);
+        let mut b = [0u8; 1];
+        // SAFETY: in the child: one byte into a stack buffer, then _exit without unwinding.
+        unsafe {
+            libc::read(r, b.as_mut_ptr().cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    close(r);
+    if pid < 0 {
+        close(w);
+        return Err(os_err("cannot create a user namespace"));
+    }
+    let pid = pid as libc::pid_t;
+    let res = write_id_maps(pid, range).and_then(|_| {
+        std::fs::File::open(format!("/proc/{pid}/ns/user"))
+            .map(OwnedFd::from)
+            .map_err(|_| os_err("cannot open the user namespace"))
+    });
+    close(w);
+    crate::process::wait(pid, true);
+    res
+}
+
+/// A detached copy of the tree at `src` whose IDs 0..size show as base..base+size.
+pub fn idmapped_tree(src: &std::path::Path, range: IdRange) -> Result<OwnedFd, Failure> {
+    let ns = userns_fd(range)?;
+    let c = CString::new(src.as_os_str().as_bytes()).unwrap_or_default();
+    // SAFETY: open_tree with a valid NUL-terminated path; the result is checked.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint,
+        )
+    } as i32;
+    if tree < 0 {
+        return Err(os_err(&format!("open_tree {}", src.display())));
+    }
+    // SAFETY: open_tree just returned this descriptor; nothing else owns it.
+    let tree = unsafe { OwnedFd::from_raw_fd(tree) };
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: ns.as_raw_fd() as u64,
+    };
+    // SAFETY: mount_setattr on our open tree with a valid mount_attr of the size given.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Failure::new(
+            RUN_FAILED,
+            Error::failed_with(
+                Diagnostic::error(format!(
+                    "cannot ID-map {} for --private-users: {}",
+                    src.display(),
+                    errno_text(&e)
+                ))
+                .hint("ID-mapped mounts need Linux 5.12+ and a file system that supports them (ext4, xfs, btrfs, tmpfs 6.3+)"),
+            ),
+        ));
+    }
+    Ok(tree)
+}
+
+/// Map IDs 0..size of the namespace of `pid` to base..base+size.
+pub(super) fn write_id_maps(pid: libc::pid_t, r: IdRange) -> Result<(), Failure> {
+    let w = |file: &str, text: &str| -> Result<(), Failure> {
+        std::fs::write(format!("/proc/{pid}/{file}"), text).map_err(|e| {
+            Failure::new(
+                RUN_FAILED,
+                Error::failed(format!(
+                    "cannot write /proc/{pid}/{file}: {}",
+                    errno_text(&e)
+                )),
+            )
+        })
+    };
+    let map = format!("0 {} {}\n", r.base, r.size);
+    w("uid_map", &map)?;
+    w("setgroups", "allow")?;
+    w("gid_map", &map)
+}

@@ -1,0 +1,296 @@
+//! The sandbox's start as plain data: every mount, device node and the exec arguments,
+//! built by the caller before the clone. [`super::run`] executes it; [`Program::describe`]
+//! prints it for `--dry-run`.
+
+use std::ffi::CString;
+use std::path::PathBuf;
+
+/// A user namespace: IDs 0..size inside are base..base+size outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdRange {
+    pub base: u32,
+    pub size: u32,
+}
+
+/// A compiled seccomp program: one classic BPF filter (one JIT compile at install).
+pub struct Filter {
+    pub program: Vec<libc::sock_filter>,
+    /// What it denies, for `--dry-run`.
+    pub denied: &'static [&'static str],
+}
+
+impl std::fmt::Debug for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Filter({} instructions)", self.program.len())
+    }
+}
+
+/// Where a mount goes.
+#[derive(Debug)]
+pub enum Target {
+    /// A path bulkhead controls (its state directory, or inside a file system it just
+    /// mounted: /dev's tmpfs, a fresh /proc or /sys).
+    Abs(CString),
+    /// A path inside the (possibly untrusted) root, resolved component by component with
+    /// O_NOFOLLOW under the root: a symlink or `..` can never lead the mount outside it.
+    InRoot {
+        comps: Vec<CString>,
+        display: String,
+        create: Create,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Create {
+    No,
+    Dir,
+    File,
+}
+
+#[derive(Debug)]
+pub enum Op {
+    Mount {
+        src: Option<CString>,
+        target: Target,
+        fstype: Option<CString>,
+        flags: libc::c_ulong,
+        data: Option<CString>,
+    },
+    /// A mask over a /proc or /sys path, skipped when the kernel does not have the path.
+    MountIfExists {
+        src: Option<CString>,
+        target: CString,
+        fstype: Option<CString>,
+        flags: libc::c_ulong,
+        data: Option<CString>,
+    },
+    /// A recursive bind mount made with open_tree + mount_setattr + move_mount, so the
+    /// read-only flag applies to the whole tree atomically.
+    BindTree {
+        src: CString,
+        target: Target,
+        read_only: bool,
+        /// No access-time updates (a throw-away root: atime writes would only dirty
+        /// metadata of a copy that is about to be deleted).
+        noatime: bool,
+    },
+    /// Attach the ID-mapped copy of the root (or of the overlay's lower layer) the parent
+    /// made for `--private-users`: files owned by host IDs 0..size show as 0..size inside.
+    AttachIdmapped {
+        target: Target,
+    },
+    Mkdir {
+        path: CString,
+        mode: libc::mode_t,
+    },
+    Mknod {
+        path: CString,
+        mode: libc::mode_t,
+        dev: libc::dev_t,
+    },
+    Symlink {
+        target: CString,
+        path: CString,
+    },
+}
+
+/// Everything the child needs, built before the clone.
+pub struct Program {
+    pub clone_flags: u64,
+    pub root: CString,
+    /// Makes the root a mount point (overlay, or a bind of the snapshot/ROOTFS).
+    pub root_ops: Vec<Op>,
+    /// Everything inside the root, executed with the root open as a directory fd.
+    pub ops: Vec<Op>,
+    pub hostname: CString,
+    pub lo_up: bool,
+    pub init: bool,
+    pub cwd: CString,
+    pub uid: libc::uid_t,
+    pub gid: libc::gid_t,
+    pub groups: Vec<libc::gid_t>,
+    pub drop_caps: Vec<u32>,
+    pub filter: Option<Filter>,
+    pub argv: Vec<CString>,
+    pub envp: Vec<CString>,
+    /// Where execve is tried, in order (the PATH search, done in the child after the pivot).
+    pub candidates: Vec<CString>,
+    pub userns: Option<IdRange>,
+    /// The tree the parent ID-mapped before the clone ([`super::idmapped_tree`]).
+    pub idmapped: Option<std::os::fd::RawFd>,
+    /// What gets ID-mapped: the root, or the overlay's lower layer.
+    pub idmap_source: Option<PathBuf>,
+    pub program_name: String,
+    /// fds 3..3+N stay open for the command (socket activation).
+    pub listen_fds: u32,
+    /// The index in `envp` of the `LISTEN_PID=` entry the child fills in with its own PID.
+    pub listen_pid_slot: Option<usize>,
+}
+
+impl Program {
+    /// One line per operation, in order, for `spawn --dry-run`.
+    pub fn describe(&self) -> Vec<String> {
+        let s = |c: &CString| c.to_string_lossy().to_string();
+        let o = |c: &Option<CString>| c.as_ref().map(s).unwrap_or_else(|| "none".into());
+        let t = |t: &Target| match t {
+            Target::Abs(p) => s(p),
+            Target::InRoot {
+                display, create, ..
+            } => format!(
+                "{}{display}{}",
+                s(&self.root),
+                match create {
+                    Create::No => "",
+                    Create::Dir => " (created as a directory if missing)",
+                    Create::File => " (created as a file if missing)",
+                }
+            ),
+        };
+        let mut out = vec![format!(
+            "clone3 flags={} (new {})",
+            self.clone_flags,
+            ns_names(self.clone_flags)
+        )];
+        out.push("mount --make-rslave /".into());
+        for op in self.root_ops.iter().chain(&self.ops) {
+            out.push(match op {
+                Op::Mount {
+                    src,
+                    target,
+                    fstype,
+                    flags,
+                    data,
+                } => format!(
+                    "mount {} on {} type {} flags {} {}",
+                    o(src),
+                    t(target),
+                    o(fstype),
+                    mount_flags(*flags),
+                    data.as_ref().map(s).unwrap_or_default()
+                ),
+                Op::MountIfExists {
+                    src,
+                    target,
+                    fstype,
+                    flags,
+                    data,
+                } => format!(
+                    "mount {} on {} type {} flags {} {} (if it exists)",
+                    o(src),
+                    s(target),
+                    o(fstype),
+                    mount_flags(*flags),
+                    data.as_ref().map(s).unwrap_or_default()
+                ),
+                Op::BindTree {
+                    src,
+                    target,
+                    read_only,
+                    noatime,
+                } => format!(
+                    "bind {} on {}{}{}",
+                    s(src),
+                    t(target),
+                    if *read_only { " read-only" } else { "" },
+                    if *noatime { " noatime" } else { "" }
+                ),
+                Op::AttachIdmapped { target } => format!(
+                    "attach {} ID-mapped 0-{} -> {}-{} on {}",
+                    self.idmap_source
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                    self.userns.map(|u| u.size - 1).unwrap_or(0),
+                    self.userns.map(|u| u.base).unwrap_or(0),
+                    self.userns.map(|u| u.base + u.size - 1).unwrap_or(0),
+                    t(target)
+                ),
+                Op::Mkdir { path, mode } => format!("mkdir -m {mode:o} {}", s(path)),
+                Op::Mknod { path, mode, dev } => format!(
+                    "mknod {} mode {:o} dev {}:{}",
+                    s(path),
+                    mode,
+                    libc::major(*dev),
+                    libc::minor(*dev)
+                ),
+                Op::Symlink { target, path } => format!("ln -s {} {}", s(target), s(path)),
+            });
+        }
+        out.push(format!("sethostname {}", s(&self.hostname)));
+        if self.lo_up {
+            out.push("ip link set lo up".into());
+        }
+        out.push(format!("pivot_root {}", s(&self.root)));
+        if self.init {
+            out.push("fork: bulkhead-init stays PID 1, reaps and forwards signals".into());
+        }
+        out.push(format!(
+            "drop capabilities {:?} from the bounding set",
+            self.drop_caps
+        ));
+        out.push(format!(
+            "setgroups {:?}, setgid {}, setuid {}, chdir {}",
+            self.groups,
+            self.gid,
+            self.uid,
+            s(&self.cwd)
+        ));
+        out.push("close every fd above 2 on exec; PR_SET_NO_NEW_PRIVS".into());
+        if self.filter.is_some() {
+            out.push(format!(
+                "seccomp: deny {}",
+                self.filter
+                    .as_ref()
+                    .map(|f| f.denied.join(" "))
+                    .unwrap_or_default()
+            ));
+        }
+        out.push(format!(
+            "execve {} (tried: {})",
+            self.argv.iter().map(s).collect::<Vec<_>>().join(" "),
+            self.candidates.iter().map(s).collect::<Vec<_>>().join(", ")
+        ));
+        out
+    }
+}
+
+fn ns_names(flags: u64) -> String {
+    let mut v = Vec::new();
+    for (f, n) in [
+        (libc::CLONE_NEWNS, "mount"),
+        (libc::CLONE_NEWPID, "pid"),
+        (libc::CLONE_NEWUTS, "uts"),
+        (libc::CLONE_NEWIPC, "ipc"),
+        (libc::CLONE_NEWCGROUP, "cgroup"),
+        (libc::CLONE_NEWNET, "net"),
+        (libc::CLONE_NEWUSER, "user"),
+    ] {
+        if flags & f as u64 != 0 {
+            v.push(n);
+        }
+    }
+    v.join(", ")
+}
+
+fn mount_flags(f: libc::c_ulong) -> String {
+    let mut v = Vec::new();
+    for (b, n) in [
+        (libc::MS_RDONLY, "ro"),
+        (libc::MS_NOSUID, "nosuid"),
+        (libc::MS_NODEV, "nodev"),
+        (libc::MS_NOEXEC, "noexec"),
+        (libc::MS_BIND, "bind"),
+        (libc::MS_REC, "rec"),
+        (libc::MS_REMOUNT, "remount"),
+        (libc::MS_STRICTATIME, "strictatime"),
+    ] {
+        if f & b != 0 {
+            v.push(n);
+        }
+    }
+    if v.is_empty() {
+        "defaults".into()
+    } else {
+        v.join(",")
+    }
+}

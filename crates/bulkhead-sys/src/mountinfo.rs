@@ -1,0 +1,68 @@
+//! /proc/self/mountinfo: mount points below a directory, lazily detached.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+
+/// Mount points at or below `dir` in this mount namespace, deepest first.
+pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(unescape)
+        .filter(|m| m.starts_with(dir))
+        .collect();
+    found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    found.dedup();
+    found
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+pub fn unescape(s: &str) -> PathBuf {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() {
+            let oct = &b[i + 1..i + 4];
+            if oct.iter().all(|c| (b'0'..=b'7').contains(c)) {
+                out.push((oct[0] - b'0') * 64 + (oct[1] - b'0') * 8 + (oct[2] - b'0'));
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    PathBuf::from(OsString::from_vec(out))
+}
+
+/// Lazily unmount everything at or below `dir`; returns what was unmounted.
+pub fn detach_under(dir: &Path) -> Vec<PathBuf> {
+    let mut done = Vec::new();
+    for m in mounts_under(dir) {
+        // A mount point stacked twice is listed twice; the second detach may find nothing.
+        if rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH).is_ok() {
+            done.push(m);
+        }
+    }
+    done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes() {
+        assert_eq!(
+            unescape("/run/a\\040b\\134c\\011"),
+            PathBuf::from("/run/a b\\c\t")
+        );
+        assert_eq!(unescape("/x\\04"), PathBuf::from("/x\\04"));
+        assert_eq!(unescape("/plain"), PathBuf::from("/plain"));
+    }
+}

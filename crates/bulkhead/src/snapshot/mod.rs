@@ -1,0 +1,230 @@
+//! Writable throw-away copies of a root file system, one per ephemeral sandbox.
+//!
+//! [`create`] takes the cheapest method the source's file system allows: a btrfs snapshot of
+//! a subvolume (one ioctl), a reflink copy on XFS or btrfs (shared extents, one FICLONE per
+//! file), or an overlay whose upper layer lives on a tmpfs the sandbox mounts itself. A full
+//! copy is made only when asked for. On-disk copies are hidden siblings of the source, as
+//! systemd-nspawn places its own: `<parent>/.#bulkhead-<name>-<pid>-<seq>`.
+//!
+//! Every snapshot has a registry entry, `state_root()/<pid>-<seq>`, holding `owner`
+//! (`<pid> <start time>`, so a reused PID is told apart) and `snapshot` (the on-disk path,
+//! written before the copy exists). Whatever kills the owner, [`clean_stale`] finds the entry
+//! and removes what it names.
+
+mod choose;
+mod pool;
+mod registry;
+
+pub use bulkhead_plan::sandbox::{Choice, Method};
+pub use bulkhead_sys::btrfs::set_read_only;
+pub use bulkhead_sys::btrfs::BTRFS_MAGIC;
+pub use choose::create;
+pub use pool::{drop_pool, refill_pool, PoolKey};
+pub use registry::clean_stale;
+
+use bulkhead_sys::error::{errno_text, Error, Result};
+use bulkhead_sys::process::detach;
+use bulkhead_sys::{btrfs, mountinfo, tree};
+use registry::remove_entry;
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+/// Where the registry lives unless `BULKHEAD_STATE_DIR` says otherwise.
+pub use bulkhead_sys::paths::DEFAULT_STATE_ROOT;
+/// The start of every on-disk snapshot's name; nothing else is ever removed by name.
+pub const SNAPSHOT_PREFIX: &str = ".#bulkhead-";
+
+/// Snapshots of a read-only btrfs image made ahead of time, beside it:
+/// `.#bulkhead-pool.T<subvolume id>.C<its ctransid>.<pid>.<n>`. A start takes one with a
+/// rename instead of waiting for a snapshot's transaction commit.
+pub const POOL_PREFIX: &str = ".#bulkhead-pool.";
+/// A pooled snapshot being made (renamed to POOL_PREFIX when complete).
+pub(crate) const POOL_TMP_PREFIX: &str = ".#bulkhead-pooltmp.";
+/// How many snapshots a read-only image keeps ready.
+pub const POOL_SIZE: usize = 2;
+
+/// A writable copy of a root file system, removed by [`Snapshot::discard`] or on drop.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub method: Method,
+    /// One line for `spawn -v`: why this method.
+    pub why: String,
+    /// On-disk copies: the registry entry `state_root()/<pid>-<seq>`, a file created and owned by
+    /// this process (the owner, then the copy's path). Overlay: the shared mount point
+    /// `state_root()/.overlay`.
+    pub state_dir: PathBuf,
+    /// The writable root: the on-disk copy, or for [`Method::Overlay`] `state_dir/root`, which
+    /// is not created (the sandbox mounts a tmpfs on `state_dir` in its own mount namespace
+    /// and the overlay on `root`).
+    pub root: PathBuf,
+    /// The canonical source directory.
+    pub lower: PathBuf,
+    /// The on-disk copy (btrfs, reflink, copy).
+    disk: Option<PathBuf>,
+    /// The source is a read-only btrfs subvolume: its pool is topped up after use.
+    pub pool: Option<PoolKey>,
+    discarded: bool,
+    /// The process that made it: a forked child that drops its copy of the value leaves the
+    /// snapshot alone.
+    owner: u32,
+}
+
+/// The registry directory: `/run/bulkhead/sandbox`, or `$BULKHEAD_STATE_DIR` (tests).
+pub fn state_root() -> PathBuf {
+    bulkhead_sys::paths::sandbox_state_root()
+}
+
+impl Snapshot {
+    /// Remove the copy and the registry entry. Idempotent; on failure the entry stays, so a
+    /// later `clean_stale` (after this process is gone) tries again.
+    pub fn discard(&mut self) -> Result<()> {
+        if self.discarded {
+            return Ok(());
+        }
+        if self.method == Method::Overlay {
+            // Its tmpfs and overlay lived in the sandbox's mount namespace: nothing to remove.
+            self.discarded = true;
+            return Ok(());
+        }
+        if let Some(disk) = &self.disk {
+            remove_snapshot(disk, self.method == Method::Btrfs).map_err(|(p, e)| {
+                Error::failed(format!(
+                    "cannot remove the {} snapshot {}: {}: {}",
+                    self.method,
+                    disk.display(),
+                    p.display(),
+                    errno_text(&e)
+                ))
+                .with_hint(
+                    "stop what still uses it; the next `bulkhead spawn` removes it once this process has exited",
+                )
+            })?;
+        }
+        remove_entry(&self.state_dir).map_err(|e| {
+            Error::failed(format!(
+                "cannot remove the sandbox state {}: {}",
+                self.state_dir.display(),
+                errno_text(&e)
+            ))
+        })?;
+        self.discarded = true;
+        Ok(())
+    }
+}
+
+impl Snapshot {
+    /// For a snapshot from a read-only image's pool: remove it and top the pool up in a
+    /// detached process, so the caller does not wait for either. The caller is expected to exit
+    /// soon (bulkhead spawn does): the detached process is not waited for. Other snapshots are
+    /// simply discarded.
+    pub fn retire(&mut self) -> Result<()> {
+        let (Some(key), Some(disk)) = (self.pool.clone(), self.disk.clone()) else {
+            return self.discard();
+        };
+        if self.discarded {
+            return Ok(());
+        }
+        let state = self.state_dir.clone();
+        // The child owns the cleanup from here; if it dies first, the entry's owner (this
+        // process) is gone soon after, and the next start's clean_stale removes it.
+        let started = detach(false, move || {
+            let removed = remove_snapshot(&disk, true).is_ok() && remove_entry(&state).is_ok();
+            key.fill().is_ok() && removed
+        });
+        if !started {
+            return self.discard();
+        }
+        self.discarded = true;
+        Ok(())
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        if std::process::id() == self.owner {
+            let _ = self.discard();
+        }
+    }
+}
+
+/// Remove an on-disk snapshot: destroy a subvolume, or remove a tree.
+fn remove_snapshot(disk: &Path, subvolume: bool) -> std::result::Result<(), (PathBuf, io::Error)> {
+    if !subvolume {
+        return tree::remove_tree(disk);
+    }
+    match btrfs::destroy(disk) {
+        Err((_, e)) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        // Mounts inside it (a sandbox that used this namespace): detach them, try again.
+        Err((_, e)) if e.raw_os_error() == Some(libc::EBUSY) => {
+            if mountinfo::detach_under(disk).is_empty() {
+                return Err((disk.to_path_buf(), e));
+            }
+            btrfs::destroy(disk)
+        }
+        r => r,
+    }
+}
+
+/// `.#bulkhead-<base>-<pid>-<seq>`, the base cut to keep the name well under NAME_MAX.
+pub(crate) fn snapshot_name(base: &OsStr, pid: u32, seq: u32) -> OsString {
+    let b = base.as_bytes();
+    let mut name = SNAPSHOT_PREFIX.as_bytes().to_vec();
+    name.extend_from_slice(&b[..b.len().min(128)]);
+    name.extend_from_slice(format!("-{pid}-{seq}").as_bytes());
+    OsString::from_vec(name)
+}
+
+/// A snapshot path is ours when its name is `.#bulkhead-*-<pid>-<seq>` for its entry.
+pub(crate) fn is_our_snapshot(p: &Path, pid: u32, seq: u32) -> bool {
+    let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    p.is_absolute()
+        && !p
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+        && name.starts_with(SNAPSHOT_PREFIX)
+        && name.len() > SNAPSHOT_PREFIX.len()
+        && name.ends_with(&format!("-{pid}-{seq}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_names_and_the_ownership_check() {
+        let n = snapshot_name(OsStr::new("busybox"), 12, 3);
+        assert_eq!(n, ".#bulkhead-busybox-12-3");
+        let long = "x".repeat(300);
+        let n = snapshot_name(OsStr::new(&long), 1, 0);
+        assert!(n.len() < 160);
+        let ok = Path::new("/var/lib/bulkhead/images/.#bulkhead-busybox-12-3");
+        assert!(is_our_snapshot(ok, 12, 3));
+        assert!(!is_our_snapshot(ok, 12, 4));
+        assert!(!is_our_snapshot(ok, 2, 3));
+        assert!(!is_our_snapshot(
+            Path::new("/var/lib/bulkhead/images/busybox"),
+            12,
+            3
+        ));
+        assert!(!is_our_snapshot(
+            Path::new("relative/.#bulkhead-a-12-3"),
+            12,
+            3
+        ));
+        assert!(!is_our_snapshot(
+            Path::new("/x/../.#bulkhead-a-12-3"),
+            12,
+            3
+        ));
+        assert!(!is_our_snapshot(Path::new("/"), 12, 3));
+        assert!(!is_our_snapshot(
+            Path::new("/x/.#bulkhead--12-3").parent().unwrap(),
+            12,
+            3
+        ));
+    }
+}
