@@ -1,0 +1,131 @@
+//! TOML text -> [`Plan`], keeping the line and column of every key for messages.
+
+mod raw;
+mod slice;
+
+use crate::directives::suggest;
+use crate::{Plan, SliceName, SliceSpec, Source};
+use bulkhead_sys::error::{Diagnostic, Error, Result};
+use std::collections::BTreeMap;
+use toml::de::DeTable;
+
+/// The top-level sections a plan may have.
+const SECTIONS: &[&str] = &["slice", "socket", "hugepages"];
+
+pub(super) fn parse(source: Source) -> Result<Plan> {
+    let root = match DeTable::parse(&source.text) {
+        Ok(t) => t,
+        Err(e) => {
+            let loc = e.span().map(|s| source.loc(s.start)).unwrap_or_default();
+            let msg = e.message().trim().to_string();
+            return Err(Error::invalid(
+                Diagnostic::error(format!("TOML syntax error: {msg}"))
+                    .at(source.at(loc))
+                    .hint("see https://toml.io for the syntax; slices are written [slice.NAME]"),
+            ));
+        }
+    };
+    let mut errors = Vec::new();
+    let mut notes = Vec::new();
+    let mut slices: BTreeMap<SliceName, SliceSpec> = BTreeMap::new();
+    let mut sockets: BTreeMap<String, crate::SocketSpec> = BTreeMap::new();
+    let mut hugepages = None;
+
+    for (key, value) in root.get_ref().iter() {
+        let here = source.at(source.loc(key.span().start));
+        match key.get_ref().as_ref() {
+            "slice" => {
+                let Some(table) = value.get_ref().as_table() else {
+                    errors.push(
+                        Diagnostic::error("'slice' must be a table of slices")
+                            .at(here)
+                            .hint("write [slice.db-server] followed by its directives"),
+                    );
+                    continue;
+                };
+                for (name_key, body) in table.iter() {
+                    let out = slice::Out {
+                        slices: &mut slices,
+                        errors: &mut errors,
+                        notes: &mut notes,
+                    };
+                    slice::parse_slice(&source, name_key, body, out);
+                }
+            }
+            "socket" => {
+                let Some(table) = value.get_ref().as_table() else {
+                    errors.push(
+                        Diagnostic::error("'socket' must be a table of sockets")
+                            .at(here)
+                            .hint("write [socket.app] followed by its keys"),
+                    );
+                    continue;
+                };
+                for (name_key, body) in table.iter() {
+                    if let Some(s) =
+                        crate::socket::parse_socket(&source, name_key, body, &mut errors)
+                    {
+                        sockets.insert(s.name.clone(), s);
+                    }
+                }
+            }
+            "hugepages" => {
+                hugepages = crate::hugepages::parse(&source, key.span().start, value, &mut errors);
+            }
+            other => {
+                let mut d = Diagnostic::error(format!("unknown section '{other}'")).at(here);
+                d = match suggest(other, SECTIONS) {
+                    Some("hugepages") => d.hint("did you mean [hugepages]?"),
+                    Some(s) => d.hint(format!("did you mean [{s}.NAME]?")),
+                    None => d.hint(
+                        "a plan has [slice.NAME] and [socket.NAME] sections and one [hugepages]",
+                    ),
+                };
+                errors.push(d);
+            }
+        }
+    }
+
+    add_implicit_parents(&source, &mut slices, &mut notes);
+    if !errors.is_empty() {
+        return Err(Error::Invalid(errors));
+    }
+    Ok(Plan {
+        source,
+        slices,
+        sockets,
+        hugepages,
+        notes,
+    })
+}
+
+/// Parents the plan does not name are created with no limits, as systemd does.
+fn add_implicit_parents(
+    source: &Source,
+    slices: &mut BTreeMap<SliceName, SliceSpec>,
+    notes: &mut Vec<Diagnostic>,
+) {
+    let named: Vec<SliceName> = slices.keys().cloned().collect();
+    for name in named {
+        for ancestor in name.lineage() {
+            if !slices.contains_key(&ancestor) {
+                notes.push(
+                    Diagnostic::note(format!(
+                        "slice '{ancestor}' is not in the plan; it is created as the parent of '{name}' with no limits"
+                    ))
+                    .at(source.label())
+                    .hint(format!("add [slice.{ancestor}] to set its limits")),
+                );
+                slices.insert(
+                    ancestor.clone(),
+                    SliceSpec {
+                        name: ancestor,
+                        loc: None,
+                        description: None,
+                        directives: BTreeMap::new(),
+                    },
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The keys of a `[socket.NAME]` section, by family: addresses and mode, timeouts, limits,
+//! the PROXY protocol, and the unix socket's owner and mode.
+
+use super::values::Ctx;
+use super::{Endpoint, Mode, ProxyVersion, Ready, SocketSpec, TargetSpec, KEYS};
+use crate::Loc;
+use bulkhead_sys::units::parse_size;
+use std::collections::HashMap;
+use std::time::Duration;
+use toml::de::DeValue;
+
+/// A socket section as read so far, with systemd-socket-proxyd's defaults.
+pub(super) struct Draft {
+    pub name: String,
+    pub loc: Loc,
+    /// Where each key stands.
+    pub seen: HashMap<String, Loc>,
+    pub listen: Vec<(Endpoint, String)>,
+    pub mode: Mode,
+    pub backend: Option<Endpoint>,
+    pub idle_timeout: Option<Duration>,
+    pub ready: Ready,
+    pub start_timeout: Duration,
+    pub stop_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub max_connections: Option<u64>,
+    pub connection_idle_timeout: Option<Duration>,
+    pub pipe_size: Option<u64>,
+    pub backlog: u32,
+    pub proxy_protocol: Option<ProxyVersion>,
+    pub accept_proxy_protocol: bool,
+    pub socket_mode: Option<u32>,
+    pub socket_user: Option<String>,
+    pub socket_group: Option<String>,
+    pub target: Option<TargetSpec>,
+}
+
+impl Draft {
+    pub fn new(name: String, loc: Loc) -> Draft {
+        Draft {
+            name,
+            loc,
+            seen: HashMap::new(),
+            listen: Vec::new(),
+            mode: Mode::Proxy,
+            backend: None,
+            idle_timeout: Some(Duration::from_secs(30)),
+            ready: Ready::Connect,
+            start_timeout: Duration::from_secs(10),
+            stop_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_millis(250),
+            max_connections: None,
+            connection_idle_timeout: None,
+            // As systemd-socket-proxyd's.
+            pipe_size: Some(256 << 10),
+            backlog: 4096,
+            proxy_protocol: None,
+            accept_proxy_protocol: false,
+            socket_mode: None,
+            socket_user: None,
+            socket_group: None,
+            target: None,
+        }
+    }
+
+    /// Where a key stands, or the section's header when it is not written.
+    pub fn at(&self, key: &str) -> Loc {
+        self.seen.get(key).copied().unwrap_or(self.loc)
+    }
+
+    /// Read one key.
+    pub fn set(&mut self, c: &mut Ctx<'_>, key: &str, kloc: Loc, val: &DeValue<'_>) {
+        match key {
+            "listen" | "backend" | "mode" | "ready" => self.addresses(c, key, kloc, val),
+            "idle_timeout"
+            | "connection_idle_timeout"
+            | "start_timeout"
+            | "stop_timeout"
+            | "connect_timeout" => self.timeouts(c, key, kloc, val),
+            "max_connections" | "backlog" | "pipe_size" => self.limits(c, key, kloc, val),
+            "proxy_protocol" | "accept_proxy_protocol" => self.proxy(c, key, kloc, val),
+            "socket_mode" | "socket_user" | "socket_group" => self.unix(c, key, kloc, val),
+            "target" => self.target = super::target::parse(c, kloc, val),
+            other => {
+                let hint = match crate::directives::suggest(other, KEYS) {
+                    Some(s) => format!("did you mean {s}?"),
+                    None => format!("a socket takes: {}", KEYS.join(", ")),
+                };
+                c.err(kloc, other, format!("unknown key '{other}'"), &hint);
+            }
+        }
+    }
+
+    fn addresses(&mut self, c: &mut Ctx<'_>, key: &str, kloc: Loc, val: &DeValue<'_>) {
+        match key {
+            "listen" => {
+                for s in c.strings(kloc, key, val).unwrap_or_default() {
+                    match Endpoint::parse(&s) {
+                        Ok(e) => self.listen.push((e, c.source.at(kloc))),
+                        Err(m) => c.err(kloc, key, m, ""),
+                    }
+                }
+            }
+            "backend" => {
+                if let Some(s) = c.string(kloc, key, val) {
+                    match Endpoint::parse(&s) {
+                        Ok(e) => self.backend = Some(e),
+                        Err(m) => c.err(kloc, key, m, ""),
+                    }
+                }
+            }
+            "mode" => match c.string(kloc, key, val).as_deref() {
+                Some("proxy") => self.mode = Mode::Proxy,
+                Some("pass") => self.mode = Mode::Pass,
+                Some("per-connection") => self.mode = Mode::PerConnection,
+                Some(o) => c.err(
+                    kloc,
+                    key,
+                    format!("'{o}' is not a mode"),
+                    "use proxy, pass or per-connection",
+                ),
+                None => {}
+            },
+            _ => match c.string(kloc, key, val).as_deref() {
+                Some("connect") => self.ready = Ready::Connect,
+                Some("notify") => self.ready = Ready::Notify,
+                Some(o) => c.err(
+                    kloc,
+                    key,
+                    format!("'{o}' is not a readiness check"),
+                    "use connect (the backend accepts a connection) or notify (READY=1 on $NOTIFY_SOCKET)",
+                ),
+                None => {}
+            },
+        }
+    }
+
+    fn timeouts(&mut self, c: &mut Ctx<'_>, key: &str, kloc: Loc, val: &DeValue<'_>) {
+        let Some(d) = c.duration(kloc, key, val) else {
+            return;
+        };
+        match (key, d) {
+            ("idle_timeout", d) => self.idle_timeout = d,
+            ("connection_idle_timeout", d) => self.connection_idle_timeout = d,
+            ("start_timeout", Some(d)) if !d.is_zero() => self.start_timeout = d,
+            ("stop_timeout", Some(d)) if !d.is_zero() => self.stop_timeout = d,
+            ("connect_timeout", Some(d)) if !d.is_zero() => self.connect_timeout = d,
+            _ => c.err(
+                kloc,
+                key,
+                format!("{key} must be a finite time span above 0"),
+                "write e.g. \"10s\"",
+            ),
+        }
+    }
+
+    fn limits(&mut self, c: &mut Ctx<'_>, key: &str, kloc: Loc, val: &DeValue<'_>) {
+        match key {
+            "max_connections" => self.max_connections = c.count(kloc, key, val, 1, 1 << 20),
+            "backlog" => {
+                if let Some(n) = c.count(kloc, key, val, 1, 65535) {
+                    self.backlog = n as u32
+                }
+            }
+            _ => {
+                let s = match val {
+                    DeValue::Integer(i) => Some(i.as_str().to_string()),
+                    DeValue::String(s) => Some(s.to_string()),
+                    _ => None,
+                };
+                match s.map(|s| parse_size(&s, 1024)) {
+                    Some(Ok(n)) if (4096..=1 << 30).contains(&n) => self.pipe_size = Some(n),
+                    _ => c.err(
+                        kloc,
+                        key,
+                        "pipe_size must be a size from 4K to 1G".into(),
+                        "write e.g. \"1M\"; /proc/sys/fs/pipe-max-size caps it for unprivileged users",
+                    ),
+                }
+            }
+        }
+    }
+
+    fn proxy(&mut self, c: &mut Ctx<'_>, key: &str, kloc: Loc, val: &DeValue<'_>) {
+        match (key, val) {
+            ("proxy_protocol", DeValue::Boolean(false)) => self.proxy_protocol = None,
+            ("proxy_protocol", DeValue::String(s)) if s == "v1" => {
+                self.proxy_protocol = Some(ProxyVersion::V1)
+            }
+            ("proxy_protocol", DeValue::String(s)) if s == "v2" => {
+                self.proxy_protocol = Some(ProxyVersion::V2)
+            }
+            ("proxy_protocol", _) => c.err(
+                kloc,
+                key,
+                "proxy_protocol must be \"v1\", \"v2\" or false".into(),
+                "it is the PROXY protocol version bulkhead sends to the target",
+            ),
+            (_, DeValue::Boolean(b)) => self.accept_proxy_protocol = *b,
+            _ => c.err(
+                kloc,
+                key,
+                "accept_proxy_protocol must be true or false".into(),
+                "",
+            ),
+        }
+    }
+
+    fn unix(&mut self, c: &mut Ctx<'_>, key: &str, kloc: Loc, val: &DeValue<'_>) {
+        match key {
+            "socket_user" => self.socket_user = c.string(kloc, key, val),
+            "socket_group" => self.socket_group = c.string(kloc, key, val),
+            _ => {
+                let s = match val {
+                    DeValue::String(s) => Some(s.to_string()),
+                    DeValue::Integer(i) => Some(i.as_str().to_string()),
+                    _ => None,
+                };
+                match s.and_then(|s| u32::from_str_radix(&s, 8).ok()) {
+                    Some(m) if m <= 0o7777 => self.socket_mode = Some(m),
+                    _ => c.err(
+                        kloc,
+                        key,
+                        "socket_mode must be an octal mode".into(),
+                        "write it as systemd's SocketMode=, e.g. \"0660\"",
+                    ),
+                }
+            }
+        }
+    }
+
+    /// The checked socket (None when the target is missing; that was said already).
+    pub fn finish(self) -> Option<SocketSpec> {
+        let max_connections = self.max_connections.unwrap_or(match self.mode {
+            Mode::PerConnection => 64,
+            _ => 1024,
+        }) as u32;
+        Some(SocketSpec {
+            name: self.name,
+            loc: self.loc,
+            listen: self.listen,
+            mode: self.mode,
+            backend: self.backend,
+            idle_timeout: self.idle_timeout,
+            ready: self.ready,
+            start_timeout: self.start_timeout,
+            stop_timeout: self.stop_timeout,
+            connect_timeout: self.connect_timeout,
+            max_connections,
+            connection_idle_timeout: self.connection_idle_timeout,
+            pipe_size: self.pipe_size,
+            backlog: self.backlog,
+            proxy_protocol: self.proxy_protocol,
+            accept_proxy_protocol: self.accept_proxy_protocol,
+            socket_mode: self.socket_mode,
+            socket_user: self.socket_user,
+            socket_group: self.socket_group,
+            target: self.target?,
+        })
+    }
+}

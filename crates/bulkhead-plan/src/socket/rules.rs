@@ -1,0 +1,96 @@
+//! The rules across a socket's keys: what a mode needs, what fits together.
+
+use super::keys::Draft;
+use super::values::Ctx;
+use super::{Endpoint, Mode, Ready};
+
+pub(super) fn check(c: &mut Ctx<'_>, d: &Draft) {
+    if d.listen.is_empty() && !d.seen.contains_key("listen") {
+        c.err(
+            d.loc,
+            "listen",
+            "a socket needs at least one listen address".into(),
+            "add listen = [\"127.0.0.1:8080\"]",
+        );
+    }
+    mode_and_backend(c, d);
+    if d.mode == Mode::PerConnection && d.listen.iter().any(|(e, _)| !e.is_stream()) {
+        c.err(
+            d.at("listen"),
+            "listen",
+            "per-connection mode needs stream (TCP or unix) listeners".into(),
+            "use mode = \"pass\" to hand a UDP socket to the target",
+        );
+    }
+    if d.accept_proxy_protocol && d.mode != Mode::Proxy {
+        c.err(
+            d.at("accept_proxy_protocol"),
+            "accept_proxy_protocol",
+            "accept_proxy_protocol works in proxy mode only".into(),
+            "",
+        );
+    }
+    if (d.socket_mode.is_some() || d.socket_user.is_some() || d.socket_group.is_some())
+        && !d.listen.iter().any(|(e, _)| matches!(e, Endpoint::Unix(_)))
+    {
+        c.err(
+            d.at("socket_mode"),
+            "socket_mode",
+            "socket_mode, socket_user and socket_group apply to unix sockets, and this socket has none".into(),
+            "add a unix:/PATH address to listen, or remove them",
+        );
+    }
+    if d.target.is_none() && !d.seen.contains_key("target") {
+        c.err(
+            d.loc,
+            "target",
+            "a socket needs a target".into(),
+            "add a [socket.NAME.target] table with command = [...] (and rootfs = ... for a sandbox)",
+        );
+    }
+}
+
+/// Proxy mode needs a backend of the listeners' kind (stream or datagram); the others take
+/// none.
+fn mode_and_backend(c: &mut Ctx<'_>, d: &Draft) {
+    match (d.mode, &d.backend) {
+        (Mode::Proxy, None) => c.err(
+            d.at("mode"),
+            "backend",
+            "proxy mode needs a backend address".into(),
+            "add backend = \"127.0.0.1:8000\" (where the target listens), or use mode = \"pass\"",
+        ),
+        (Mode::Pass | Mode::PerConnection, Some(_)) => c.err(
+            d.at("backend"),
+            "backend",
+            format!(
+                "backend is only used in proxy mode, and this socket is in {} mode",
+                if d.mode == Mode::Pass {
+                    "pass"
+                } else {
+                    "per-connection"
+                }
+            ),
+            "remove backend, or set mode = \"proxy\"",
+        ),
+        _ => {}
+    }
+    let Some(b) = &d.backend else { return };
+    if d.ready == Ready::Connect && !b.is_stream() {
+        c.err(
+            d.at("ready"),
+            "ready",
+            "ready = \"connect\" cannot check a UDP backend".into(),
+            "use ready = \"notify\" and have the target send READY=1",
+        );
+    }
+    let udp_listen = d.listen.iter().any(|(e, _)| !e.is_stream());
+    if udp_listen == b.is_stream() || d.listen.iter().any(|(e, _)| e.is_stream() == udp_listen) {
+        c.err(
+            d.at("backend"),
+            "backend",
+            "a UDP listener needs a UDP backend, and a stream listener a stream backend".into(),
+            "proxy UDP to udp:HOST:PORT and TCP or unix listeners to a TCP or unix backend; use two sockets for both",
+        );
+    }
+}

@@ -1,0 +1,156 @@
+//! `[socket.NAME.target]`: the command behind a socket, plain or in a sandbox.
+
+use super::values::Ctx;
+use super::{TargetSpec, TARGET_KEYS};
+use crate::{Loc, SliceName};
+use std::path::PathBuf;
+use toml::de::DeValue;
+
+pub(super) fn parse(c: &mut Ctx<'_>, loc: Loc, v: &DeValue<'_>) -> Option<TargetSpec> {
+    let Some(table) = v.as_table() else {
+        c.err(
+            loc,
+            "target",
+            "target must be a table".into(),
+            "write [socket.NAME.target] followed by command = [...]",
+        );
+        return None;
+    };
+    let before = c.errors.len();
+    let mut t = TargetSpec {
+        command: Vec::new(),
+        rootfs: None,
+        slice: None,
+        user: None,
+        group: None,
+        working_directory: None,
+        environment: Vec::new(),
+        network: None,
+        bind: Vec::new(),
+        snapshot: None,
+    };
+    let mut seen = std::collections::HashMap::new();
+    for (k, v) in table.iter() {
+        let key = k.get_ref().as_ref();
+        let kloc = c.source.loc(k.span().start);
+        seen.insert(key.to_string(), kloc);
+        let val = v.get_ref();
+        let tkey = format!("target.{key}");
+        match key {
+            "command" => {
+                if let Some(cmd) = c.strings(kloc, &tkey, val) {
+                    t.command = cmd
+                }
+            }
+            "rootfs" => t.rootfs = c.string(kloc, &tkey, val),
+            "slice" => {
+                if let Some(s) = c.string(kloc, &tkey, val) {
+                    match SliceName::parse(&s) {
+                        Ok(n) => t.slice = Some(n),
+                        Err(m) => c.err(kloc, &tkey, format!("invalid slice name: {m}"), ""),
+                    }
+                }
+            }
+            "user" => t.user = c.string(kloc, &tkey, val),
+            "group" => t.group = c.string(kloc, &tkey, val),
+            "working_directory" => {
+                if let Some(s) = c.string(kloc, &tkey, val) {
+                    if s.starts_with('/') {
+                        t.working_directory = Some(PathBuf::from(s))
+                    } else {
+                        c.err(kloc, &tkey, format!("'{s}' is not an absolute path"), "")
+                    }
+                }
+            }
+            "environment" => match val {
+                DeValue::Table(env) => {
+                    for (ek, ev) in env.iter() {
+                        if let Some(s) = c.string(kloc, &tkey, ev.get_ref()) {
+                            t.environment.push((ek.get_ref().to_string(), s));
+                        }
+                    }
+                }
+                _ => {
+                    for s in c.strings(kloc, &tkey, val).unwrap_or_default() {
+                        match crate::env::parse_env_assignment(&s) {
+                            Ok(kv) => t.environment.push(kv),
+                            Err(m) => c.err(kloc, &tkey, m, "write KEY=VALUE"),
+                        }
+                    }
+                }
+            },
+            "network" => match c.string(kloc, &tkey, val) {
+                Some(n) if n.parse::<crate::sandbox::Net>().is_ok() => t.network = Some(n),
+                Some(n) => c.err(
+                    kloc,
+                    &tkey,
+                    format!("'{n}' is not a network mode"),
+                    "use none, private or host",
+                ),
+                None => {}
+            },
+            "bind" => {
+                for s in c.strings(kloc, &tkey, val).unwrap_or_default() {
+                    match s.parse::<crate::sandbox::Bind>() {
+                        Ok(_) => t.bind.push(s),
+                        Err(m) => c.err(kloc, &tkey, m, ""),
+                    }
+                }
+            }
+            "snapshot" => match c.string(kloc, &tkey, val) {
+                Some(s) if s.parse::<crate::sandbox::Choice>().is_ok() => t.snapshot = Some(s),
+                Some(s) => c.err(
+                    kloc,
+                    &tkey,
+                    format!("'{s}' is not a snapshot method"),
+                    "use auto, btrfs, reflink, overlay or copy",
+                ),
+                None => {}
+            },
+            other => {
+                let hint = match crate::directives::suggest(other, TARGET_KEYS) {
+                    Some(s) => format!("did you mean {s}?"),
+                    None => format!("a target takes: {}", TARGET_KEYS.join(", ")),
+                };
+                c.err(
+                    kloc,
+                    &format!("target.{other}"),
+                    format!("unknown key '{other}'"),
+                    &hint,
+                );
+            }
+        }
+    }
+    if t.command.is_empty() && !seen.contains_key("command") {
+        c.err(
+            loc,
+            "target.command",
+            "a target needs a command".into(),
+            "add command = [\"/usr/bin/server\", \"--port\", \"8000\"]",
+        );
+    } else if t.command.first().is_some_and(|p| p.is_empty()) || t.command.is_empty() {
+        c.err(
+            seen["command"],
+            "target.command",
+            "the command is empty".into(),
+            "",
+        );
+    }
+    if t.rootfs.is_none() {
+        for k in ["network", "bind", "snapshot"] {
+            if let Some(l) = seen.get(k) {
+                c.err(
+                    *l,
+                    &format!("target.{k}"),
+                    format!("{k} only applies to a sandboxed target"),
+                    "add rootfs = \"...\" to run the target in an ephemeral sandbox, or remove it",
+                );
+            }
+        }
+    }
+    if c.errors.len() > before {
+        None
+    } else {
+        Some(t)
+    }
+}
