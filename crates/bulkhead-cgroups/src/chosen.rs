@@ -19,6 +19,25 @@ pub enum Choice {
     Cgroupfs,
 }
 
+impl Choice {
+    pub fn name(self) -> &'static str {
+        match self {
+            Choice::Auto => "auto",
+            Choice::Systemd => "systemd",
+            Choice::Cgroupfs => "cgroupfs",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Choice> {
+        match s {
+            "auto" => Some(Choice::Auto),
+            "systemd" => Some(Choice::Systemd),
+            "cgroupfs" => Some(Choice::Cgroupfs),
+            _ => None,
+        }
+    }
+}
+
 /// The backend chosen for this host.
 pub enum Chosen {
     Systemd(Box<Systemd>),
@@ -105,12 +124,71 @@ impl Chosen {
         }
     }
 
+    /// Probe the kernel's capabilities once and keep them (a long-running caller plans many
+    /// times).
+    pub fn keep_caps(&mut self) {
+        let fs = match self {
+            Chosen::Systemd(s) => &mut s.reader,
+            Chosen::Cgroupfs(c) => c,
+        };
+        fs.layout.caps = Some(fs.layout.caps());
+    }
+
     /// The placement side alone (what `run` and `spawn` take).
     pub fn placement(&self) -> &dyn Placement {
         match self {
             Chosen::Systemd(s) => s.as_ref(),
             Chosen::Cgroupfs(c) => c,
         }
+    }
+
+    /// The operations that give a slice `t` on top of its plan (with
+    /// [`Throttle::none`](crate::Throttle::none): that put the plan back). Through systemd on
+    /// a host where systemd cannot freeze, the freeze is a cgroup.freeze write.
+    pub fn plan_throttle(
+        &self,
+        plan: &bulkhead_plan::ResolvedSlice,
+        t: &crate::Throttle,
+        disks: &[bulkhead_sys::host::DevNum],
+    ) -> Result<Vec<ChosenOp>> {
+        match self {
+            Chosen::Cgroupfs(c) => Ok(c
+                .plan_throttle(plan, t, disks)?
+                .into_iter()
+                .map(ChosenOp::Cgroupfs)
+                .collect()),
+            Chosen::Systemd(s) => {
+                let mut ops: Vec<ChosenOp> = s
+                    .plan_throttle(plan, t, disks)?
+                    .into_iter()
+                    .map(ChosenOp::Systemd)
+                    .collect();
+                if !s.can_freeze() {
+                    let fs = s.reader.plan_freeze(plan.name(), t.frozen, false)?;
+                    ops.extend(fs.into_iter().map(ChosenOp::Cgroupfs));
+                }
+                Ok(ops)
+            }
+        }
+    }
+
+    /// Carry out throttle operations in order, each by its own backend.
+    pub fn execute_throttle(&self, ops: &[ChosenOp]) -> Result<Outcome> {
+        let mut out = Outcome::default();
+        for op in ops {
+            let o = match (self, op) {
+                (Chosen::Systemd(s), ChosenOp::Systemd(c)) => s.execute_calls(&[c])?,
+                (_, ChosenOp::Cgroupfs(o)) => fs::op::execute(&[o])?,
+                (Chosen::Cgroupfs(_), ChosenOp::Systemd(c)) => {
+                    return Err(Error::failed(format!(
+                        "`{c}` needs the systemd backend; nothing more was changed"
+                    )))
+                }
+            };
+            out.done += o.done;
+            out.skipped += o.skipped;
+        }
+        Ok(out)
     }
 
     /// The `layout` line of `status`: systemd's version and bus, or the cgroup layout.

@@ -15,8 +15,10 @@ pub mod fs;
 pub mod layout;
 pub mod stats;
 pub mod systemd;
+pub mod throttle;
 
 pub use backend::{ApplyOptions, Backend, Changes, Outcome, PlaceError, Placement};
 pub use chosen::{choose, choose_here, Choice, Chosen, ChosenOp};
 pub use fs::CgroupFs;
 pub use layout::{Hierarchy, Layout, Version};
+pub use throttle::Throttle;

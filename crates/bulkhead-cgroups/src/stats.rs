@@ -176,6 +176,42 @@ pub fn io_stat_v1(texts: &[String]) -> (u64, u64) {
         .fold((0, 0), |(r, w), (a, b)| (r + a, w + b))
 }
 
+/// CPU time a slice used since it was created, microseconds: the unified hierarchy's
+/// cpu.stat always has usage_usec; else v1 cpuacct.
+pub fn cpu_usage_us(fs: &CgroupFs, name: &SliceName) -> Option<u64> {
+    let layout = &fs.layout;
+    layout
+        .unified
+        .as_ref()
+        .map(|u| fs.dir(u, name))
+        .and_then(|d| read(&d.join("cpu.stat")))
+        .and_then(|t| flat_keyed(&t, "usage_usec"))
+        .or_else(|| {
+            let h = layout.cpuacct()?;
+            read_u64(&fs.dir(h, name).join("cpuacct.usage")).map(|ns| ns / 1000)
+        })
+}
+
+/// Bytes a slice read and wrote, over all devices.
+pub fn io_bytes(fs: &CgroupFs, name: &SliceName) -> Option<(u64, u64)> {
+    let h = fs.layout.hierarchy("io")?;
+    let d = fs.dir_for("io", name)?;
+    match h.version {
+        Version::V2 => read(&d.join("io.stat")).map(|t| io_stat_v2(&t)),
+        Version::V1 => {
+            let texts: Vec<String> = [
+                "blkio.throttle.io_service_bytes_recursive",
+                "blkio.bfq.io_service_bytes_recursive",
+                "blkio.io_service_bytes_recursive",
+            ]
+            .iter()
+            .filter_map(|f| read(&d.join(f)))
+            .collect();
+            (!texts.is_empty()).then(|| io_stat_v1(&texts))
+        }
+    }
+}
+
 /// One reading of a slice, without the interval-based CPU share.
 pub fn read_slice(fs: &CgroupFs, name: &SliceName) -> SliceStatus {
     let layout = &fs.layout;
@@ -193,20 +229,12 @@ pub fn read_slice(fs: &CgroupFs, name: &SliceName) -> SliceStatus {
         let d = fs.dir(p, name);
         s.processes = count_procs(&d);
     }
-    // CPU time: the unified hierarchy's cpu.stat always has usage_usec; else v1 cpuacct.
     let unified_dir = layout
         .unified
         .as_ref()
         .map(|u| fs.dir(u, name))
         .filter(|d| d.is_dir());
-    s.cpu_usage_us = unified_dir
-        .as_ref()
-        .and_then(|d| read(&d.join("cpu.stat")))
-        .and_then(|t| flat_keyed(&t, "usage_usec"))
-        .or_else(|| {
-            let h = layout.cpuacct()?;
-            read_u64(&fs.dir(h, name).join("cpuacct.usage")).map(|ns| ns / 1000)
-        });
+    s.cpu_usage_us = cpu_usage_us(fs, name);
     if let (Some(h), Some(d)) = (layout.hierarchy("cpu"), fs.dir_for("cpu", name)) {
         if let Some(t) = read(&d.join("cpu.stat")) {
             s.cpu_nr_throttled = flat_keyed(&t, "nr_throttled");
@@ -245,25 +273,9 @@ pub fn read_slice(fs: &CgroupFs, name: &SliceName) -> SliceStatus {
             }
         }
     }
-    if let (Some(h), Some(d)) = (layout.hierarchy("io"), fs.dir_for("io", name)) {
-        let (r, w) = match h.version {
-            Version::V2 => read(&d.join("io.stat")).map(|t| io_stat_v2(&t)),
-            Version::V1 => {
-                let texts: Vec<String> = [
-                    "blkio.throttle.io_service_bytes_recursive",
-                    "blkio.bfq.io_service_bytes_recursive",
-                    "blkio.io_service_bytes_recursive",
-                ]
-                .iter()
-                .filter_map(|f| read(&d.join(f)))
-                .collect();
-                (!texts.is_empty()).then(|| io_stat_v1(&texts))
-            }
-        }
-        .unzip();
-        s.io_read_bytes = r;
-        s.io_write_bytes = w;
-    }
+    let (r, w) = io_bytes(fs, name).unzip();
+    s.io_read_bytes = r;
+    s.io_write_bytes = w;
     if let Some(d) = fs.dir_for("pids", name) {
         s.tasks_current = read_u64(&d.join("pids.current"));
         s.tasks_max = read_limit(&d.join("pids.max")).flatten();

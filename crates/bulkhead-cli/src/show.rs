@@ -238,3 +238,87 @@ pub fn sockets_table(socks: &[bulkhead::activate::state::SocketStatus]) -> Strin
     }
     out
 }
+
+/// The guard's state, for `status`.
+pub fn guard_status(g: &bulkhead::actions::status::GuardReport) -> String {
+    let s = &g.status;
+    let mut out = String::from("\n");
+    let now = bulkhead::sys::process::unix_now();
+    let state = match (g.running, s.phase.as_str()) {
+        (true, "calibrating") => format!(
+            "calibrating, {:.0} s left",
+            s.calibration_left_s.unwrap_or(0.0)
+        ),
+        (true, p) => p.to_string(),
+        (false, "stopped") => "stopped".into(),
+        (false, _) => "dead (its watchdog or `bulkhead guard --release` puts the plan back)".into(),
+    };
+    let _ = writeln!(
+        out,
+        "GUARD  PID {}  {}  protecting {}  every {:.0} ms  (updated {:.0} s ago, cost {:.2}% CPU)",
+        s.pid,
+        state,
+        s.protect,
+        s.period_ms,
+        (now - s.updated).max(0.0),
+        s.cost_cpu_percent
+    );
+    let b = &s.baseline;
+    let _ = writeln!(
+        out,
+        "  baseline: stall cpu {:.1}% io {:.1}% memory {:.1}%, run-queue wait {:.0} us per run, {:.2} CPUs{}",
+        b.cpu * 100.0,
+        b.io * 100.0,
+        b.memory * 100.0,
+        b.wait_per_run_us,
+        b.service_cpus,
+        b.probe_ms.map_or(String::new(), |p| format!(", probe {p:.2} ms"))
+    );
+    let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0));
+    let sig = &s.signals;
+    let _ = writeln!(
+        out,
+        "  now: stall cpu {} io {} memory {}, harm cpu {:.2} io {:.2} (cut at 1.0, release below 0.5), steal {:.1}%",
+        pct(sig.cpu_stall),
+        pct(sig.io_stall),
+        pct(sig.memory_stall),
+        s.harm.fast.cpu.max(s.harm.fast.memory).max(s.harm.fast.probe),
+        s.harm.fast.io,
+        sig.steal * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "  {:<20} {:>8} {:>12}  THROTTLE",
+        "SIDELOAD", "CPUS", "IO/S"
+    );
+    for side in &s.sideloads {
+        let _ = writeln!(
+            out,
+            "  {:<20} {:>8.2} {:>12}  {}",
+            side.slice,
+            side.cpus,
+            bulkhead::units::human_bytes(side.io_bps as u64),
+            side.now
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  actions in the last minute: {}",
+        s.actions_last_minute.len()
+    );
+    for a in s.actions_last_minute.iter().rev().take(5) {
+        let _ = writeln!(
+            out,
+            "    {:>5.0} s ago  {:<8} {:<10} -> {}  ({})",
+            (now - a.at).max(0.0),
+            a.kind,
+            a.slice,
+            a.now,
+            a.why
+        );
+    }
+    for n in &s.notes {
+        let _ = writeln!(out, "  note: {n}");
+    }
+    out
+}

@@ -45,6 +45,8 @@ pub enum Value {
     /// CPUQuota as a fraction of one CPU (1.5 for "150%").
     Quota(f64),
     Period(Duration),
+    /// CPUSchedulingSliceSec: the EEVDF slice the slice's tasks ask for.
+    SchedSlice(Duration),
     Ids(IdSet),
     Memory(MemSpec),
     Weight(u64),
@@ -64,6 +66,7 @@ pub(crate) enum Kind {
     CpuWeight,
     Quota,
     Period,
+    SchedSlice,
     Ids,
     Memory,
     Weight,
@@ -91,6 +94,9 @@ pub(crate) const DIRECTIVES: &[Info] = &[
     d("CPUWeight", Kind::CpuWeight),
     d("CPUQuota", Kind::Quota),
     d("CPUQuotaPeriodSec", Kind::Period),
+    // Not systemd's: the kernel's custom EEVDF slice (Linux 6.12+), set on every task of the
+    // slice by bulkhead itself; export keeps it in [X-Bulkhead].
+    d("CPUSchedulingSliceSec", Kind::SchedSlice),
     d("AllowedCPUs", Kind::Ids),
     d("AllowedMemoryNodes", Kind::Ids),
     d("MemoryMin", Kind::Memory),
@@ -477,6 +483,17 @@ pub(crate) fn check(kind: Kind, name: &str, raw: &Raw) -> Result<Value, Bad> {
                 ));
             }
             Ok(Value::Period(d))
+        }
+        Kind::SchedSlice => {
+            let t = scalar(raw, name)?.text();
+            let d = parse_duration(&t).map_err(|m| bad(m, "write a time like \"0.5ms\""))?;
+            if d < Duration::from_micros(100) || d > Duration::from_millis(100) {
+                return Err(bad(
+                    format!("'{t}' is outside 0.1ms..100ms"),
+                    "the kernel takes custom scheduler slices from 0.1ms to 100ms; a shorter slice lets the slice's tasks preempt others sooner when they wake",
+                ));
+            }
+            Ok(Value::SchedSlice(d))
         }
         Kind::Ids => {
             let t = scalar(raw, name)?.text();

@@ -11,6 +11,7 @@
 pub mod convert;
 mod directives;
 pub mod env;
+pub mod guard;
 pub mod hugepages;
 pub mod import;
 mod name;
@@ -104,6 +105,8 @@ pub struct Plan {
     pub sockets: BTreeMap<String, SocketSpec>,
     /// The `[hugepages]` section (pools, THP, hugetlbfs mounts), if the plan has one.
     pub hugepages: Option<hugepages::HugepagesSpec>,
+    /// The `[guard]` section (the slice `bulkhead guard` protects and its sideloads), if any.
+    pub guard: Option<guard::GuardSpec>,
     /// Warnings and notes found while reading (legacy directives, implicit parents).
     pub notes: Vec<Diagnostic>,
 }

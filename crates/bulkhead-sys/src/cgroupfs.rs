@@ -24,6 +24,19 @@ pub fn procs(dir: &Path) -> Vec<i32> {
         .collect()
 }
 
+/// The PIDs in a cgroup and every cgroup below it.
+pub fn procs_tree(dir: &Path) -> Vec<i32> {
+    let mut out = procs(dir);
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                out.extend(procs_tree(&e.path()));
+            }
+        }
+    }
+    out
+}
+
 /// Processes in a cgroup and everything below it.
 pub fn count_procs(dir: &Path) -> usize {
     let own = fs::read_to_string(dir.join("cgroup.procs")).map_or(0, |s| s.lines().count());

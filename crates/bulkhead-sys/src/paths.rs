@@ -52,6 +52,17 @@ pub fn systemd_records_dir() -> PathBuf {
     runtime_dir().join("systemd")
 }
 
+/// The scheduler slice (CPUSchedulingSliceSec) of each slice, one file per slice, written by
+/// `apply` and read by `run`, `move` and the guard.
+pub fn sched_slices_dir() -> PathBuf {
+    runtime_dir().join("sched-slice")
+}
+
+/// The guard's state (for `status`) and the settings its watchdog puts back.
+pub fn guard_dir() -> PathBuf {
+    env_path("BULKHEAD_GUARD_DIR", "/run/bulkhead/guard")
+}
+
 /// One status file per served socket.
 pub fn sockets_dir() -> PathBuf {
     runtime_dir().join("sockets")

@@ -42,10 +42,45 @@ pub fn parse_stat_start(stat: &str) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+#[cfg(test)]
+mod stat_tests {
+    #[test]
+    fn cpu_fields() {
+        let stat = "42 (a b) c) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1 0 999 0 0";
+        assert_eq!(super::parse_stat_cpu(stat), Some(12));
+        assert_eq!(super::parse_stat_start(stat), Some(999));
+    }
+}
+
 /// Field 9 (flags) of a /proc/PID/stat text.
 pub fn parse_stat_flags(stat: &str) -> Option<u64> {
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_whitespace().nth(6)?.parse().ok()
+}
+
+/// Fields 14 and 15 (utime + stime, clock ticks, all threads) of a /proc/PID/stat text.
+pub fn parse_stat_cpu(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut it = rest.split_whitespace().skip(11);
+    let u: u64 = it.next()?.parse().ok()?;
+    let s: u64 = it.next()?.parse().ok()?;
+    Some(u + s)
+}
+
+/// CPU time a process used (user and system, all its threads).
+pub fn cpu_time(pid: u32) -> Option<std::time::Duration> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let ticks = parse_stat_cpu(&text)?;
+    Some(std::time::Duration::from_secs_f64(
+        ticks as f64 / clock_ticks() as f64,
+    ))
+}
+
+/// Seconds since the epoch, now.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// The start time of a process (clock ticks after boot), None when it is gone.
@@ -284,5 +319,37 @@ mod tests {
         assert!(alive(std::process::id()));
         assert!(start_time(std::process::id()).is_some());
         assert_eq!(is_kernel_thread(std::process::id() as i32), Some(false));
+    }
+}
+
+/// Give this process a nice value (negative: more CPU weight than its neighbours).
+pub fn set_nice(nice: i32) -> std::io::Result<()> {
+    rustix::process::setpriority_process(None, nice).map_err(Into::into)
+}
+
+/// Keep this process's memory resident (current and future pages), so memory pressure
+/// elsewhere cannot stall it on page faults.
+pub fn lock_memory() -> std::io::Result<()> {
+    // SAFETY: mlockall takes flags only and changes no memory contents.
+    let r = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Take an exclusive flock(2) on a file: without `wait`, `Ok(false)` when another process
+/// holds it. The lock lasts as long as the file stays open.
+pub fn lock_file(f: &std::fs::File, wait: bool) -> std::io::Result<bool> {
+    use rustix::fs::{flock, FlockOperation};
+    let op = if wait {
+        FlockOperation::LockExclusive
+    } else {
+        FlockOperation::NonBlockingLockExclusive
+    };
+    match flock(f, op) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::WOULDBLOCK) if !wait => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }

@@ -49,6 +49,11 @@ impl SignalPipe {
 }
 
 impl SignalReader {
+    /// The pipe's fd, to wait on it with other fds (then [`SignalReader::recv`] does not block).
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+
     /// The next signal caught, or None once the pipe is dropped.
     pub fn recv(&self) -> Option<i32> {
         let mut b = [0u8; 1];

@@ -12,11 +12,13 @@
 
 pub mod actions;
 pub mod activate;
+pub mod guard;
 pub mod hugepages;
 pub mod image;
 pub mod run;
 pub mod sandbox;
 pub mod snapshot;
+pub mod tasks;
 
 pub use bulkhead_cgroups as cgroup;
 pub use bulkhead_cgroups::stats as metrics;

@@ -12,6 +12,7 @@ pub mod mark;
 pub mod op;
 mod place;
 mod planner;
+mod throttle;
 
 pub use op::{remove_trees, Op};
 pub use place::original_path;
@@ -73,8 +74,10 @@ impl CgroupFs {
                     wanted(c) && self.layout.hierarchy(c).is_some_and(|x| x.mount == h.mount)
                 })
                 .collect();
-            // cpuacct has nothing to write but gives CPU time on v1.
-            if !ctrls.is_empty() || h.has("cpuacct") {
+            // cpuacct has nothing to write but gives CPU time on v1; the v1 freezer lets the
+            // guard freeze a slice where there is no unified hierarchy (cgroup.freeze).
+            let freezer = h.has("freezer") && self.layout.unified.is_none();
+            if !ctrls.is_empty() || h.has("cpuacct") || freezer {
                 out.push((h, ctrls));
             }
         }
@@ -129,6 +132,14 @@ impl CgroupFs {
             .into_iter()
             .map(|(_, d)| d.join("cgroup.procs"))
             .collect()
+    }
+
+    /// Every process in the slice and the cgroups below it (read from the primary hierarchy).
+    pub fn pids(&self, name: &SliceName) -> Vec<i32> {
+        self.layout
+            .primary()
+            .map(|h| bulkhead_sys::cgroupfs::procs_tree(&self.dir(h, name)))
+            .unwrap_or_default()
     }
 
     /// Slices bulkhead created that exist now, parents first.

@@ -41,6 +41,8 @@ pub trait Manager {
     fn start_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
     fn stop_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
     fn kill_unit(&self, name: &str, whom: &str, signal: i32) -> zbus::Result<()>;
+    fn freeze_unit(&self, name: &str) -> zbus::Result<()>;
+    fn thaw_unit(&self, name: &str) -> zbus::Result<()>;
     fn reload(&self) -> zbus::Result<()>;
     fn attach_processes_to_unit(
         &self,

@@ -30,6 +30,10 @@ pub enum Call {
     KillUnit { unit: String },
     /// Manager.StartUnit(unit, "replace").
     StartUnit { unit: String },
+    /// Manager.FreezeUnit(unit): every process of the unit stops until thawed.
+    FreezeUnit { unit: String },
+    /// Manager.ThawUnit(unit).
+    ThawUnit { unit: String },
     /// Write a unit file or drop-in (whole, by rename).
     WriteFile {
         path: PathBuf,
@@ -69,6 +73,8 @@ impl fmt::Display for Call {
             Call::StopUnit { unit } => write!(f, "dbus StopUnit({unit:?}, \"replace\")"),
             Call::KillUnit { unit } => write!(f, "dbus KillUnit({unit:?}, \"all\", SIGKILL)"),
             Call::StartUnit { unit } => write!(f, "dbus StartUnit({unit:?}, \"replace\")"),
+            Call::FreezeUnit { unit } => write!(f, "dbus FreezeUnit({unit:?})"),
+            Call::ThawUnit { unit } => write!(f, "dbus ThawUnit({unit:?})"),
             Call::WriteFile { path, text, .. } => {
                 write!(f, "write {}:", path.display())?;
                 for l in text.lines() {
@@ -202,6 +208,12 @@ impl Systemd {
                     )),
                 }
             }
+            Call::FreezeUnit { unit } => m
+                .freeze_unit(unit)
+                .map_err(|e| call_failed(&format!("FreezeUnit({unit})"), &e)),
+            Call::ThawUnit { unit } => m
+                .thaw_unit(unit)
+                .map_err(|e| call_failed(&format!("ThawUnit({unit})"), &e)),
             Call::WriteFile { path, text, .. } => write_file(path, text),
             Call::RemoveFile { path, .. } => {
                 std::fs::remove_file(path)
@@ -324,6 +336,8 @@ fn undo(call: &Call) -> Option<Call> {
             text: previous.clone(),
             previous: None,
         }),
+        Call::FreezeUnit { unit } => Some(Call::ThawUnit { unit: unit.clone() }),
+        Call::ThawUnit { unit } => Some(Call::FreezeUnit { unit: unit.clone() }),
         Call::StopUnit { .. } | Call::KillUnit { .. } | Call::Reload => None,
     }
 }

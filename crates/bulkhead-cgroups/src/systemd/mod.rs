@@ -23,6 +23,7 @@ mod persist;
 mod place;
 pub mod props;
 pub mod slice_props;
+mod throttle;
 mod transient;
 pub mod versions;
 

@@ -2,6 +2,7 @@
 //! in the `cmd` module; this one only describes what they take.
 
 mod backend;
+pub mod guard;
 pub mod hugepages;
 pub mod image;
 mod spawn;
@@ -136,6 +137,9 @@ pub enum Command {
     Status(StatusArgs),
     /// Remove the plan's slices, children first
     Destroy(DestroyArgs),
+    /// Keep the protected slice at full speed: throttle its sideloads when it stalls
+    #[command(long_about = guard::GUARD_LONG, after_help = guard::GUARD_AFTER)]
+    Guard(guard::GuardArgs),
     // `about` here, not a doc comment: a doc comment would also clear the long help that
     // SpawnArgs carries.
     #[command(

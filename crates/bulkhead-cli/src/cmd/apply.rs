@@ -23,8 +23,10 @@ pub fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
             "dry_run": a.dry_run,
             "changes": p.changes.ops,
             "hugepages": p.hugepages.as_ref().map(|h| &h.ops),
+            "sched_slices": p.sched,
             "warnings": p.notes,
             "outcome": done.as_ref().and_then(|d| d.slices),
+            "sched_threads": done.as_ref().map(|d| &d.sched),
         });
         println!("{}", json(&out));
         return Ok(0);
@@ -63,6 +65,11 @@ fn print_planned(cli: &Cli, p: &ApplyPlan, dry_run: bool) {
             }
         }
     }
+    if show {
+        for c in &p.sched {
+            println!("{c}");
+        }
+    }
     let ops = &p.changes.ops;
     if ops.is_empty() {
         if !cli.quiet && !p.changes.slices.is_empty() {
@@ -97,6 +104,16 @@ fn print_done(cli: &Cli, p: &ApplyPlan, done: &ApplyReport) {
         println!(
             "hugepages: {} change(s); `bulkhead hugepages reset` puts back what was there",
             done.hugepages_done
+        );
+    }
+    if done.sched.threads > 0 || done.sched.failed > 0 {
+        println!(
+            "scheduler slices: set on {} thread(s){}",
+            done.sched.threads,
+            match &done.sched.error {
+                Some(e) => format!(", {} refused ({e})", done.sched.failed),
+                None => String::new(),
+            }
         );
     }
     if let (Some(out), false) = (done.slices, p.changes.is_empty()) {

@@ -4,6 +4,7 @@ mod apply;
 mod bench;
 mod destroy;
 mod export;
+mod guard;
 mod hugepages;
 mod image;
 mod moves;
@@ -25,6 +26,7 @@ pub fn dispatch(cli: &Cli) -> Result<i32> {
         Command::Status(a) => status::status(cli, a),
         Command::Serve(a) => serve::serve(cli, a),
         Command::Destroy(a) => destroy::destroy(cli, a),
+        Command::Guard(a) => guard::guard(cli, a),
         Command::Import(a) => plan::import(a),
         Command::Export(e) => export::export(cli, e),
         Command::Spawn(a) => Ok(spawn::spawn(cli, a)),

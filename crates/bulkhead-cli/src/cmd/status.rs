@@ -24,6 +24,9 @@ pub fn status(cli: &Cli, a: &StatusArgs) -> Result<i32> {
             if !r.sockets.is_empty() {
                 print!("{}", show::sockets_table(&r.sockets));
             }
+            if let Some(g) = &r.guard {
+                print!("{}", show::guard_status(g));
+            }
         }
         if a.watch.is_none() {
             return Ok(0);

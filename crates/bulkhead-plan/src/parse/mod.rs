@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use toml::de::DeTable;
 
 /// The top-level sections a plan may have.
-const SECTIONS: &[&str] = &["slice", "socket", "hugepages"];
+const SECTIONS: &[&str] = &["slice", "socket", "hugepages", "guard"];
 
 pub(super) fn parse(source: Source) -> Result<Plan> {
     let root = match DeTable::parse(&source.text) {
@@ -30,6 +30,7 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
     let mut slices: BTreeMap<SliceName, SliceSpec> = BTreeMap::new();
     let mut sockets: BTreeMap<String, crate::SocketSpec> = BTreeMap::new();
     let mut hugepages = None;
+    let mut guard = None;
 
     for (key, value) in root.get_ref().iter() {
         let here = source.at(source.loc(key.span().start));
@@ -72,13 +73,16 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
             "hugepages" => {
                 hugepages = crate::hugepages::parse(&source, key.span().start, value, &mut errors);
             }
+            "guard" => {
+                guard = crate::guard::parse(&source, key.span().start, value, &mut errors);
+            }
             other => {
                 let mut d = Diagnostic::error(format!("unknown section '{other}'")).at(here);
                 d = match suggest(other, SECTIONS) {
-                    Some("hugepages") => d.hint("did you mean [hugepages]?"),
+                    Some(s @ ("hugepages" | "guard")) => d.hint(format!("did you mean [{s}]?")),
                     Some(s) => d.hint(format!("did you mean [{s}.NAME]?")),
                     None => d.hint(
-                        "a plan has [slice.NAME] and [socket.NAME] sections and one [hugepages]",
+                        "a plan has [slice.NAME] and [socket.NAME] sections, one [hugepages] and one [guard]",
                     ),
                 };
                 errors.push(d);
@@ -87,6 +91,9 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
     }
 
     add_implicit_parents(&source, &mut slices, &mut notes);
+    if let Some(g) = &guard {
+        crate::guard::check_slices(&source, g, &slices, &mut errors);
+    }
     if !errors.is_empty() {
         return Err(Error::Invalid(errors));
     }
@@ -95,6 +102,7 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
         slices,
         sockets,
         hugepages,
+        guard,
         notes,
     })
 }

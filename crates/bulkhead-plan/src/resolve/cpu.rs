@@ -14,6 +14,14 @@ pub fn weight(r: &mut ResolvedSlice, key: &str, w: CpuWeight) {
     r.settings.push(plain(key, value, toml));
 }
 
+/// CPUSchedulingSliceSec: kept in nanoseconds for the slice's tasks.
+pub fn sched_slice(r: &mut ResolvedSlice, key: &str, d: std::time::Duration) {
+    let us = d.as_micros();
+    r.sched_slice_ns = Some(d.as_nanos() as u64);
+    r.settings
+        .push(plain(key, format!("{us}us"), format!("\"{us}us\"")));
+}
+
 /// CPUQuota as cpu.max: the fraction of one CPU per period (the plan's CPUQuotaPeriodSec, or
 /// 100ms).
 pub fn quota(

@@ -53,6 +53,9 @@ pub struct ResolvedSlice {
     pub cpu_weight: Option<CpuWeight>,
     #[serde(skip)]
     pub cpu_max: Option<CpuMax>,
+    /// CPUSchedulingSliceSec, nanoseconds: set on the slice's tasks by bulkhead.
+    #[serde(skip)]
+    pub sched_slice_ns: Option<u64>,
     #[serde(skip)]
     pub allowed_cpus: Option<IdSet>,
     #[serde(skip)]
@@ -280,6 +283,7 @@ fn resolve_one(
         Value::DeviceWeights(list) => io::device_weights(cx, name, key, at, list, r),
         Value::DeviceLimits(list) => io::device_limits(cx, name, key, at, list, r),
         Value::Tasks(t) => tasks(cx, key, *t, r),
+        Value::SchedSlice(d) => cpu::sched_slice(r, key, *d),
         // CPUQuotaPeriodSec is folded into CPUQuota; the rest set nothing in a cgroup.
         Value::Period(_) | Value::Text(_) | Value::Flag(_) => {}
     }

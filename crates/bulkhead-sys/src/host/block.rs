@@ -81,6 +81,33 @@ pub fn active_scheduler(line: &str) -> Option<String> {
     Some(line[start + 1..end].to_string())
 }
 
+/// The disks I/O limits can apply to: every device in /sys/block with a queue, except RAM
+/// disks (ram, zram) and loop devices with nothing attached.
+pub fn disks() -> Vec<DevNum> {
+    let Ok(dir) = fs::read_dir("/sys/block") else {
+        return vec![];
+    };
+    let mut out: Vec<DevNum> = dir
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            let p = e.path();
+            let attached = !n.starts_with("loop") || p.join("loop/backing_file").exists();
+            attached && !n.starts_with("ram") && !n.starts_with("zram") && p.join("queue").is_dir()
+        })
+        .filter_map(|e| {
+            let t = fs::read_to_string(e.path().join("dev")).ok()?;
+            let (a, b) = t.trim().split_once(':')?;
+            Some(DevNum {
+                major: a.parse().ok()?,
+                minor: b.parse().ok()?,
+            })
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// Block devices whose active scheduler is BFQ, by kernel name.
 pub fn bfq_devices() -> Vec<String> {
     let Ok(dir) = fs::read_dir("/sys/block") else {

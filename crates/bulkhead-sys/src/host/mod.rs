@@ -6,7 +6,7 @@ mod block;
 pub mod hugepages;
 mod kernel;
 
-pub use block::{active_scheduler, bfq_available, bfq_devices, DevNum};
+pub use block::{active_scheduler, bfq_available, bfq_devices, disks, DevNum};
 pub use kernel::{kernel_at_least, kernel_release, release_at_least};
 
 use crate::units::IdSet;
@@ -161,5 +161,44 @@ mod tests {
         assert!(h.memory > 0);
         assert!(h.cpu_count() >= 1);
         assert!(h.page_size >= 4096);
+    }
+}
+
+/// The machine's CPU time from the first line of /proc/stat, in clock ticks: all of it, and
+/// the part the hypervisor gave to other guests (steal).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    pub total: u64,
+    pub steal: u64,
+    pub idle: u64,
+}
+
+pub fn parse_cpu_times(stat: &str) -> Option<CpuTimes> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|w| w.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal guest guest_nice; guests are already
+    // counted in user and nice.
+    let total = v.iter().take(8).sum();
+    Some(CpuTimes {
+        total,
+        steal: v.get(7).copied().unwrap_or(0),
+        idle: v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0),
+    })
+}
+
+pub fn cpu_times() -> Option<CpuTimes> {
+    parse_cpu_times(&fs::read_to_string("/proc/stat").ok()?)
+}
+
+#[cfg(test)]
+mod cpu_times_tests {
+    #[test]
+    fn steal_and_idle() {
+        let t = super::parse_cpu_times("cpu  10 0 5 80 5 0 0 3 0 0\ncpu0 1 2\n").unwrap();
+        assert_eq!((t.total, t.steal, t.idle), (103, 3, 85));
     }
 }

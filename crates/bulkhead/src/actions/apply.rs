@@ -26,6 +26,8 @@ pub struct ApplyPlan {
     pub resolved: ResolvedPlan,
     pub changes: Changes<ChosenOp>,
     pub hugepages: Option<hugepages::Changes>,
+    /// Scheduler slices (CPUSchedulingSliceSec) to record and set on the slices' tasks.
+    pub sched: Vec<crate::tasks::Change>,
     /// The plan's notes, what the host cannot honour, and the huge page section's notes.
     pub notes: Vec<Diagnostic>,
 }
@@ -39,6 +41,8 @@ pub struct ApplyReport {
     pub hugepages_done: usize,
     /// Pools that needed memory compaction: (directive, asked, got).
     pub compacted: Vec<(String, u64, u64)>,
+    /// Threads given their slice's scheduler slice.
+    pub sched: crate::tasks::Applied,
 }
 
 /// Plan an apply: resolve the plan for this host, ask the backend and the huge page model
@@ -56,6 +60,8 @@ pub fn plan(cx: &Context, req: ApplyRequest) -> Result<ApplyPlan> {
     let hp = hugepages::plan_apply(&resolved.plan, &Paths::default(), req.force)?;
     let mut notes = resolved.notes.clone();
     notes.extend(changes.warnings.iter().cloned());
+    notes.extend(crate::tasks::unsupported(&resolved));
+    let sched = crate::tasks::plan(&resolved);
     if req.strict {
         strict(&notes)?;
     }
@@ -68,6 +74,7 @@ pub fn plan(cx: &Context, req: ApplyRequest) -> Result<ApplyPlan> {
         resolved,
         changes,
         hugepages: hp,
+        sched,
         notes,
     })
 }
@@ -95,7 +102,9 @@ fn strict(notes: &[Diagnostic]) -> Result<()> {
 impl ApplyPlan {
     /// Whether there is nothing to change.
     pub fn is_empty(&self) -> bool {
-        self.changes.is_empty() && self.hugepages.as_ref().is_none_or(|h| h.ops.is_empty())
+        self.changes.is_empty()
+            && self.sched.is_empty()
+            && self.hugepages.as_ref().is_none_or(|h| h.ops.is_empty())
     }
 
     /// Carry it out: huge pages first, then the slices; if the slices fail, the huge page
@@ -105,15 +114,38 @@ impl ApplyPlan {
         let applied = self.execute_hugepages(&mut report)?;
         if self.changes.is_empty() {
             report.slices = Some(Outcome::default());
-            return Ok(report);
-        }
-        match self.chosen.execute(&self.changes) {
-            Ok(o) => {
-                report.slices = Some(o);
-                Ok(report)
+        } else {
+            match self.chosen.execute(&self.changes) {
+                Ok(o) => report.slices = Some(o),
+                Err(e) => return Err(undo_hugepages(e, applied)),
             }
-            Err(e) => Err(undo_hugepages(e, applied)),
         }
+        report.sched = self.execute_sched()?;
+        Ok(report)
+    }
+
+    /// Record the scheduler slices, then set them on the tasks already in the slices (also
+    /// where the record did not change: tasks that arrived since may lack it).
+    fn execute_sched(&self) -> Result<crate::tasks::Applied> {
+        for c in &self.sched {
+            crate::tasks::record(c).map_err(|e| {
+                Error::failed(format!(
+                    "cannot record the scheduler slice of {}: {e}",
+                    c.slice
+                ))
+                .with_hint("check that /run/bulkhead is writable")
+            })?;
+        }
+        let mut total = crate::tasks::Applied::default();
+        for s in &self.resolved.slices {
+            if let Some(ns) = s.sched_slice_ns {
+                let a = crate::tasks::set_on_slice(self.chosen.reader(), s.name(), ns);
+                total.threads += a.threads;
+                total.failed += a.failed;
+                total.error = total.error.or(a.error);
+            }
+        }
+        Ok(total)
     }
 
     fn execute_hugepages(&self, report: &mut ApplyReport) -> Result<Option<Applied>> {

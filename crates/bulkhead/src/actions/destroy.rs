@@ -44,9 +44,11 @@ pub fn plan(cx: &Context, which: &Which, kill: bool) -> Result<DestroyPlan> {
 
 impl DestroyPlan {
     pub fn execute(&self) -> Result<Option<Outcome>> {
-        self.changes
-            .as_ref()
-            .map(|c| self.chosen.execute(c))
-            .transpose()
+        let Some(c) = &self.changes else {
+            return Ok(None);
+        };
+        let out = self.chosen.execute(c)?;
+        crate::tasks::forget(&c.slices);
+        Ok(Some(out))
     }
 }

@@ -20,6 +20,7 @@ pub fn move_pids(cx: &Context, slice: &str, pids: &[i32]) -> Result<(SliceName, 
     let chosen = cx.choose()?;
     let slice = parse_slice(slice)?;
     require_slice(cx, &chosen, &slice)?;
+    let sched = crate::tasks::recorded(&slice);
     let results = pids
         .iter()
         .map(|&pid| {
@@ -28,6 +29,9 @@ pub fn move_pids(cx: &Context, slice: &str, pids: &[i32]) -> Result<(SliceName, 
             } else {
                 chosen.move_pid(&slice, pid)
             };
+            if let (Ok(()), Some(ns)) = (&r, sched) {
+                crate::tasks::set_on_pids(&[pid], ns);
+            }
             Moved {
                 pid,
                 moved: r.is_ok(),

@@ -49,6 +49,11 @@ pub fn run(cx: &Context, req: RunRequest, on: &mut dyn FnMut(RunEvent)) -> Resul
         .map(parse_slice)
         .transpose()
         .map_err(start)?;
+    // The slice's scheduler slice (CPUSchedulingSliceSec): taken before exec or fork, so the
+    // command and its threads inherit it; a service gets it from the slice once it runs.
+    if let Some(w) = spec.slice.as_ref().and_then(crate::tasks::set_on_self) {
+        on(RunEvent::Note(Diagnostic::warning(w)));
+    }
     let result = match &req.hugepages {
         Some(mode) => run_hugepages(&chosen, &mut spec, mode, req.verify, on),
         None => run_plain(&chosen, &spec, req.scope, req.pty, on),

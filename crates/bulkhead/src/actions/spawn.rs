@@ -84,6 +84,9 @@ pub fn spawn(
             })?;
             let fs = CgroupFs::new(layout, cx.root()).map_err(start)?;
             require_slice(cx, &fs, s).map_err(start)?;
+            if let Some(w) = crate::tasks::set_on_self(s) {
+                note(&w);
+            }
             Some(fs)
         }
     };

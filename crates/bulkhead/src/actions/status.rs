@@ -13,6 +13,17 @@ pub struct Report {
     #[serde(flatten)]
     pub slices: Status,
     pub sockets: Vec<SocketStatus>,
+    /// The guard, when one runs or ran since boot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guard: Option<GuardReport>,
+}
+
+/// The guard's last status, and whether its process is alive.
+#[derive(Debug, serde::Serialize)]
+pub struct GuardReport {
+    pub running: bool,
+    #[serde(flatten)]
+    pub status: crate::guard::state::Status,
 }
 
 /// A status reader for repeated readings (`--watch`).
@@ -44,6 +55,7 @@ impl Reader {
         Report {
             slices: st,
             sockets: crate::activate::state::read_all(),
+            guard: crate::guard::status().map(|(status, running)| GuardReport { running, status }),
         }
     }
 }

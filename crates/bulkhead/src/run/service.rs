@@ -240,6 +240,10 @@ pub fn run_service(
         ));
     }
     let io = pty.map(PtyIo::start);
+    if let Some(ns) = crate::tasks::recorded(slice) {
+        // systemd forked the command, so it inherits nothing from bulkhead.
+        crate::tasks::set_on_slice(&sd.reader, slice, ns);
+    }
     let finished = wait_finished(bus, &unit, &mut changes);
     drop(forwarder);
     if let Some(io) = io {

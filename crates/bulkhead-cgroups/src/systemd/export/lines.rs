@@ -59,6 +59,13 @@ pub fn lines_for(key: &str, v: &Value, r: &ResolvedSlice, host: &Host, version: 
         Value::DeviceWeights(list) => cx.device_weights(list),
         Value::DeviceLimits(list) => cx.device_limits(list),
         Value::Tasks(t) => cx.tasks(*t),
+        Value::SchedSlice(_) => {
+            cx.keep();
+            cx.l.comment = Some(
+                "CPUSchedulingSliceSec is kept for bulkhead only: systemd has no such directive (bulkhead sets the slice on the tasks it places)"
+                    .into(),
+            );
+        }
         Value::Hugetlb(_) => {
             cx.keep();
             cx.l.comment = Some(

@@ -81,7 +81,7 @@ pub fn value_toml(v: &Value) -> String {
         Value::CpuWeight(CpuWeight::Weight(n)) | Value::Weight(n) => n.to_string(),
         Value::CpuWeight(CpuWeight::Idle) => "\"idle\"".into(),
         Value::Quota(f) => toml_str(&format!("{}%", trim_float(f * 100.0))),
-        Value::Period(d) => toml_str(&duration(*d)),
+        Value::Period(d) | Value::SchedSlice(d) => toml_str(&duration(*d)),
         Value::Ids(ids) => toml_str(&ids.to_string()),
         Value::Memory(spec) => mem_toml(spec),
         Value::DeviceWeights(list) => {

@@ -1,0 +1,618 @@
+//! The guard's decisions, as a pure function of what it reads: no files, no clock. Each
+//! [`Controller::step`] takes one [`Reading`] and returns the [`Throttle`] every sideload
+//! should have now, with the [`Action`]s that changed something.
+//!
+//! How it decides:
+//! - **Harm** is the protected slice's extra stall over its calibrated baseline, per
+//!   resource (PSI `some` shares, or its threads' run-queue wait), in units of the plan's
+//!   `stall` (1.0: 5 points above baseline with the default), and the probe's extra
+//!   latency. Two smoothings: a fast one (0.2 s) to cut, a slow one (1 s) to release.
+//! - **Cut fast** when the fast harm crosses 1.0: CPU first makes the sideloads idle
+//!   (preempted at once), then halves their CPU quota from what they use down to the
+//!   floor, then freezes them; I/O halves their bandwidth down to `io_floor`. At most one
+//!   cut per two periods, so each has time to show.
+//! - **Release slowly** once both harms stay below 0.5 for a second: thaw, then raise the
+//!   quota step by step, quickly up to a learned ceiling (80% of the level at which harm
+//!   last returned) and slowly above it, so the guard does not saw-tooth; idle goes last,
+//!   after 30 s of calm.
+//! - **Freeze** lasts at most `max_frozen`, then the sideload runs at its floor for at least
+//!   twice that before it may be frozen again.
+//! - **Useless cuts are reverted** (PARTIES): when everything is cut as far as it goes and
+//!   the harm has not dropped after five periods, the sideloads are not the cause: the
+//!   levels go back to where the episode started and cutting backs off (2 s, doubling to
+//!   60 s).
+
+use bulkhead_cgroups::Throttle;
+use std::time::Duration;
+
+/// Harm above which the guard cuts, and below which (slowly smoothed) it releases.
+pub const ENTER: f64 = 1.0;
+pub const EXIT: f64 = 0.5;
+const FAST_TAU: f64 = 0.2;
+const SLOW_TAU: f64 = 1.0;
+/// Calm before releasing, and before idle scheduling is given back.
+const HOLD: Duration = Duration::from_secs(1);
+const IDLE_HOLD: Duration = Duration::from_secs(30);
+/// Periods between cuts, and at full cut before a cut is judged useless.
+const CUT_GAP: u32 = 2;
+const JUDGE: u32 = 5;
+const BACKOFF_MIN: Duration = Duration::from_secs(2);
+const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// A sideload moving less than this is not writing or reading enough to throttle.
+const IO_ACTIVE: f64 = 1024.0 * 1024.0;
+
+/// What the controller works with (from the plan's `[guard]` and the host).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub period: Duration,
+    /// CPUs on the host: a sideload's quota without limit.
+    pub cpus: f64,
+    /// The least CPU a sideload keeps, in CPUs.
+    pub cpu_floor: f64,
+    pub quota_period_us: u64,
+    pub max_frozen: Duration,
+    /// Extra stall share that counts as harm.
+    pub stall: f64,
+    /// The least I/O bandwidth a sideload keeps, bytes/s.
+    pub io_floor: u64,
+    pub can_idle: bool,
+    pub can_freeze: bool,
+    pub can_io: bool,
+}
+
+/// The protected slice at rest (sideloads held), from calibration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Baseline {
+    /// Stall shares (0..1) of the protected slice.
+    pub cpu: f64,
+    pub io: f64,
+    pub memory: f64,
+    /// The probe's round trip, milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_ms: Option<f64>,
+    /// Its threads' mean run-queue wait per time they ran, microseconds (for people).
+    pub wait_per_run_us: f64,
+    /// Its CPU use, in CPUs (for people).
+    pub service_cpus: f64,
+}
+
+/// One period's reading.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reading {
+    /// Time since the previous reading.
+    pub dt: Duration,
+    /// Stall shares of the protected slice (`None`: not measurable here).
+    pub cpu: Option<f64>,
+    pub io: Option<f64>,
+    pub memory: Option<f64>,
+    pub probe_ms: Option<f64>,
+    /// What each sideload used in the period (same order as the plan's sideloads).
+    pub sideloads: Vec<Use>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Use {
+    /// CPUs.
+    pub cpu: f64,
+    /// Bytes/s read and written.
+    pub io_bps: f64,
+}
+
+/// Harm per signal, in units of `stall` above the baseline.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Harm {
+    pub cpu: f64,
+    pub io: f64,
+    pub memory: f64,
+    pub probe: f64,
+}
+
+impl Harm {
+    /// What cutting CPU answers: CPU and memory stalls, and a slow service.
+    fn cpu_side(&self) -> (f64, &'static str) {
+        [
+            (self.cpu, "cpu"),
+            (self.memory, "memory"),
+            (self.probe, "probe"),
+        ]
+        .into_iter()
+        .fold((f64::MIN, "cpu"), |a, b| if b.0 > a.0 { b } else { a })
+    }
+    fn io_side(&self) -> (f64, &'static str) {
+        if self.io >= self.probe {
+            (self.io, "io")
+        } else {
+            (self.probe, "probe")
+        }
+    }
+    fn ewma(&mut self, x: &Harm, alpha: f64) {
+        let m = |a: &mut f64, b: f64| *a += alpha * (b - *a);
+        m(&mut self.cpu, x.cpu);
+        m(&mut self.io, x.io);
+        m(&mut self.memory, x.memory);
+        m(&mut self.probe, x.probe);
+    }
+}
+
+/// One change the guard made, for the log and `status`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Action {
+    /// Seconds since the guard started.
+    pub t: f64,
+    pub sideload: usize,
+    /// idle, quota, freeze, thaw, io, release, revert
+    pub kind: &'static str,
+    pub to: Throttle,
+    /// The signal that decided it, its smoothed harm, and why in words.
+    pub signal: &'static str,
+    pub harm: f64,
+    pub why: String,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Side {
+    t: Throttle,
+    frozen_at: Option<Duration>,
+    /// No freezing before this (after a thaw).
+    refreeze_at: Duration,
+    /// The most I/O seen from it while not limited.
+    io_peak: f64,
+    last_release_log: Duration,
+}
+
+/// A run of cuts, from the first until calm.
+#[derive(Debug, Clone)]
+struct Episode {
+    before: Vec<Throttle>,
+    harm_at_start: f64,
+    /// When every lever reached its end (floor, frozen), if it did.
+    maxed_at: Option<Duration>,
+}
+
+pub struct Controller {
+    s: Settings,
+    baseline: Baseline,
+    sides: Vec<Side>,
+    fast: Harm,
+    slow: Harm,
+    now: Duration,
+    next_cut: Duration,
+    next_io_cut: Duration,
+    last_cut: Duration,
+    /// Since when both harms are below EXIT.
+    calm_since: Option<Duration>,
+    episode: Option<Episode>,
+    backoff: Duration,
+    backoff_until: Duration,
+    /// Total sideload quota (CPUs) above which release slows down.
+    ceiling: Option<f64>,
+}
+
+impl Controller {
+    /// A controller with every sideload as planned.
+    pub fn new(s: Settings, baseline: Baseline, sideloads: usize) -> Controller {
+        Controller {
+            s,
+            baseline,
+            sides: vec![Side::default(); sideloads],
+            fast: Harm::default(),
+            slow: Harm::default(),
+            now: Duration::ZERO,
+            next_cut: Duration::ZERO,
+            next_io_cut: Duration::ZERO,
+            last_cut: Duration::ZERO,
+            calm_since: None,
+            episode: None,
+            backoff: BACKOFF_MIN,
+            backoff_until: Duration::ZERO,
+            ceiling: None,
+        }
+    }
+
+    /// Every sideload held at its floor (calibration); releasing starts from there.
+    pub fn hold_all(&mut self) -> Vec<Throttle> {
+        let held = self.floor();
+        for side in &mut self.sides {
+            side.t = held;
+        }
+        self.last_cut = self.now;
+        self.throttles()
+    }
+
+    pub fn set_baseline(&mut self, b: Baseline) {
+        self.baseline = b;
+    }
+
+    pub fn baseline(&self) -> Baseline {
+        self.baseline
+    }
+
+    pub fn throttles(&self) -> Vec<Throttle> {
+        self.sides.iter().map(|s| s.t).collect()
+    }
+
+    /// The smoothed harms (fast, slow).
+    pub fn harm(&self) -> (Harm, Harm) {
+        (self.fast, self.slow)
+    }
+
+    fn floor(&self) -> Throttle {
+        Throttle {
+            cpu: Some(self.s.cpu_floor),
+            period_us: self.s.quota_period_us,
+            idle: self.s.can_idle,
+            frozen: false,
+            io_bps: self.s.can_io.then_some(self.s.io_floor),
+        }
+    }
+
+    /// Harm in this reading, before smoothing.
+    pub fn harm_of(&self, r: &Reading) -> Harm {
+        let b = &self.baseline;
+        let over =
+            |v: Option<f64>, base: f64| v.map_or(0.0, |v| ((v - base) / self.s.stall).max(0.0));
+        let probe = match (r.probe_ms, b.probe_ms) {
+            (Some(ms), Some(base)) => ((ms - base) / (base + 1.0)).max(0.0),
+            _ => 0.0,
+        };
+        Harm {
+            cpu: over(r.cpu, b.cpu),
+            io: over(r.io, b.io),
+            memory: over(r.memory, b.memory),
+            probe,
+        }
+    }
+
+    /// One period: smooth the harm, then cut, release or hold.
+    pub fn step(&mut self, r: &Reading) -> (Vec<Throttle>, Vec<Action>) {
+        self.now += r.dt;
+        let dt = r.dt.as_secs_f64().max(1e-3);
+        let h = self.harm_of(r);
+        self.fast.ewma(&h, 1.0 - (-dt / FAST_TAU).exp());
+        self.slow.ewma(&h, 1.0 - (-dt / SLOW_TAU).exp());
+        let mut acts = Vec::new();
+        self.track_io_peaks(r);
+        self.thaw_expired(&mut acts);
+        self.update_calm();
+        if self.now >= self.backoff_until {
+            self.cut_cpu(r, &mut acts);
+            self.cut_io(r, &mut acts);
+        }
+        self.judge(&mut acts);
+        self.release(r, &mut acts);
+        (self.throttles(), acts)
+    }
+
+    fn act(
+        &self,
+        acts: &mut Vec<Action>,
+        i: usize,
+        kind: &'static str,
+        signal: (f64, &'static str),
+        why: String,
+    ) {
+        acts.push(Action {
+            t: self.now.as_secs_f64(),
+            sideload: i,
+            kind,
+            to: self.sides[i].t,
+            signal: signal.1,
+            harm: signal.0,
+            why,
+        });
+    }
+
+    fn track_io_peaks(&mut self, r: &Reading) {
+        for (side, u) in self.sides.iter_mut().zip(&r.sideloads) {
+            if side.t.io_bps.is_none() {
+                side.io_peak = side.io_peak.max(u.io_bps);
+            }
+        }
+    }
+
+    fn update_calm(&mut self) {
+        let calm = self.fast.cpu_side().0 < EXIT
+            && self.slow.cpu_side().0 < EXIT
+            && self.fast.io_side().0 < EXIT
+            && self.slow.io_side().0 < EXIT;
+        match (calm, self.calm_since) {
+            (true, None) => self.calm_since = Some(self.now),
+            (false, _) => self.calm_since = None,
+            _ => {}
+        }
+        if calm && self.episode.take().is_some() {
+            // The cuts helped: the next episode starts without back-off.
+            self.backoff = BACKOFF_MIN;
+        }
+    }
+
+    fn start_episode(&mut self, harm: f64) {
+        if self.episode.is_none() {
+            self.episode = Some(Episode {
+                before: self.throttles(),
+                harm_at_start: harm,
+                maxed_at: None,
+            });
+        }
+    }
+
+    /// Learn where harm begins: 80% of the sideloads' quota (or use) when it appeared.
+    fn learn_ceiling(&mut self, r: &Reading) {
+        let level: f64 = self
+            .sides
+            .iter()
+            .zip(&r.sideloads)
+            .map(|(s, u)| {
+                s.t.cpu
+                    .unwrap_or(self.s.cpus)
+                    .min(u.cpu.max(self.s.cpu_floor))
+            })
+            .sum();
+        let c = (0.8 * level).max(self.s.cpu_floor * self.sides.len() as f64);
+        self.ceiling = Some(self.ceiling.map_or(c, |old| old.min(c)));
+    }
+
+    fn cut_cpu(&mut self, r: &Reading, acts: &mut Vec<Action>) {
+        let drive = self.fast.cpu_side();
+        if drive.0 < ENTER || self.now < self.next_cut {
+            return;
+        }
+        let busy: f64 = r.sideloads.iter().map(|u| u.cpu).sum();
+        let floor_total = self.s.cpu_floor * self.sides.len() as f64;
+        if self.episode.is_none() && busy <= 2.0 * floor_total && !self.frozen_any() {
+            return; // the sideloads hardly run: they are not the cause
+        }
+        if self.episode.is_none() {
+            self.learn_ceiling(r);
+        }
+        self.start_episode(drive.0);
+        let why = format!(
+            "{} stall {:.1}x the allowance above baseline",
+            drive.1, drive.0
+        );
+        let cut = if self.s.can_idle && self.sides.iter().any(|s| !s.t.idle) {
+            self.make_idle(acts, drive, &why)
+        } else if self
+            .sides
+            .iter()
+            .any(|s| s.t.cpu.is_none_or(|q| q > self.s.cpu_floor))
+        {
+            self.halve_quota(r, acts, drive, &why)
+        } else {
+            self.freeze(acts, drive, &why)
+        };
+        if cut {
+            self.last_cut = self.now;
+            self.next_cut = self.now + self.s.period * CUT_GAP;
+        }
+    }
+
+    fn make_idle(&mut self, acts: &mut Vec<Action>, drive: (f64, &'static str), why: &str) -> bool {
+        for i in 0..self.sides.len() {
+            if !self.sides[i].t.idle {
+                self.sides[i].t.idle = true;
+                self.act(acts, i, "idle", drive, why.to_string());
+            }
+        }
+        true
+    }
+
+    fn halve_quota(
+        &mut self,
+        r: &Reading,
+        acts: &mut Vec<Action>,
+        drive: (f64, &'static str),
+        why: &str,
+    ) -> bool {
+        for i in 0..self.sides.len() {
+            let used = r.sideloads.get(i).map_or(self.s.cpus, |u| u.cpu);
+            let now = self.sides[i].t.cpu.unwrap_or(self.s.cpus);
+            let q = (now.min(used.max(self.s.cpu_floor)) * 0.5).max(self.s.cpu_floor);
+            if Some(q) != self.sides[i].t.cpu {
+                self.sides[i].t.cpu = Some(q);
+                self.sides[i].t.period_us = self.s.quota_period_us;
+                self.act(acts, i, "quota", drive, why.to_string());
+            }
+        }
+        true
+    }
+
+    fn freeze(&mut self, acts: &mut Vec<Action>, drive: (f64, &'static str), why: &str) -> bool {
+        if !self.s.can_freeze || self.s.max_frozen.is_zero() {
+            return false;
+        }
+        let mut any = false;
+        for i in 0..self.sides.len() {
+            let side = &self.sides[i];
+            if side.t.frozen || self.now < side.refreeze_at {
+                continue;
+            }
+            self.sides[i].t.frozen = true;
+            self.sides[i].frozen_at = Some(self.now);
+            self.act(acts, i, "freeze", drive, format!("{why}, at the CPU floor"));
+            any = true;
+        }
+        any
+    }
+
+    fn frozen_any(&self) -> bool {
+        self.sides.iter().any(|s| s.t.frozen)
+    }
+
+    fn thaw_expired(&mut self, acts: &mut Vec<Action>) {
+        for i in 0..self.sides.len() {
+            let Some(at) = self.sides[i].frozen_at else {
+                continue;
+            };
+            if self.now >= at + self.s.max_frozen {
+                let side = &mut self.sides[i];
+                side.t.frozen = false;
+                side.frozen_at = None;
+                side.refreeze_at = self.now + (self.s.max_frozen * 2).max(Duration::from_secs(1));
+                let why = format!(
+                    "frozen for max_frozen ({:?}); it runs at its floor before it may be frozen again",
+                    self.s.max_frozen
+                );
+                self.act(acts, i, "thaw", (self.fast.cpu_side().0, "max_frozen"), why);
+            }
+        }
+    }
+
+    fn cut_io(&mut self, r: &Reading, acts: &mut Vec<Action>) {
+        let drive = self.fast.io_side();
+        if !self.s.can_io || drive.0 < ENTER || self.now < self.next_io_cut {
+            return;
+        }
+        let why = format!(
+            "{} stall {:.1}x the allowance above baseline",
+            drive.1, drive.0
+        );
+        let mut cut = false;
+        for i in 0..self.sides.len() {
+            let rate = r.sideloads.get(i).map_or(0.0, |u| u.io_bps);
+            let limit = self.sides[i].t.io_bps;
+            if rate < IO_ACTIVE && limit.is_none() {
+                continue;
+            }
+            let now = limit.map_or(f64::MAX, |b| b as f64);
+            let b = ((now.min(rate.max(self.s.io_floor as f64)) * 0.5) as u64).max(self.s.io_floor);
+            if Some(b) != limit {
+                self.start_episode(drive.0);
+                self.sides[i].t.io_bps = Some(b);
+                self.act(acts, i, "io", drive, why.clone());
+                cut = true;
+            }
+        }
+        if cut {
+            self.last_cut = self.now;
+            self.next_io_cut = self.now + self.s.period * CUT_GAP;
+        }
+    }
+
+    /// Whether every lever is at its end: idle (where it can), CPU and I/O at their
+    /// floors, frozen (where allowed and not cooling down).
+    fn maxed(&self) -> bool {
+        self.sides.iter().all(|s| {
+            let cpu =
+                s.t.cpu.is_some_and(|q| q <= self.s.cpu_floor) && (s.t.idle || !self.s.can_idle);
+            let frozen = s.t.frozen || !self.s.can_freeze || self.now < s.refreeze_at;
+            cpu && frozen
+        })
+    }
+
+    /// PARTIES: cuts that went as far as they go without lowering the harm are reverted.
+    fn judge(&mut self, acts: &mut Vec<Action>) {
+        let maxed = self.maxed();
+        let now = self.now;
+        let Some(ep) = &mut self.episode else {
+            return;
+        };
+        if !maxed {
+            ep.maxed_at = None;
+            return;
+        }
+        let since = *ep.maxed_at.get_or_insert(now);
+        let harm = self.fast.cpu_side().0.max(self.fast.io_side().0);
+        if now < since + self.s.period * JUDGE
+            || harm < ENTER * 0.9
+            || harm < 0.8 * ep.harm_at_start
+        {
+            return;
+        }
+        let before = ep.before.clone();
+        self.episode = None;
+        self.backoff_until = now + self.backoff;
+        let why = format!(
+            "cutting every sideload as far as it goes did not lower the stall ({harm:.1}x); the sideloads are not the cause; no cuts for {:?}",
+            self.backoff
+        );
+        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+        for (i, t) in before.into_iter().enumerate() {
+            self.sides[i].t = t;
+            self.sides[i].frozen_at = None;
+            self.act(acts, i, "revert", (harm, "judge"), why.clone());
+        }
+    }
+
+    fn release(&mut self, r: &Reading, acts: &mut Vec<Action>) {
+        let Some(calm) = self.calm_since else { return };
+        if self.now < calm + HOLD || self.now < self.last_cut + HOLD {
+            return;
+        }
+        let periods = r.dt.as_secs_f64() / self.s.period.as_secs_f64().max(1e-3);
+        let total: f64 = self
+            .sides
+            .iter()
+            .map(|s| s.t.cpu.unwrap_or(self.s.cpus))
+            .sum();
+        let step = match self.ceiling {
+            Some(c) if total >= c => 0.02 * c.max(self.s.cpu_floor),
+            _ => 0.05 * self.s.cpus,
+        } * periods;
+        for i in 0..self.sides.len() {
+            let before = self.sides[i].t;
+            let used = r.sideloads.get(i).map_or(0.0, |u| u.cpu);
+            self.release_one(i, step, used, periods);
+            self.log_release(acts, i, before, calm);
+        }
+        if self.sides.iter().all(|s| s.t.cpu.is_none()) {
+            // Calm at full speed: the ceiling relaxes, so changed conditions are found again.
+            self.ceiling = self
+                .ceiling
+                .map(|c| c * (1.0 + 0.01 * periods))
+                .filter(|c| *c < self.s.cpus * self.sides.len() as f64);
+        }
+    }
+
+    fn release_one(&mut self, i: usize, step: f64, used: f64, periods: f64) {
+        let cpus = self.s.cpus;
+        let calm_for = self.calm_since.map_or(Duration::ZERO, |c| self.now - c);
+        let side = &mut self.sides[i];
+        if side.t.frozen {
+            side.t.frozen = false;
+            side.frozen_at = None;
+            return;
+        }
+        if let Some(q) = side.t.cpu {
+            // A quota far above what it uses no longer holds anything back.
+            let next = if used < 0.5 * q && q > 2.0 * self.s.cpu_floor {
+                cpus
+            } else {
+                q + step
+            };
+            side.t.cpu = (next < cpus).then_some(next);
+        }
+        if let Some(b) = side.t.io_bps {
+            let next = b as f64 * (1.0 + 0.25 * periods);
+            let enough = next >= 4.0 * side.io_peak.max(self.s.io_floor as f64) || next > 1e10;
+            side.t.io_bps = (!enough).then_some(next as u64);
+        }
+        if side.t.cpu.is_none() && side.t.io_bps.is_none() && side.t.idle && calm_for >= IDLE_HOLD {
+            side.t.idle = false;
+        }
+    }
+
+    /// Releases are logged when a lever is given back entirely, and otherwise once a second.
+    fn log_release(&mut self, acts: &mut Vec<Action>, i: usize, before: Throttle, calm: Duration) {
+        let t = self.sides[i].t;
+        if t == before {
+            return;
+        }
+        let whole = (before.cpu.is_some() && t.cpu.is_none())
+            || (before.idle && !t.idle)
+            || (before.frozen && !t.frozen)
+            || (before.io_bps.is_some() && t.io_bps.is_none());
+        if !whole && self.now < self.sides[i].last_release_log + Duration::from_secs(1) {
+            return;
+        }
+        self.sides[i].last_release_log = self.now;
+        let why = format!(
+            "calm for {:.1} s (harm below {EXIT})",
+            (self.now - calm).as_secs_f64()
+        );
+        self.act(acts, i, "release", (self.slow.cpu_side().0, "calm"), why);
+    }
+}
+
+#[cfg(test)]
+mod tests;

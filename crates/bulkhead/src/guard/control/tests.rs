@@ -1,0 +1,227 @@
+//! The controller against a small model of a host: a sideload that wants `demand` CPUs,
+//! and a protected service whose CPU stall grows with what the sideload gets.
+
+use super::*;
+
+fn settings() -> Settings {
+    Settings {
+        period: Duration::from_millis(100),
+        cpus: 2.0,
+        cpu_floor: 0.05,
+        quota_period_us: 10_000,
+        max_frozen: Duration::from_secs(2),
+        stall: 0.05,
+        io_floor: 8 << 20,
+        can_idle: true,
+        can_freeze: true,
+        can_io: true,
+    }
+}
+
+/// The model: what the sideload gets under its throttle, and the service's stall share.
+struct Host {
+    demand: f64,
+    /// Stall per CPU the sideload gets (idle / not idle).
+    per_cpu: (f64, f64),
+    /// Stall that no sideload causes.
+    other: f64,
+    io_demand: f64,
+}
+
+impl Host {
+    fn reading(&self, t: &Throttle) -> Reading {
+        let got = if t.frozen {
+            0.0
+        } else {
+            self.demand.min(t.cpu.unwrap_or(2.0))
+        };
+        let per = if t.idle {
+            self.per_cpu.0
+        } else {
+            self.per_cpu.1
+        };
+        let io = if t.frozen {
+            0.0
+        } else {
+            self.io_demand.min(t.io_bps.map_or(f64::MAX, |b| b as f64))
+        };
+        Reading {
+            dt: Duration::from_millis(100),
+            cpu: Some(0.02 + self.other + per * got),
+            io: Some(0.01 + io / 1e9),
+            memory: Some(0.0),
+            probe_ms: None,
+            sideloads: vec![Use {
+                cpu: got,
+                io_bps: io,
+            }],
+        }
+    }
+}
+
+fn base() -> Baseline {
+    Baseline {
+        cpu: 0.02,
+        io: 0.01,
+        ..Default::default()
+    }
+}
+
+/// Run `seconds` of periods; returns every throttle, reading and action.
+fn run(
+    c: &mut Controller,
+    host: &Host,
+    seconds: f64,
+) -> (Vec<Throttle>, Vec<Reading>, Vec<Action>) {
+    let mut ts = Vec::new();
+    let mut rs = Vec::new();
+    let mut acts = Vec::new();
+    let mut t = c.throttles()[0];
+    for _ in 0..(seconds * 10.0) as usize {
+        let r = host.reading(&t);
+        let (now, a) = c.step(&r);
+        t = now[0];
+        ts.push(t);
+        rs.push(r);
+        acts.extend(a);
+    }
+    (ts, rs, acts)
+}
+
+fn hog() -> Host {
+    Host {
+        demand: 2.0,
+        per_cpu: (0.06, 0.2),
+        other: 0.0,
+        io_demand: 0.0,
+    }
+}
+
+#[test]
+fn a_hog_is_cut_within_a_second() {
+    let mut c = Controller::new(settings(), base(), 1);
+    let (ts, rs, acts) = run(&mut c, &hog(), 1.5);
+    assert_eq!(acts[0].kind, "idle", "{acts:#?}");
+    assert!(acts.iter().any(|a| a.kind == "quota"), "{acts:#?}");
+    // By one second in, the stall is back within the allowance.
+    let stall = rs[10].cpu.unwrap() - 0.02;
+    assert!(stall < 0.05, "stall {stall} with {:?}", ts[9]);
+}
+
+#[test]
+fn it_settles_without_sawtooth_and_leaves_the_helper_cpu() {
+    let mut c = Controller::new(settings(), base(), 1);
+    let (ts, rs, acts) = run(&mut c, &hog(), 120.0);
+    let late: Vec<&Action> = acts.iter().filter(|a| a.t > 30.0).collect();
+    let cuts = late
+        .iter()
+        .filter(|a| matches!(a.kind, "quota" | "freeze"))
+        .count();
+    assert!(cuts <= 6, "{cuts} cuts in the last 90 s: {late:#?}");
+    // The helper keeps working: on average well above its floor.
+    let got: f64 =
+        rs[300..].iter().map(|r| r.sideloads[0].cpu).sum::<f64>() / (rs.len() - 300) as f64;
+    assert!(got > 0.2, "helper got {got} CPUs");
+    // The service's stall stays within the allowance on average.
+    let stall: f64 =
+        rs[300..].iter().map(|r| r.cpu.unwrap() - 0.02).sum::<f64>() / (rs.len() - 300) as f64;
+    assert!(stall < 0.05, "mean extra stall {stall}");
+    assert!(ts.iter().all(|t| !t.frozen), "no freeze was needed");
+}
+
+#[test]
+fn freezing_is_capped_and_spaced() {
+    let mut c = Controller::new(settings(), base(), 1);
+    // Even the floor hurts: the service stalls whenever the sideload runs at all.
+    let host = Host {
+        demand: 2.0,
+        per_cpu: (2.0, 2.0),
+        other: 0.0,
+        io_demand: 0.0,
+    };
+    let (ts, _, acts) = run(&mut c, &host, 20.0);
+    assert!(acts.iter().any(|a| a.kind == "freeze"), "{acts:#?}");
+    let mut run_len = 0;
+    let mut longest = 0;
+    for t in &ts {
+        run_len = if t.frozen { run_len + 1 } else { 0 };
+        longest = longest.max(run_len);
+    }
+    assert!(longest <= 20, "frozen for {longest} periods in a row");
+    assert!(
+        ts.iter().filter(|t| !t.frozen).count() >= ts.len() / 3,
+        "mostly frozen"
+    );
+}
+
+#[test]
+fn cuts_that_do_not_help_are_reverted_with_back_off() {
+    let mut c = Controller::new(settings(), base(), 1);
+    // The stall comes from elsewhere.
+    let host = Host {
+        demand: 1.0,
+        per_cpu: (0.0, 0.0),
+        other: 0.3,
+        io_demand: 0.0,
+    };
+    let (ts, _, acts) = run(&mut c, &host, 30.0);
+    let reverts: Vec<f64> = acts
+        .iter()
+        .filter(|a| a.kind == "revert")
+        .map(|a| a.t)
+        .collect();
+    assert!(!reverts.is_empty(), "{acts:#?}");
+    // Back-off: the gaps between reverts grow.
+    let gaps: Vec<f64> = reverts.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.windows(2).all(|g| g[1] >= g[0] - 0.5), "{gaps:?}");
+    // Most of the time the sideload runs as planned.
+    let free = ts.iter().filter(|t| t.cpu.is_none() && !t.frozen).count();
+    assert!(free * 2 > ts.len(), "{free} of {}", ts.len());
+}
+
+#[test]
+fn a_sideload_that_does_not_run_is_not_cut() {
+    let mut c = Controller::new(settings(), base(), 1);
+    let host = Host {
+        demand: 0.0,
+        per_cpu: (0.0, 0.0),
+        other: 0.3,
+        io_demand: 0.0,
+    };
+    let (_, _, acts) = run(&mut c, &host, 5.0);
+    assert!(acts.is_empty(), "{acts:#?}");
+}
+
+#[test]
+fn io_is_throttled_then_given_back() {
+    let mut c = Controller::new(settings(), base(), 1);
+    let mut host = Host {
+        demand: 0.0,
+        per_cpu: (0.0, 0.0),
+        other: 0.0,
+        io_demand: 500e6,
+    };
+    let (ts, _, acts) = run(&mut c, &host, 5.0);
+    assert!(acts.iter().any(|a| a.kind == "io"), "{acts:#?}");
+    assert!(ts.last().unwrap().io_bps.is_some_and(|b| b < 100_000_000));
+    host.io_demand = 0.0;
+    let (ts, _, _) = run(&mut c, &host, 40.0);
+    assert_eq!(ts.last().unwrap().io_bps, None, "{:?}", ts.last());
+}
+
+#[test]
+fn calibration_holds_then_releases_everything() {
+    let mut c = Controller::new(settings(), base(), 1);
+    let held = c.hold_all();
+    assert_eq!(held[0].cpu, Some(0.05));
+    assert!(held[0].idle && held[0].io_bps.is_some());
+    let quiet = Host {
+        demand: 0.0,
+        per_cpu: (0.0, 0.0),
+        other: 0.0,
+        io_demand: 0.0,
+    };
+    let (ts, _, acts) = run(&mut c, &quiet, 45.0);
+    assert!(ts.last().unwrap().is_none(), "{:?}", ts.last());
+    assert!(acts.iter().all(|a| a.kind == "release"), "{acts:#?}");
+}
