@@ -12,6 +12,7 @@
 
 pub mod actions;
 pub mod activate;
+pub mod context;
 pub mod guard;
 pub mod hugepages;
 pub mod image;

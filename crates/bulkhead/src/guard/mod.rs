@@ -20,7 +20,7 @@ pub mod state;
 pub use release::{release, watchdog, Released, WatchdogEnd};
 pub use run::{run, Event, Summary};
 
-use crate::actions::Context;
+use crate::context::Context;
 use bulkhead_cgroups::{Chosen, Placement, Throttle};
 use bulkhead_plan::guard::GuardSpec;
 use bulkhead_plan::{CpuWeight, ResolvedPlan};

@@ -8,7 +8,7 @@
 //! the watchdog kills it. Either way it then takes the guard's lock and releases.
 
 use super::state::{self, Holds};
-use crate::actions::Context;
+use crate::context::Context;
 use bulkhead_cgroups::{Choice, Throttle};
 use bulkhead_plan::{ResolvedSlice, SliceName};
 use bulkhead_sys::error::{Diagnostic, Error, Result};
