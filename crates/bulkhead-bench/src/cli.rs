@@ -68,6 +68,22 @@ pub struct IsolationBench {
     /// Hogs to run, comma-separated: cpu, io, memory
     #[arg(long, default_value = "cpu,io,memory", value_delimiter = ',')]
     hog: Vec<String>,
+    /// Offered loads, comma-separated: percentages of the baseline peak, and closed
+    #[arg(long, default_value = "50,80,100,closed", value_delimiter = ',')]
+    loads: Vec<String>,
+    /// Setups besides the baseline: free, static, idle, idle+quota, guarded
+    #[arg(
+        long,
+        default_value = "free,static,idle,idle+quota,guarded",
+        value_delimiter = ','
+    )]
+    setups: Vec<String>,
+    /// Leave out the CPU hog that alternates bursts and pauses (run at 80%)
+    #[arg(long)]
+    no_bursty: bool,
+    /// The guard's calibration (taken once per hog at 80% of the peak, with no hog)
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    calibration: Duration,
     #[command(flatten)]
     load: LoadArgs,
     /// The plan's slice for the database
@@ -88,7 +104,7 @@ pub struct IsolationBench {
     /// Write everything as JSON to FILE
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Write a PNG chart of op rate and p99 per scenario
+    /// Write a PNG chart of isolation and p99 per second at 80% of the peak
     #[arg(long, value_name = "FILE.png")]
     chart: Option<PathBuf>,
 }
@@ -134,6 +150,12 @@ pub enum HogCmd {
         pin: Option<usize>,
         #[arg(long)]
         seconds: f64,
+        /// Bursts: busy for this many seconds, then pause (needs --pause)
+        #[arg(long, requires = "pause")]
+        burst: Option<f64>,
+        /// Pause between bursts, seconds
+        #[arg(long, requires = "burst")]
+        pause: Option<f64>,
     },
     Io {
         #[arg(long)]
@@ -461,28 +483,42 @@ fn bad(msg: impl Into<String>) -> Error {
 
 fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
     use bulkhead::plan::SliceName;
-    use bulkhead_bench::isolation::{self, HogKind, Spec};
-    let mut hogs = Vec::new();
-    for h in &a.hog {
-        let k = HogKind::parse(h).map_err(bad)?;
-        if !hogs.contains(&k) {
-            hogs.push(k);
+    use bulkhead_bench::isolation::{self, HogKind, Load, Setup, Spec};
+    fn each<T: PartialEq>(
+        v: &[String],
+        parse: impl Fn(&str) -> std::result::Result<T, String>,
+    ) -> Result<Vec<T>> {
+        let mut out = Vec::new();
+        for s in v {
+            let x = parse(s).map_err(bad)?;
+            if !out.contains(&x) {
+                out.push(x);
+            }
         }
+        Ok(out)
     }
     let l = &a.load;
+    if l.rate.is_some() {
+        return Err(bad("bench isolation runs its own open loads: use --loads (percentages of the peak), not --rate"));
+    }
     if !(0.0..=1.0).contains(&l.get_ratio) {
         return Err(bad("--get-ratio must be between 0 and 1"));
+    }
+    if a.repeat == 0 {
+        return Err(bad("--repeat must be at least 1"));
     }
     let host_memory = bulkhead::units::parse_size(&a.host_memory, 1024)
         .map_err(|e| bad(format!("--host-memory: {e}")))?;
     let plan = Plan::load(cli.config.as_deref())?.resolve(&Host::detect())?;
     let parse = |s: &str, flag: &str| SliceName::parse(s).map_err(|e| bad(format!("{flag}: {e}")));
     let spec = Spec {
-        hogs,
+        hogs: each(&a.hog, HogKind::parse)?,
+        loads: each(&a.loads, Load::parse)?,
+        setups: each(&a.setups, Setup::parse)?,
+        bursty: !a.no_bursty && a.hog.iter().any(|h| h.trim() == "cpu"),
         warmup: l.warmup,
         duration: l.duration,
         connections: l.connections,
-        rate: l.rate,
         keys: l.keys,
         value_size: l.value_size,
         get_ratio: l.get_ratio,
@@ -492,35 +528,31 @@ fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
         host_memory,
         port: a.port,
         exe: std::env::current_exe().map_err(|e| Error::failed(e.to_string()))?,
+        bulkhead: crate::bulkhead_bin()?,
         progress: !cli.quiet,
         repeat: a.repeat,
+        calibration: a.calibration,
     };
-    if a.repeat == 0 {
-        return Err(bad("--repeat must be at least 1"));
-    }
     isolation::validate(&spec).map_err(bad)?;
     let report = isolation::run(&spec).map_err(Error::failed)?;
-    for s in &report.scenarios {
-        println!("{}", bulkhead_bench::report::block(s));
-    }
     println!(
         "Database: {}. Load: {}.",
         report.database, report.load_generator
     );
     println!(
-        "Machine: {} CPUs, {} RAM, Linux {}, {}.\n",
+        "Machine: {} CPUs, {} RAM, Linux {}, {}.",
         report.machine.cpus,
         bulkhead::units::human_bytes(report.machine.memory),
         report.machine.kernel,
         report.machine.cgroups
     );
-    print!("{}", bulkhead_bench::report::summary(&report));
+    print!("{}", isolation::text(&report));
     if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&report).unwrap())
+        std::fs::write(p, serde_json::to_string_pretty(&report).unwrap_or_default())
             .map_err(|e| bulkhead::error::io_failed("cannot write", p, e))?;
     }
     if let Some(p) = &a.chart {
-        bulkhead_bench::report::chart(&report, p).map_err(Error::failed)?;
+        isolation::chart(&report, p).map_err(Error::failed)?;
         if !cli.quiet {
             eprintln!("chart: {}", p.display());
         }
@@ -556,7 +588,18 @@ fn hog(h: &HogCmd) -> Result<i32> {
         }
     };
     let r = match h {
-        HogCmd::Cpu { pin, seconds } => hog::cpu(*pin, secs(*seconds)?),
+        HogCmd::Cpu {
+            pin,
+            seconds,
+            burst,
+            pause,
+        } => {
+            let bursts = match (burst, pause) {
+                (Some(b), Some(p)) => Some((secs(*b)?, secs(*p)?)),
+                _ => None,
+            };
+            hog::cpu(*pin, secs(*seconds)?, bursts)
+        }
         HogCmd::Io { dir, size, seconds } => {
             let size = bulkhead::units::parse_size(size, 1024).map_err(bad)?;
             hog::io(dir, size, secs(*seconds)?)

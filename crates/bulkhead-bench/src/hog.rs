@@ -44,7 +44,12 @@ pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
 }
 
 /// A busy loop, like `taskset -c N sh -c 'while true; do true; done'`, counting iterations.
-pub fn cpu(pin: Option<usize>, duration: Duration) -> std::io::Result<HogReport> {
+/// With `bursts` (busy, pause) it alternates: busy for the first, asleep for the second.
+pub fn cpu(
+    pin: Option<usize>,
+    duration: Duration,
+    bursts: Option<(Duration, Duration)>,
+) -> std::io::Result<HogReport> {
     if let Some(c) = pin {
         pin_to_cpu(c)?;
     }
@@ -52,6 +57,16 @@ pub fn cpu(pin: Option<usize>, duration: Duration) -> std::io::Result<HogReport>
     let mut iterations: u64 = 0;
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     while !should_stop(start, duration) {
+        if let Some((busy, pause)) = bursts {
+            let cycle = (busy + pause).as_secs_f64();
+            let at = start.elapsed().as_secs_f64() % cycle;
+            if at >= busy.as_secs_f64() {
+                std::thread::sleep(
+                    Duration::from_secs_f64(cycle - at).min(Duration::from_millis(50)),
+                );
+                continue;
+            }
+        }
         for _ in 0..100_000 {
             x ^= x << 13;
             x ^= x >> 7;

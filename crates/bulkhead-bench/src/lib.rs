@@ -39,6 +39,20 @@ pub struct LoadResult {
     /// ops / duration_s
     pub op_rate: f64,
     pub latency: LatencySummary,
+    /// Each whole second of the measured window.
+    #[serde(default)]
+    pub seconds: Vec<SecondFigures>,
+}
+
+/// One second of a load run.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct SecondFigures {
+    /// Requests completed in this second.
+    pub ops: u64,
+    pub errors: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
 }
 
 pub mod activation;

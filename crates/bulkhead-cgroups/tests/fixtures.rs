@@ -1363,3 +1363,154 @@ fn v2_refuses_memory_max_below_use_and_resets_removed_limits() {
         "{ops:#?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The guard's throttles: cut on top of the plan, and a release that gives the plan back
+// ---------------------------------------------------------------------------------------
+
+const GUARD_PLAN: &str = r#"
+[slice.db-server]
+CPUWeight = 1000
+
+[slice.db-helper]
+CPUWeight = 10
+CPUQuota = "150%"
+"#;
+
+fn helper_slice() -> bulkhead_plan::ResolvedSlice {
+    let plan = Plan::parse(GUARD_PLAN, None)
+        .unwrap()
+        .resolve(&host())
+        .unwrap();
+    plan.slices
+        .into_iter()
+        .find(|s| s.name().as_str() == "db-helper")
+        .expect("db-helper in the plan")
+}
+
+fn cut() -> bulkhead_cgroups::Throttle {
+    bulkhead_cgroups::Throttle {
+        cpu: Some(0.05),
+        period_us: 10_000,
+        idle: true,
+        frozen: true,
+        io_bps: Some(8 << 20),
+    }
+}
+
+#[test]
+fn v2_throttle_cuts_and_release_restores_the_plan() {
+    let f = unified();
+    let kernel = Kernel { mount: f.cg("") };
+    kernel.run(&f.apply(GUARD_PLAN).ops);
+    let helper = f.cg("db.slice/db-helper.slice");
+    let read = |name: &str| fs::read_to_string(helper.join(name)).unwrap();
+    let backend = f.backend();
+    let slice = helper_slice();
+    let disk = DevNum::resolve(Path::new("/")).unwrap();
+
+    let ops = backend.plan_throttle(&slice, &cut(), &[disk]).unwrap();
+    let idle = kernel.run(&ops);
+    assert!(idle.is_empty(), "writes that changed nothing: {idle:#?}");
+    assert_eq!(read("cpu.idle"), "1\n");
+    // 5% of one CPU is below the kernel's 1 ms per 10 ms: the period grows instead.
+    assert_eq!(read("cpu.max"), "1000 20000\n");
+    assert_eq!(read("cgroup.freeze"), "1\n");
+    assert_eq!(
+        read("io.max"),
+        format!("{disk} rbps=8388608 wbps=8388608 riops=max wiops=max\n")
+    );
+    // Planned against the files as they are: a second cut writes nothing.
+    let again = backend.plan_throttle(&slice, &cut(), &[disk]).unwrap();
+    assert!(again.is_empty(), "{again:#?}");
+
+    // An idle group shows the idle weight (the kernel's 3 shares) and leaving idle resets
+    // it to the default, so the release writes the plan's weight after cpu.idle=0, and
+    // puts quota, I/O and the freezer back.
+    fs::write(helper.join("cpu.weight"), "1\n").unwrap();
+    let none = bulkhead_cgroups::Throttle::none();
+    let release = backend.plan_throttle(&slice, &none, &[disk]).unwrap();
+    assert!(
+        write_index(&release, &helper.join("cpu.idle"))
+            < write_index(&release, &helper.join("cpu.weight")),
+        "{release:#?}"
+    );
+    kernel.run(&release);
+    assert_eq!(read("cpu.idle"), "0\n");
+    assert_eq!(read("cpu.weight"), "10\n");
+    assert_eq!(read("cpu.max"), "150000 100000\n");
+    assert_eq!(read("cgroup.freeze"), "0\n");
+    assert_eq!(read("io.max"), "");
+    let settled = backend.plan_throttle(&slice, &none, &[disk]).unwrap();
+    assert!(settled.is_empty(), "{settled:#?}");
+}
+
+#[test]
+fn v1_and_hybrid_throttles_use_cfs_quota_and_the_right_freezer() {
+    for (f, freezer, frozen) in [
+        (
+            legacy(),
+            "freezer/db.slice/db-helper.slice/freezer.state",
+            "FROZEN",
+        ),
+        (
+            hybrid(),
+            "unified/db.slice/db-helper.slice/cgroup.freeze",
+            "1",
+        ),
+    ] {
+        let cpu = f.cg("cpu,cpuacct/db.slice/db-helper.slice");
+        existing(
+            &cpu,
+            &[
+                ("cpu.shares".into(), "102\n".into()),
+                ("cpu.cfs_quota_us".into(), "150000\n".into()),
+                ("cpu.cfs_period_us".into(), "100000\n".into()),
+                ("cpu.idle".into(), "0\n".into()),
+            ],
+        );
+        existing(
+            &f.cg("blkio/db.slice/db-helper.slice"),
+            &[
+                ("blkio.throttle.read_bps_device".into(), "".into()),
+                ("blkio.throttle.write_bps_device".into(), "".into()),
+            ],
+        );
+        let fz = f.cg(freezer);
+        let state = if frozen == "1" { "0\n" } else { "THAWED\n" };
+        existing(fz.parent().unwrap(), &[(fz_name(&fz), state.into())]);
+        let ops = f
+            .backend()
+            .plan_throttle(&helper_slice(), &cut(), &[])
+            .unwrap();
+        assert_eq!(value(&ops, &cpu.join("cpu.idle")), "1", "{ops:#?}");
+        assert_eq!(value(&ops, &cpu.join("cpu.cfs_period_us")), "20000");
+        assert_eq!(value(&ops, &cpu.join("cpu.cfs_quota_us")), "1000");
+        assert_eq!(value(&ops, &fz), frozen);
+        // Nothing outside the throttle's files: memory, pids and the weight stay apply's.
+        for op in &ops {
+            for p in op_paths(op) {
+                assert!(p == fz || p.starts_with(&cpu), "{op}");
+                assert!(!op.to_string().contains("cpu.shares"), "{op}");
+            }
+        }
+    }
+}
+
+fn fz_name(p: &Path) -> String {
+    p.file_name().unwrap().to_str().unwrap().to_string()
+}
+
+/// A slice bulkhead did not create is never throttled.
+#[test]
+fn throttle_refuses_a_foreign_cgroup() {
+    let f = unified();
+    let dir = f.cg("db.slice/db-helper.slice");
+    fs::create_dir_all(&dir).unwrap();
+    let err = f
+        .backend()
+        .plan_throttle(&helper_slice(), &cut(), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("was not created by bulkhead"), "{err}");
+}

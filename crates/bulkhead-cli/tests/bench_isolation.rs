@@ -99,10 +99,18 @@ fn short_run_reports_every_scenario_and_cleans_up() {
         .args([
             "bench",
             "isolation",
+            "--loads",
+            "80,closed",
+            "--setups",
+            "free,idle,guarded",
             "--duration",
-            "1s",
+            "2s",
             "--warmup",
-            "300ms",
+            "500ms",
+            "--calibration",
+            "2s",
+            "--repeat",
+            "1",
             "--keys",
             "20000",
             "--connections",
@@ -119,66 +127,71 @@ fn short_run_reports_every_scenario_and_cleans_up() {
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     let text = stdout(&o);
     assert!(
-        text.contains("Op rate") && text.contains("Latency 99th percentile"),
+        text.contains("baseline peak") && text.contains("p99 x") && text.contains("target"),
         "{text}"
     );
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let sc = v["scenarios"].as_array().unwrap();
-    let names: Vec<String> = sc
-        .iter()
-        .map(|s| {
-            format!(
-                "{}/{}",
-                s["hog"].as_str().unwrap(),
-                s["name"].as_str().unwrap()
-            )
-        })
-        .collect();
-    for want in [
-        "cpu/baseline",
-        "cpu/free",
-        "cpu/confined",
-        "cpu/confined, helper CPUWeight=100",
-        "cpu/confined, helper CPUWeight=idle",
-        "io/baseline",
-        "io/free",
-        "io/confined",
-        "memory/baseline",
-        "memory/free",
-        "memory/confined",
-    ] {
-        assert!(
-            names.iter().any(|n| n == want),
-            "missing {want} in {names:?}"
-        );
-    }
-    for s in sc {
-        assert!(s["load"]["ops"].as_u64().unwrap() > 0, "{s}");
-        let l = &s["load"]["latency"];
-        assert!(
-            l["p50_ms"].as_f64() <= l["p99_ms"].as_f64()
-                && l["p99_ms"].as_f64() <= l["max_ms"].as_f64(),
-            "{s}"
-        );
-        if s["name"] != "baseline" {
-            assert!(!s["hogs"].as_array().unwrap().is_empty(), "a hog ran: {s}");
+    let key = |s: &serde_json::Value| {
+        let load = match &s["load"] {
+            serde_json::Value::String(l) => l.clone(),
+            l => format!("{}%", l["open"]),
+        };
+        format!(
+            "{}/{load}/{}",
+            s["hog"].as_str().unwrap(),
+            s["setup"].as_str().unwrap()
+        )
+    };
+    let names: Vec<String> = sc.iter().map(key).collect();
+    for hog in ["cpu", "io", "memory"] {
+        for load in ["80%", "closed"] {
+            for setup in ["baseline", "free", "idle", "guarded"] {
+                let want = format!("{hog}/{load}/{setup}");
+                assert!(names.contains(&want), "missing {want} in {names:?}");
+            }
         }
     }
-    // The hog's own progress is reported for every confined CPU policy.
-    let cpu_work: Vec<f64> = sc
-        .iter()
-        .filter(|s| s["hog"] == "cpu" && s["name"] != "baseline")
-        .map(|s| {
-            s["hogs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|h| h["rate"].as_f64().unwrap())
-                .sum()
-        })
-        .collect();
-    assert!(cpu_work.iter().all(|w| *w > 0.0), "{cpu_work:?}");
+    // The bursty helper runs in every confining setup (free has nothing to react to).
+    for setup in ["idle", "guarded"] {
+        let want = format!("cpu-bursty/80%/{setup}");
+        assert!(names.contains(&want), "missing {want} in {names:?}");
+    }
+    for s in sc {
+        let m = &s["median"];
+        assert!(m["op_rate"].as_f64().unwrap() > 0.0, "{s}");
+        assert!(
+            m["isolation_min"].as_f64() <= m["isolation_mean"].as_f64(),
+            "{}",
+            key(s)
+        );
+        assert!(m["p99_ms"].as_f64().unwrap() > 0.0, "{}", key(s));
+        assert!(m["wait_per_run_us"].as_f64().unwrap() > 0.0, "{}", key(s));
+        let per_second = s["series"]["isolation"].as_array().unwrap();
+        assert!(per_second.len() >= 2, "per-second figures: {}", key(s));
+        assert!(s["db_died"].is_null(), "{}: {}", key(s), s["db_died"]);
+        if s["setup"] != "baseline" && s["hog"] == "cpu" {
+            assert!(
+                m["hog_work"].as_f64().unwrap() > 0.0,
+                "the hog ran: {}",
+                key(s)
+            );
+        }
+    }
+    // The guard ran in its scenarios: it calibrated, acted at least once under a CPU hog at
+    // 80% of the peak, and its cost is measured.
+    let guarded = sc.iter().find(|s| key(s) == "cpu/80%/guarded").unwrap();
+    assert!(
+        guarded["median"]["guard_actions"].as_f64().unwrap() >= 1.0,
+        "{guarded}"
+    );
+    assert!(guarded["median"]["guard_cost_percent"].as_f64().is_some());
+    assert!(!guarded["series"]["marks"].as_array().unwrap().is_empty());
+    // Every issue target is checked and reported, met or not.
+    let checks = v["checks"].as_array().unwrap();
+    assert!(checks.len() >= 5, "{checks:?}");
+    assert!(checks.iter().all(|c| c["met"].is_boolean()));
     let png_bytes = std::fs::read(&png).unwrap();
     assert!(png_bytes.starts_with(b"\x89PNG"), "a PNG chart is written");
     assert_eq!(
@@ -202,6 +215,11 @@ fn killed_mid_run_then_cleaned_by_the_next_run() {
             "isolation",
             "--hog",
             "io,cpu",
+            "--loads",
+            "closed",
+            "--setups",
+            "static",
+            "--no-bursty",
             "--duration",
             "5s",
             "--warmup",
@@ -235,8 +253,15 @@ fn killed_mid_run_then_cleaned_by_the_next_run() {
             "isolation",
             "--hog",
             "cpu",
+            "--loads",
+            "closed",
+            "--setups",
+            "static",
+            "--no-bursty",
+            "--repeat",
+            "1",
             "--duration",
-            "300ms",
+            "1s",
             "--warmup",
             "100ms",
             "--keys",
@@ -270,12 +295,11 @@ fn bad_input_is_refused_before_anything_starts() {
         (vec!["--hog".into(), "gpu".into()], "unknown hog 'gpu'"),
         (
             vec!["--duration".into(), "0s".into()],
-            "--duration must be above zero",
+            "--duration must be at least 1s",
         ),
-        (
-            vec!["--rate".into(), "0".into()],
-            "--rate must be above zero",
-        ),
+        (vec!["--rate".into(), "1000".into()], "--loads"),
+        (vec!["--loads".into(), "500".into()], "500"),
+        (vec!["--setups".into(), "fast".into()], "fast"),
         (
             vec!["-c".into(), plan.display().to_string()],
             "has no slice 'db-server'",

@@ -102,6 +102,20 @@ pub fn custom_slices_supported() -> bool {
     ok
 }
 
+/// Make the calling thread SCHED_FIFO at `priority` (1 is the lowest real-time priority);
+/// threads and processes it starts afterwards inherit it.
+pub fn set_fifo(priority: i32) -> io::Result<()> {
+    let p = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: sched_setscheduler reads the local sched_param; 0 is the calling thread.
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The thread IDs of a process (/proc/PID/task).
 pub fn threads(pid: i32) -> Vec<i32> {
     std::fs::read_dir(format!("/proc/{pid}/task"))

@@ -13,9 +13,12 @@ use bulkhead_plan::ResolvedSlice;
 use bulkhead_sys::error::{Diagnostic, Error, Result};
 use bulkhead_sys::host::DevNum;
 
-/// The control files a throttle may change; the mapping's other wants (weights) are left to
-/// `apply`.
+/// The control files a throttle may change; the mapping's other wants are left to `apply`.
+/// The weight files are here because leaving idle (cpu.idle=0) makes the kernel reset the
+/// group's weight to the default: a release writes the plan's weight back after it.
 const FILES: &[&str] = &[
+    "cpu.weight",
+    "cpu.shares",
     "cpu.max",
     "cpu.cfs_period_us",
     "cpu.cfs_quota_us",

@@ -112,13 +112,14 @@ fn watchdog(spec: &str) -> Result<i32> {
         ))));
     };
     let (end, released) = guard::watchdog(pid, start, hang)?;
+    if let guard::WatchdogEnd::GuardHung(at) = &end {
+        eprintln!(
+            "bulkhead guard watchdog: the guard (PID {pid}) sent no heartbeat for {hang:?} and was killed; its threads: {at}"
+        );
+    }
     if let Some(r) = released {
         eprintln!(
-            "bulkhead guard watchdog: the guard (PID {pid}) {}; put back {} ({} change(s))",
-            match end {
-                guard::WatchdogEnd::GuardGone => "is gone",
-                guard::WatchdogEnd::GuardHung => "hung and was killed",
-            },
+            "bulkhead guard watchdog: the guard (PID {pid}) is gone; put back {} ({} change(s))",
             r.sideloads.join(", "),
             r.ops
         );

@@ -153,8 +153,49 @@ pub fn release() -> Result<Option<Released>> {
 pub enum WatchdogEnd {
     /// The guard exited or died (the pipe closed).
     GuardGone,
-    /// The guard stopped sending heartbeats and was killed.
-    GuardHung,
+    /// The guard stopped sending heartbeats and was killed; where its threads were.
+    GuardHung(String),
+}
+
+/// Where a process's threads are: name, state and what they wait in (the kernel stack's
+/// first frames, when readable), one line per thread.
+fn where_stuck(pid: u32) -> String {
+    let mut lines = Vec::new();
+    for tid in bulkhead_sys::sched::threads(pid as i32) {
+        let base = format!("/proc/{pid}/task/{tid}");
+        let read = |f: &str| std::fs::read_to_string(format!("{base}/{f}")).unwrap_or_default();
+        let stat = read("stat");
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or("?")
+            .to_string();
+        let stack: Vec<String> = read("stack")
+            .lines()
+            .take(4)
+            .map(|l| l.split_whitespace().nth(1).unwrap_or(l).to_string())
+            .collect();
+        let waited = bulkhead_sys::sched::schedstat(pid as i32, tid).map_or(String::new(), |s| {
+            format!(
+                ", ran {} ms, waited {} ms",
+                s.run_ns / 1_000_000,
+                s.wait_ns / 1_000_000
+            )
+        });
+        lines.push(format!(
+            "{tid} {} {state} in {} [{}]{waited}",
+            read("comm").trim(),
+            read("wchan"),
+            stack.join(" < ")
+        ));
+    }
+    let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let cpu = cg
+        .lines()
+        .find(|l| l.contains(":cpu,") || l.contains(":cpu:") || l.starts_with("0::"))
+        .unwrap_or_default();
+    format!("{} (cgroup {cpu})", lines.join("; "))
 }
 
 /// The watchdog's whole life: wait on the heartbeat pipe (stdin), then release.
@@ -164,8 +205,9 @@ pub fn watchdog(
     hang: Duration,
 ) -> Result<(WatchdogEnd, Option<Released>)> {
     let _ = process::lock_memory();
-    let end = wait_heartbeats(hang);
-    if matches!(end, WatchdogEnd::GuardHung) && process::start_time(guard) == Some(start_time) {
+    let mut end = wait_heartbeats(hang);
+    if matches!(end, WatchdogEnd::GuardHung(_)) && process::start_time(guard) == Some(start_time) {
+        end = WatchdogEnd::GuardHung(where_stuck(guard));
         let _ = process::kill(guard as i32, libc::SIGKILL);
     }
     // The guard's lock is free once it is gone; a hung one may take a moment to die.
@@ -180,7 +222,7 @@ fn wait_heartbeats(hang: Duration) -> WatchdogEnd {
     let mut buf = [0u8; 256];
     loop {
         if !process::poll_readable(stdin.as_fd(), hang.as_millis().min(i32::MAX as u128) as i32) {
-            return WatchdogEnd::GuardHung;
+            return WatchdogEnd::GuardHung(String::new());
         }
         match rustix::io::read(stdin, &mut buf) {
             Ok(0) => return WatchdogEnd::GuardGone,

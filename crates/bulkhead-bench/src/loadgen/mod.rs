@@ -35,7 +35,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use hdrhistogram::Histogram;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
@@ -43,8 +42,12 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 
 use crate::{LatencySummary, LoadResult};
 
-/// Highest latency the histogram holds, microseconds (60 s); slower requests saturate.
-const HIST_MAX_US: u64 = 60_000_000;
+mod resp;
+mod stats;
+
+use resp::{encode_get, encode_set, error_text, parse_reply, ReplyKind, SplitMix64};
+use stats::{Stats, HIST_MAX_US};
+
 /// How long [`run`] waits for its connections after the window ended before giving up on them.
 const GRACE: Duration = Duration::from_millis(500);
 /// Pause between reconnection attempts when the server is gone.
@@ -257,7 +260,33 @@ async fn run_async(spec: &LoadSpec, progress: &dyn Fn(f64)) -> Result<LoadResult
             0.0
         },
         latency,
+        seconds: seconds(&stats, spec.duration),
     })
+}
+
+/// The whole seconds of the window (a last partial second is left out).
+fn seconds(stats: &Stats, window: Duration) -> Vec<crate::SecondFigures> {
+    let ms = |us: u64| us as f64 / 1000.0;
+    stats
+        .seconds
+        .iter()
+        .take(window.as_secs() as usize)
+        .map(|s| crate::SecondFigures {
+            ops: s.ops,
+            errors: s.errors,
+            p50_ms: if s.hist.is_empty() {
+                0.0
+            } else {
+                ms(s.hist.value_at_quantile(0.5))
+            },
+            p99_ms: if s.hist.is_empty() {
+                0.0
+            } else {
+                ms(s.hist.value_at_quantile(0.99))
+            },
+            max_ms: ms(s.hist.max()),
+        })
+        .collect()
 }
 
 /// The open-loop clock. Request `n` falls due at `start + n / rate` and belongs to connection
@@ -478,37 +507,10 @@ impl Ctx {
     fn in_window(&self, t: Instant) -> bool {
         t >= self.measure_start && t <= self.end
     }
-}
 
-struct Stats {
-    hist: Histogram<u64>,
-    ops: u64,
-    gets: u64,
-    sets: u64,
-    errors: u64,
-    /// When the connection stopped (at most the end of the window).
-    stopped: Instant,
-}
-
-impl Stats {
-    fn new() -> Self {
-        Stats {
-            hist: Histogram::new_with_bounds(1, HIST_MAX_US, 3).expect("valid histogram bounds"),
-            ops: 0,
-            gets: 0,
-            sets: 0,
-            errors: 0,
-            stopped: Instant::now(),
-        }
-    }
-
-    fn merge(&mut self, o: &Stats) {
-        // Same bounds on both sides, so adding cannot fail.
-        let _ = self.hist.add(&o.hist);
-        self.ops += o.ops;
-        self.gets += o.gets;
-        self.sets += o.sets;
-        self.errors += o.errors;
+    /// The second of the measured window `t` falls in.
+    fn second(&self, t: Instant) -> usize {
+        t.saturating_duration_since(self.measure_start).as_secs() as usize
     }
 }
 
@@ -589,7 +591,7 @@ impl Conn {
 
     fn error_at(&mut self, t: Instant, n: u64) {
         if self.ctx.in_window(t) {
-            self.stats.errors += n;
+            self.stats.error(self.ctx.second(t), n);
         }
     }
 
@@ -735,18 +737,13 @@ impl Conn {
             if !counted {
                 continue;
             }
+            let sec = self.ctx.second(done);
             if reply.kind == ReplyKind::Error {
-                self.stats.errors += 1;
+                self.stats.error(sec, 1);
                 continue;
             }
             let us = (done - p.intended).as_micros().min(HIST_MAX_US as u128) as u64;
-            self.stats.hist.saturating_record(us.max(1));
-            self.stats.ops += 1;
-            if p.get {
-                self.stats.gets += 1;
-            } else {
-                self.stats.sets += 1;
-            }
+            self.stats.record(sec, us, p.get);
         }
         Ok(())
     }
@@ -812,254 +809,9 @@ fn compact(buf: &mut Vec<u8>, pos: &mut usize) {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// RESP encoding and parsing.
-
-fn push_u64(buf: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    buf.extend_from_slice(&digits[i..]);
-}
-
-fn decimal_len(mut n: u64) -> u64 {
-    let mut len = 1;
-    while n >= 10 {
-        n /= 10;
-        len += 1;
-    }
-    len
-}
-
-/// `$<len>\r\nkey:<n>\r\n`
-fn push_key(buf: &mut Vec<u8>, key: u64) {
-    buf.push(b'$');
-    push_u64(buf, 4 + decimal_len(key));
-    buf.extend_from_slice(b"\r\nkey:");
-    push_u64(buf, key);
-    buf.extend_from_slice(b"\r\n");
-}
-
-fn encode_get(buf: &mut Vec<u8>, key: u64) {
-    buf.extend_from_slice(b"*2\r\n$3\r\nGET\r\n");
-    push_key(buf, key);
-}
-
-fn encode_set(buf: &mut Vec<u8>, key: u64, value: &[u8]) {
-    buf.extend_from_slice(b"*3\r\n$3\r\nSET\r\n");
-    push_key(buf, key);
-    buf.push(b'$');
-    push_u64(buf, value.len() as u64);
-    buf.extend_from_slice(b"\r\n");
-    buf.extend_from_slice(value);
-    buf.extend_from_slice(b"\r\n");
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ReplyKind {
-    /// `+`, `:`, `$`, `*` (nil bulk and nil array included).
-    Value,
-    /// `-`
-    Error,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Reply {
-    kind: ReplyKind,
-    /// Bytes the reply takes in the buffer.
-    len: usize,
-}
-
-/// Parses one reply at the start of `buf`: `Ok(None)` if it is not complete yet, `Err` if the
-/// bytes are not RESP.
-fn parse_reply(buf: &[u8]) -> Result<Option<Reply>, String> {
-    let Some(&kind) = buf.first() else {
-        return Ok(None);
-    };
-    let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
-        return Ok(None);
-    };
-    if nl < 1 || buf[nl - 1] != b'\r' {
-        return Err("RESP line not terminated by CRLF".to_string());
-    }
-    let line = &buf[1..nl - 1];
-    let after = nl + 1;
-    match kind {
-        b'+' | b':' => Ok(Some(Reply {
-            kind: ReplyKind::Value,
-            len: after,
-        })),
-        b'-' => Ok(Some(Reply {
-            kind: ReplyKind::Error,
-            len: after,
-        })),
-        b'$' => {
-            let n = parse_int(line)?;
-            if n < 0 {
-                return Ok(Some(Reply {
-                    kind: ReplyKind::Value,
-                    len: after,
-                }));
-            }
-            let total = after + n as usize + 2;
-            if buf.len() < total {
-                return Ok(None);
-            }
-            if &buf[total - 2..total] != b"\r\n" {
-                return Err("RESP bulk string not terminated by CRLF".to_string());
-            }
-            Ok(Some(Reply {
-                kind: ReplyKind::Value,
-                len: total,
-            }))
-        }
-        b'*' => {
-            let n = parse_int(line)?;
-            let mut len = after;
-            for _ in 0..n.max(0) {
-                match parse_reply(&buf[len..])? {
-                    Some(item) => len += item.len,
-                    None => return Ok(None),
-                }
-            }
-            Ok(Some(Reply {
-                kind: ReplyKind::Value,
-                len,
-            }))
-        }
-        other => Err(format!("unexpected RESP type byte {other:#04x}")),
-    }
-}
-
-fn parse_int(line: &[u8]) -> Result<i64, String> {
-    std::str::from_utf8(line)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| {
-            format!(
-                "bad RESP length {:?}",
-                String::from_utf8_lossy(line).into_owned()
-            )
-        })
-}
-
-/// The message of an error reply (`-ERR ...\r\n`).
-fn error_text(reply: &[u8]) -> String {
-    String::from_utf8_lossy(reply.get(1..).unwrap_or_default())
-        .trim_end()
-        .to_string()
-}
-
-// ---------------------------------------------------------------------------------------------
-// A small PRNG: SplitMix64 (Steele, Lea, Flood), plenty for picking keys and operations.
-
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
-    /// Uniform in [0, n) (multiply-shift; the bias is negligible for key spaces < 2^40).
-    fn below(&mut self, n: u64) -> u64 {
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn encodes_requests() {
-        let mut b = Vec::new();
-        encode_get(&mut b, 42);
-        assert_eq!(b, b"*2\r\n$3\r\nGET\r\n$6\r\nkey:42\r\n");
-        b.clear();
-        encode_set(&mut b, 0, b"abc");
-        assert_eq!(b, b"*3\r\n$3\r\nSET\r\n$5\r\nkey:0\r\n$3\r\nabc\r\n");
-        b.clear();
-        push_u64(&mut b, u64::MAX);
-        assert_eq!(b, u64::MAX.to_string().as_bytes());
-        assert_eq!(decimal_len(9), 1);
-        assert_eq!(decimal_len(10), 2);
-        assert_eq!(decimal_len(999_999), 6);
-    }
-
-    #[test]
-    fn parses_replies() {
-        let v = |len| {
-            Ok(Some(Reply {
-                kind: ReplyKind::Value,
-                len,
-            }))
-        };
-        assert_eq!(parse_reply(b"+OK\r\n"), v(5));
-        assert_eq!(parse_reply(b":12\r\nrest"), v(5));
-        assert_eq!(parse_reply(b"$-1\r\n"), v(5));
-        assert_eq!(parse_reply(b"$3\r\nabc\r\n+OK"), v(9));
-        assert_eq!(parse_reply(b"*2\r\n$1\r\na\r\n:1\r\n"), v(15));
-        assert_eq!(parse_reply(b"*-1\r\n"), v(5));
-        assert_eq!(
-            parse_reply(b"-ERR x\r\n"),
-            Ok(Some(Reply {
-                kind: ReplyKind::Error,
-                len: 8
-            }))
-        );
-        assert_eq!(error_text(b"-ERR x\r\n"), "ERR x");
-        for partial in [
-            &b""[..],
-            b"+OK",
-            b"+OK\r",
-            b"$3\r\nab",
-            b"$3\r\nabc\r",
-            b"*2\r\n:1\r\n",
-        ] {
-            assert_eq!(parse_reply(partial), Ok(None), "{partial:?}");
-        }
-        assert!(parse_reply(b"?x\r\n").is_err());
-        assert!(parse_reply(b"$x\r\n").is_err());
-        assert!(parse_reply(b"$3\r\nabcd\r\n").is_err());
-    }
-
-    #[test]
-    fn prng_is_uniform_enough() {
-        let mut r = SplitMix64::new(1);
-        let mut counts = [0u32; 10];
-        let mut gets = 0;
-        for _ in 0..100_000 {
-            counts[r.below(10) as usize] += 1;
-            if r.next_f64() < 0.9 {
-                gets += 1;
-            }
-        }
-        assert!(
-            counts.iter().all(|&c| (9_000..11_000).contains(&c)),
-            "{counts:?}"
-        );
-        assert!((89_000..91_000).contains(&gets), "{gets}");
-    }
 
     #[test]
     fn validates_specs() {

@@ -1,0 +1,452 @@
+//! From runs to figures (resctl-bench's method): per second, isolation is the operations the
+//! database completed over those offered (open loop), or over the same round's baseline rate
+//! (closed loop); p99 is compared with the same round's baseline p99 at the same load. Each
+//! round gives the mean, 1st percentile and minimum of per-second isolation, the p99 ratio,
+//! the helper's CPU as a share of what the baseline left idle, and the database threads'
+//! run-queue wait per run (the diagnosis); the report gives medians over rounds.
+
+use super::sampler::Window;
+use super::{Load, Setup};
+use crate::report::Check;
+use crate::LoadResult;
+use serde::{Deserialize, Serialize};
+
+/// A guard action, seconds after the measured window started.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Mark {
+    pub t: f64,
+    pub kind: String,
+}
+
+/// One run of one scenario, as measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunData {
+    pub round: usize,
+    pub load: LoadResult,
+    /// ops/s offered (open loop).
+    pub offered: Option<f64>,
+    pub window: Window,
+    /// The hogs' own progress (rate, or MiB held for memory).
+    pub hog_work: f64,
+    pub db_died: Option<String>,
+    pub hog_fate: Option<String>,
+    pub guard_actions: Vec<Mark>,
+    pub guard_cost_percent: Option<f64>,
+}
+
+/// One round's figures (or their medians).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct Figures {
+    pub op_rate: f64,
+    pub p99_ms: f64,
+    pub isolation_mean: f64,
+    pub isolation_p01: f64,
+    pub isolation_min: f64,
+    /// The window's p99 over the baseline's.
+    pub p99_ratio: f64,
+    /// The median second's p99 over the baseline's p99.
+    pub p99_ratio_median_second: f64,
+    pub helper_cpus: f64,
+    /// The helper's CPU over the CPU the same round's baseline left idle.
+    pub helper_share_of_idle: f64,
+    pub hog_work: f64,
+    pub wait_per_run_us: f64,
+    pub steal: f64,
+    pub errors: f64,
+    pub guard_actions: f64,
+    /// NaN without a guard.
+    pub guard_cost_percent: f64,
+}
+
+/// Per-second series of one run, for the chart.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Series {
+    pub isolation: Vec<f64>,
+    pub p99_ratio: Vec<f64>,
+    pub marks: Vec<Mark>,
+}
+
+/// A scenario over all its rounds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScenarioResult {
+    /// cpu, cpu-bursty, io, memory
+    pub hog: String,
+    pub load: Load,
+    pub setup: Setup,
+    pub hog_unit: String,
+    pub median: Figures,
+    pub rounds: Vec<Figures>,
+    /// The median round's per-second view.
+    pub series: Series,
+    pub db_died: Option<String>,
+    pub hog_fate: Option<String>,
+    pub runs: Vec<RunData>,
+}
+
+/// The `q` quantile (0..1) of `v` by nearest rank; NaN when empty.
+pub fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    s.sort_by(f64::total_cmp);
+    let i = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1;
+    s[i]
+}
+
+pub fn median(v: &[f64]) -> f64 {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// Per-second isolation and p99 ratio of a run against its baseline.
+pub fn series(run: &RunData, base: &RunData) -> Series {
+    let per = run.offered.unwrap_or(base.load.op_rate);
+    let p99 = base.load.latency.p99_ms;
+    Series {
+        isolation: run
+            .load
+            .seconds
+            .iter()
+            .map(|s| s.ops as f64 / per)
+            .collect(),
+        p99_ratio: run.load.seconds.iter().map(|s| s.p99_ms / p99).collect(),
+        marks: run.guard_actions.clone(),
+    }
+}
+
+/// One round's figures against the same round's baseline.
+pub fn figures(run: &RunData, base: &RunData) -> Figures {
+    let s = series(run, base);
+    Figures {
+        op_rate: run.load.op_rate,
+        p99_ms: run.load.latency.p99_ms,
+        isolation_mean: s.isolation.iter().sum::<f64>() / s.isolation.len().max(1) as f64,
+        isolation_p01: quantile(&s.isolation, 0.01),
+        isolation_min: s.isolation.iter().copied().fold(f64::INFINITY, f64::min),
+        p99_ratio: run.load.latency.p99_ms / base.load.latency.p99_ms,
+        p99_ratio_median_second: median(&s.p99_ratio),
+        helper_cpus: run.window.helper_cpus,
+        helper_share_of_idle: run.window.helper_cpus / base.window.idle_cpus.max(1e-3),
+        hog_work: run.hog_work,
+        wait_per_run_us: run.window.wait_per_run_us,
+        steal: run.window.steal,
+        errors: run.load.errors as f64,
+        guard_actions: run.guard_actions.len() as f64,
+        guard_cost_percent: run.guard_cost_percent.unwrap_or(f64::NAN),
+    }
+}
+
+/// The median of every field.
+fn medians(rounds: &[Figures]) -> Figures {
+    let m = |f: fn(&Figures) -> f64| median(&rounds.iter().map(f).collect::<Vec<_>>());
+    Figures {
+        op_rate: m(|f| f.op_rate),
+        p99_ms: m(|f| f.p99_ms),
+        isolation_mean: m(|f| f.isolation_mean),
+        isolation_p01: m(|f| f.isolation_p01),
+        isolation_min: m(|f| f.isolation_min),
+        p99_ratio: m(|f| f.p99_ratio),
+        p99_ratio_median_second: m(|f| f.p99_ratio_median_second),
+        helper_cpus: m(|f| f.helper_cpus),
+        helper_share_of_idle: m(|f| f.helper_share_of_idle),
+        hog_work: m(|f| f.hog_work),
+        wait_per_run_us: m(|f| f.wait_per_run_us),
+        steal: m(|f| f.steal),
+        errors: m(|f| f.errors),
+        guard_actions: m(|f| f.guard_actions),
+        guard_cost_percent: m(|f| f.guard_cost_percent),
+    }
+}
+
+/// Fold a scenario's runs (one per round) against the baselines of the same rounds.
+pub fn combine(
+    hog: &str,
+    load: Load,
+    setup: Setup,
+    hog_unit: &str,
+    runs: Vec<RunData>,
+    bases: &[RunData],
+) -> ScenarioResult {
+    let base_of = |r: &RunData| bases.iter().find(|b| b.round == r.round).or(bases.first());
+    let rounds: Vec<Figures> = runs
+        .iter()
+        .filter_map(|r| base_of(r).map(|b| figures(r, b)))
+        .collect();
+    let median_fig = medians(&rounds);
+    // The chart shows the round closest to the median isolation.
+    let pick = runs
+        .iter()
+        .zip(&rounds)
+        .min_by(|a, b| {
+            let d = |f: &Figures| (f.isolation_mean - median_fig.isolation_mean).abs();
+            d(a.1).total_cmp(&d(b.1))
+        })
+        .map(|(r, _)| r);
+    let series = pick
+        .and_then(|r| base_of(r).map(|b| series(r, b)))
+        .unwrap_or_default();
+    ScenarioResult {
+        hog: hog.into(),
+        load,
+        setup,
+        hog_unit: hog_unit.into(),
+        median: median_fig,
+        rounds,
+        series,
+        db_died: runs.iter().find_map(|r| r.db_died.clone()),
+        hog_fate: runs.iter().find_map(|r| r.hog_fate.clone()),
+        runs,
+    }
+}
+
+fn find<'a>(
+    s: &'a [ScenarioResult],
+    hog: &str,
+    load: Load,
+    setup: Setup,
+) -> Option<&'a ScenarioResult> {
+    s.iter()
+        .find(|x| x.hog == hog && x.load == load && x.setup == setup)
+}
+
+/// Why a figure is what it is: the signals the report has for it.
+fn diagnosis(s: &[ScenarioResult], x: &ScenarioResult) -> String {
+    let base = find(
+        s,
+        x.hog.trim_end_matches("-bursty"),
+        x.load,
+        Setup::Baseline,
+    );
+    let f = &x.median;
+    format!(
+        "run-queue wait {:.0} us/run (baseline {:.0}), helper {:.2} CPUs, steal {:.1}%, {} guard actions",
+        f.wait_per_run_us,
+        base.map_or(f64::NAN, |b| b.median.wait_per_run_us),
+        f.helper_cpus,
+        f.steal * 100.0,
+        f.guard_actions
+    )
+}
+
+fn check(what: String, target: &str, value: f64, met: bool, why: String) -> Check {
+    Check {
+        what,
+        target: target.into(),
+        measured: format!("{value:.3} ({why})"),
+        met,
+    }
+}
+
+/// The figures, checked against the medians.
+pub fn checks(s: &[ScenarioResult]) -> Vec<Check> {
+    let mut out = Vec::new();
+    if let Some(g) = find(s, "cpu", Load::Open(80), Setup::Guarded) {
+        let f = &g.median;
+        let d = diagnosis(s, g);
+        let name = |w: &str| format!("cpu hog, 80% open, guarded: {w}");
+        out.push(check(
+            name("isolation mean"),
+            ">= 0.99",
+            f.isolation_mean,
+            f.isolation_mean >= 0.99,
+            d.clone(),
+        ));
+        out.push(check(
+            name("isolation p01"),
+            ">= 0.95",
+            f.isolation_p01,
+            f.isolation_p01 >= 0.95,
+            d.clone(),
+        ));
+        out.push(check(
+            name("p99 x baseline"),
+            "<= 1.10",
+            f.p99_ratio,
+            f.p99_ratio <= 1.10,
+            d.clone(),
+        ));
+        out.push(check(
+            name("helper CPU / baseline idle"),
+            ">= 0.50",
+            f.helper_share_of_idle,
+            f.helper_share_of_idle >= 0.5,
+            d,
+        ));
+    }
+    if let Some(g) = find(s, "cpu", Load::Closed, Setup::Guarded) {
+        let f = &g.median;
+        let d = diagnosis(s, g);
+        let name = |w: &str| format!("cpu hog, closed loop, guarded: {w}");
+        out.push(check(
+            name("op rate x baseline"),
+            ">= 0.97",
+            f.isolation_mean,
+            f.isolation_mean >= 0.97,
+            d.clone(),
+        ));
+        out.push(check(
+            name("p99 x baseline"),
+            "<= 1.15",
+            f.p99_ratio,
+            f.p99_ratio <= 1.15,
+            d.clone(),
+        ));
+        if let Some(i) = find(s, "cpu", Load::Closed, Setup::Idle) {
+            let better = f.isolation_mean > i.median.isolation_mean;
+            out.push(check(
+                name("op rate above idle weight alone"),
+                "> idle",
+                f.isolation_mean,
+                better,
+                format!("idle alone: {:.3}", i.median.isolation_mean),
+            ));
+        }
+    }
+    for hog in ["io", "memory"] {
+        for load in [Load::Open(80), Load::Closed] {
+            if let Some(g) = find(s, hog, load, Setup::Guarded) {
+                let f = &g.median;
+                out.push(check(
+                    format!("{hog} hog, {}, guarded: op rate x baseline", load.label()),
+                    ">= 0.95",
+                    f.isolation_mean,
+                    f.isolation_mean >= 0.95,
+                    diagnosis(s, g),
+                ));
+                out.push(Check {
+                    what: format!(
+                        "{hog} hog, {}, guarded: database never OOM-killed",
+                        load.label()
+                    ),
+                    target: "never".into(),
+                    measured: g.db_died.clone().unwrap_or_else(|| "never".into()),
+                    met: g.db_died.is_none(),
+                });
+            }
+        }
+    }
+    let costs: Vec<f64> = s
+        .iter()
+        .filter(|x| x.setup == Setup::Guarded)
+        .map(|x| x.median.guard_cost_percent)
+        .filter(|c| c.is_finite())
+        .collect();
+    if !costs.is_empty() {
+        let worst = costs.iter().copied().fold(0.0, f64::max);
+        out.push(Check {
+            what: "the guard's own CPU (worst scenario, % of one CPU)".into(),
+            target: "< 1%".into(),
+            measured: format!("{worst:.2}%"),
+            met: worst < 1.0,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SecondFigures;
+
+    fn run(
+        round: usize,
+        per_second: &[(u64, f64)],
+        offered: Option<f64>,
+        helper: f64,
+        idle: f64,
+    ) -> RunData {
+        let seconds: Vec<SecondFigures> = per_second
+            .iter()
+            .map(|&(ops, p99)| SecondFigures {
+                ops,
+                p99_ms: p99,
+                ..Default::default()
+            })
+            .collect();
+        let ops: u64 = seconds.iter().map(|s| s.ops).sum();
+        RunData {
+            round,
+            load: LoadResult {
+                op_rate: ops as f64 / seconds.len() as f64,
+                latency: crate::LatencySummary {
+                    p99_ms: per_second.iter().map(|s| s.1).fold(0.0, f64::max),
+                    ..Default::default()
+                },
+                seconds,
+                ..Default::default()
+            },
+            offered,
+            window: Window {
+                helper_cpus: helper,
+                idle_cpus: idle,
+                ..Default::default()
+            },
+            hog_work: 0.0,
+            db_died: None,
+            hog_fate: None,
+            guard_actions: vec![],
+            guard_cost_percent: None,
+        }
+    }
+
+    #[test]
+    fn open_loop_isolation_is_per_second_achieved_over_offered() {
+        let base = run(0, &[(100, 1.0); 4], Some(100.0), 0.0, 0.4);
+        let r = run(
+            0,
+            &[(100, 1.0), (90, 2.0), (100, 1.0), (110, 1.0)],
+            Some(100.0),
+            0.3,
+            0.0,
+        );
+        let f = figures(&r, &base);
+        assert!((f.isolation_mean - 1.0).abs() < 1e-9);
+        assert!((f.isolation_min - 0.9).abs() < 1e-9);
+        assert!((f.isolation_p01 - 0.9).abs() < 1e-9);
+        assert!((f.p99_ratio - 2.0).abs() < 1e-9);
+        assert!((f.helper_share_of_idle - 0.75).abs() < 1e-9);
+    }
+
+    #[test]
+    fn closed_loop_isolation_is_against_the_baseline_rate_and_rounds_pair() {
+        let bases = vec![
+            run(0, &[(100, 1.0); 2], None, 0.0, 0.1),
+            run(1, &[(200, 1.0); 2], None, 0.0, 0.1),
+        ];
+        let runs = vec![
+            run(0, &[(50, 1.0); 2], None, 0.0, 0.0),
+            run(1, &[(200, 1.0); 2], None, 0.0, 0.0),
+        ];
+        let s = combine(
+            "cpu",
+            Load::Closed,
+            Setup::Guarded,
+            "M iterations",
+            runs,
+            &bases,
+        );
+        assert_eq!(s.rounds.len(), 2);
+        assert!((s.rounds[0].isolation_mean - 0.5).abs() < 1e-9);
+        assert!((s.rounds[1].isolation_mean - 1.0).abs() < 1e-9);
+        assert!((s.median.isolation_mean - 0.75).abs() < 1e-9);
+    }
+
+    #[test]
+    fn quantiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.01), 1.0);
+        assert_eq!(quantile(&v, 0.5), 50.0);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert!(median(&[]).is_nan());
+    }
+}

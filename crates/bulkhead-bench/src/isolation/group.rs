@@ -1,0 +1,303 @@
+//! The bench's state across scenarios (its environment, slices, plan file and guard
+//! directory), and one hog's group: the data directory, Redis, the baseline peak, the
+//! guard's calibration, then every load and setup for every round, folded into results.
+
+use super::figures::{combine, RunData, ScenarioResult};
+use super::guarded::{plan_text, Where};
+use super::hogs::unit;
+use super::scenario::Sc;
+use super::{HogKind, Load, Setup, Spec, REFERENCE_LOAD};
+use crate::env::Env;
+use crate::redis::{self, Redis};
+use bulkhead::cgroup::{Backend, CgroupFs};
+use bulkhead::plan::{Plan, ResolvedPlan, SliceName};
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub struct Bench<'a> {
+    pub spec: &'a Spec,
+    pub env: Env,
+    pub fs: CgroupFs,
+    /// The user's plan with the load generator's slice (and a `[guard]` section).
+    pub plan: ResolvedPlan,
+    pub plan_file: PathBuf,
+    pub loadgen: SliceName,
+    pub free: Vec<PathBuf>,
+    pub bar: Option<indicatif::ProgressBar>,
+    pub bar_base: Cell<u64>,
+    pub port: u16,
+}
+
+/// Runs of a group by (hog label, load, setup).
+type Runs = BTreeMap<(String, String, &'static str), (Load, Setup, Vec<RunData>)>;
+
+impl<'a> Bench<'a> {
+    pub fn new(
+        spec: &'a Spec,
+        env: Env,
+        bar: Option<indicatif::ProgressBar>,
+    ) -> Result<Bench<'a>, String> {
+        let fs = CgroupFs::new(env.layout.clone(), &env.cgroup_root).map_err(|e| e.to_string())?;
+        let port = match spec.port {
+            Some(p) => p,
+            None => redis::free_port().map_err(|e| e.to_string())?,
+        };
+        let loadgen = SliceName::parse("loadgen").map_err(|e| e.to_string())?;
+        let user = &spec.plan.plan;
+        let text = plan_text(
+            &user.source.text,
+            user.slices.contains_key(&loadgen),
+            user.guard.is_some(),
+            spec.server.as_str(),
+            spec.helper.as_str(),
+            spec.calibration,
+            port,
+        );
+        let plan_file = env.dir.join("plan.toml");
+        std::fs::write(&plan_file, &text).map_err(|e| format!("{}: {e}", plan_file.display()))?;
+        let plan = Plan::parse(&text, Some(&plan_file))
+            .and_then(|p| p.resolve(&bulkhead::host::Host::detect()))
+            .map_err(|e| e.to_string())?;
+        let free = env.plain_cgroup("free")?;
+        let b = Bench {
+            spec,
+            env,
+            fs,
+            plan,
+            plan_file,
+            loadgen,
+            free,
+            bar,
+            bar_base: Cell::new(0),
+            port,
+        };
+        b.apply(&b.plan.clone())?;
+        Ok(b)
+    }
+
+    pub fn apply(&self, plan: &ResolvedPlan) -> Result<(), String> {
+        let changes = self
+            .fs
+            .plan_apply(plan, Default::default())
+            .map_err(|e| e.to_string())?;
+        self.fs.execute(&changes).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    pub fn say(&self, msg: String) {
+        match &self.bar {
+            Some(b) => b.set_message(msg),
+            None if self.spec.progress => eprintln!("{msg}"),
+            None => {}
+        }
+    }
+
+    pub fn guard_where(&self) -> Where<'_> {
+        Where {
+            bulkhead: &self.spec.bulkhead,
+            plan: &self.plan_file,
+            cgroup_root: &self.env.cgroup_root,
+            dir: &self.env.dir,
+        }
+    }
+
+    /// Clear the bar; the layout line for the report. Dropping the environment removes
+    /// cgroups, mounts and loop devices.
+    pub fn finish(self) -> String {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+        self.env.layout.describe()
+    }
+
+    fn start_redis(&self, dir: &Path, aof: bool) -> Result<Redis, String> {
+        let files = self.fs.procs_files(&self.spec.server);
+        let r = Redis::start(&redis::Options {
+            port: self.port,
+            dir,
+            aof_always: aof,
+            procs_files: &files,
+        })?;
+        self.say(format!(
+            "loading {} keys of {} bytes into redis",
+            self.spec.keys, self.spec.value_size
+        ));
+        crate::loadgen::preload(r.addr, self.spec.keys, self.spec.value_size)?;
+        Ok(r)
+    }
+
+    /// One hog's group: (the baseline peak, its scenarios).
+    pub fn group(&mut self, kind: HogKind) -> Result<(f64, Vec<ScenarioResult>), String> {
+        let (data_dir, aof) = match kind {
+            HogKind::Io => {
+                self.say(
+                    "making a loop-backed ext4 with the BFQ scheduler for redis's data".into(),
+                );
+                (self.env.loop_fs(3 << 30)?.0, true)
+            }
+            _ => (self.env.scratch()?, false),
+        };
+        if kind == HogKind::Memory {
+            self.env.limit_memory(Some(self.spec.host_memory))?;
+        }
+        let result = self.group_in(kind, &data_dir, aof);
+        if kind == HogKind::Memory {
+            let _ = self.env.limit_memory(None);
+        }
+        if kind == HogKind::Io {
+            self.env.drop_loop_fs();
+        }
+        result
+    }
+
+    fn group_in(
+        &mut self,
+        kind: HogKind,
+        dir: &Path,
+        aof: bool,
+    ) -> Result<(f64, Vec<ScenarioResult>), String> {
+        let mut redis = self.start_redis(dir, aof)?;
+        let sc = |load, setup, round, rate| Sc {
+            kind,
+            bursty: false,
+            load,
+            setup,
+            round,
+            rate,
+            data_dir: dir,
+        };
+        self.say(format!(
+            "{}: measuring the baseline peak (closed loop, no hog)",
+            kind.name()
+        ));
+        let peak = self
+            .scenario(&mut redis, &sc(Load::Closed, Setup::Baseline, 0, None))?
+            .load
+            .op_rate;
+        let rate = |l: Load| match l {
+            Load::Open(p) => Some((peak * p as f64 / 100.0).round().max(1.0) as u64),
+            Load::Closed => None,
+        };
+        if self.spec.setups.contains(&Setup::Guarded) {
+            self.calibrate(&redis, rate(REFERENCE_LOAD).unwrap_or(1))?;
+        }
+        let setups = with_baseline(&self.spec.setups);
+        let bursty = kind == HogKind::Cpu && self.spec.bursty;
+        let kinds_here = kind == HogKind::Cpu && !self.spec.hogs.contains(&HogKind::Cpu);
+        let mut runs = Runs::new();
+        for round in 0..self.spec.repeat.max(1) {
+            for &load in &self.spec.loads {
+                if kinds_here {
+                    break; // only the bursty hog was asked for
+                }
+                for k in 0..setups.len() {
+                    let setup = setups[(k + round) % setups.len()];
+                    let r = self.scenario(&mut redis, &sc(load, setup, round, rate(load)))?;
+                    self.restart_if_died(&mut redis, &r, dir, aof)?;
+                    push(&mut runs, kind.name(), load, setup, r);
+                }
+            }
+            if bursty {
+                self.bursty_round(&mut redis, &mut runs, round, rate(REFERENCE_LOAD), dir, aof)?;
+            }
+        }
+        redis.stop();
+        Ok((peak, fold(kind, runs)))
+    }
+
+    fn bursty_round(
+        &mut self,
+        redis: &mut Redis,
+        runs: &mut Runs,
+        round: usize,
+        rate: Option<u64>,
+        dir: &Path,
+        aof: bool,
+    ) -> Result<(), String> {
+        let has_base = runs.contains_key(&key("cpu", REFERENCE_LOAD, Setup::Baseline))
+            && self.spec.loads.contains(&REFERENCE_LOAD);
+        let mut setups: Vec<Setup> = [Setup::Static, Setup::Idle, Setup::Guarded]
+            .into_iter()
+            .filter(|s| self.spec.setups.contains(s))
+            .collect();
+        if !has_base {
+            setups.insert(0, Setup::Baseline);
+        }
+        for setup in setups {
+            let sc = Sc {
+                kind: HogKind::Cpu,
+                bursty: setup != Setup::Baseline,
+                load: REFERENCE_LOAD,
+                setup,
+                round,
+                rate,
+                data_dir: dir,
+            };
+            let r = self.scenario(redis, &sc)?;
+            self.restart_if_died(redis, &r, dir, aof)?;
+            let label = if setup == Setup::Baseline {
+                "cpu"
+            } else {
+                "cpu-bursty"
+            };
+            push(runs, label, REFERENCE_LOAD, setup, r);
+        }
+        Ok(())
+    }
+
+    /// A scenario that killed Redis (the OOM killer) gets it back for the next one.
+    fn restart_if_died(
+        &self,
+        redis: &mut Redis,
+        r: &RunData,
+        dir: &Path,
+        aof: bool,
+    ) -> Result<(), String> {
+        if r.db_died.is_some() {
+            self.say("redis died; restarting it for the next scenario".into());
+            *redis = self.start_redis(dir, aof)?;
+        }
+        Ok(())
+    }
+}
+
+fn key(hog: &str, load: Load, setup: Setup) -> (String, String, &'static str) {
+    (hog.to_string(), load.label(), setup.name())
+}
+
+fn push(runs: &mut Runs, hog: &str, load: Load, setup: Setup, r: RunData) {
+    runs.entry(key(hog, load, setup))
+        .or_insert_with(|| (load, setup, Vec::new()))
+        .2
+        .push(r);
+}
+
+/// The baseline first, then the other setups as asked.
+fn with_baseline(setups: &[Setup]) -> Vec<Setup> {
+    let mut v = vec![Setup::Baseline];
+    v.extend(setups.iter().copied().filter(|s| *s != Setup::Baseline));
+    v
+}
+
+/// Every scenario against the baseline of its hog's group at its load.
+fn fold(kind: HogKind, runs: Runs) -> Vec<ScenarioResult> {
+    let mut out = Vec::new();
+    for ((hog, _, _), (load, setup, list)) in &runs {
+        let group = hog.trim_end_matches("-bursty");
+        let Some((_, _, bases)) = runs.get(&key(group, *load, Setup::Baseline)) else {
+            continue;
+        };
+        out.push(combine(hog, *load, *setup, unit(kind), list.clone(), bases));
+    }
+    let order = |s: &ScenarioResult| {
+        let l = match s.load {
+            Load::Open(p) => p,
+            Load::Closed => u32::MAX,
+        };
+        let st = Setup::ALL.iter().position(|x| *x == s.setup).unwrap_or(0);
+        (s.hog.clone(), l, st)
+    };
+    out.sort_by_key(order);
+    out
+}

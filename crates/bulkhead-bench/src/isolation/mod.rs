@@ -1,0 +1,343 @@
+//! `bulkhead bench isolation`: what a real database feels next to its helpers, per second.
+//!
+//! Redis runs in the plan's server slice and bulkhead's RESP load generator in a slice of its
+//! own. For each hog (cpu, io, memory) the bench first measures the baseline peak (closed
+//! loop, no hog), then runs every load (open loop at 50%, 80% and 100% of that peak, and the
+//! closed loop) under every setup: the baseline (no hog), the hog free (a plain cgroup), the
+//! plan's static confinement, the helper at `CPUWeight=idle`, idle with a static CPUQuota,
+//! and the plan guarded by `bulkhead guard`. A CPU hog that alternates bursts and pauses
+//! runs at 80% as well, so the guard's reaction and release show. Rounds repeat everything in
+//! rotated order; figures are paired with the same round's baseline at the same load, and
+//! medians over rounds are reported (see [`figures`]).
+
+mod chart;
+pub mod figures;
+mod group;
+mod guarded;
+mod hogs;
+mod sampler;
+mod scenario;
+mod text;
+
+pub use chart::chart;
+pub use figures::{Figures, ScenarioResult};
+pub use hogs::work as hog_work;
+pub use text::text;
+
+use crate::env::Env;
+use bulkhead::plan::{ResolvedPlan, SliceName};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The helpers that compete with the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HogKind {
+    Cpu,
+    Io,
+    Memory,
+}
+
+impl HogKind {
+    pub fn parse(s: &str) -> Result<HogKind, String> {
+        match s.trim() {
+            "cpu" => Ok(HogKind::Cpu),
+            "io" => Ok(HogKind::Io),
+            "memory" | "mem" => Ok(HogKind::Memory),
+            other => Err(format!(
+                "unknown hog '{other}' (choose from cpu, io, memory)"
+            )),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            HogKind::Cpu => "cpu",
+            HogKind::Io => "io",
+            HogKind::Memory => "memory",
+        }
+    }
+}
+
+/// The offered load: open loop at a share of the baseline peak, or the closed loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Load {
+    /// Percent of the peak.
+    Open(u32),
+    Closed,
+}
+
+impl Load {
+    pub fn parse(s: &str) -> Result<Load, String> {
+        let s = s.trim();
+        if s == "closed" {
+            return Ok(Load::Closed);
+        }
+        match s.trim_end_matches('%').parse::<u32>() {
+            Ok(p) if (1..=200).contains(&p) => Ok(Load::Open(p)),
+            _ => Err(format!(
+                "'{s}' is not a load: give percentages of the peak (50, 80, 100) or closed"
+            )),
+        }
+    }
+    pub fn label(self) -> String {
+        match self {
+            Load::Open(p) => format!("{p}%"),
+            Load::Closed => "closed".into(),
+        }
+    }
+}
+
+/// How the hog runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Setup {
+    /// No hog.
+    Baseline,
+    /// In a plain cgroup outside any slice.
+    Free,
+    /// In the helper slice, as the plan has it.
+    Static,
+    /// In the helper slice at CPUWeight=idle.
+    Idle,
+    /// In the helper slice at CPUWeight=idle and a static CPUQuota.
+    IdleQuota,
+    /// In the helper slice as planned, with `bulkhead guard` running.
+    Guarded,
+}
+
+impl Setup {
+    pub const ALL: [Setup; 6] = [
+        Setup::Baseline,
+        Setup::Free,
+        Setup::Static,
+        Setup::Idle,
+        Setup::IdleQuota,
+        Setup::Guarded,
+    ];
+    pub fn parse(s: &str) -> Result<Setup, String> {
+        Setup::ALL
+            .into_iter()
+            .find(|x| x.name() == s.trim())
+            .ok_or_else(|| {
+                format!(
+                    "unknown setup '{s}' (choose from {})",
+                    Setup::ALL.map(|x| x.name()).join(", ")
+                )
+            })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Setup::Baseline => "baseline",
+            Setup::Free => "free",
+            Setup::Static => "static",
+            Setup::Idle => "idle",
+            Setup::IdleQuota => "idle+quota",
+            Setup::Guarded => "guarded",
+        }
+    }
+}
+
+/// The static CPUQuota of the `idle+quota` setup (of one CPU).
+pub const STATIC_QUOTA: f64 = 0.25;
+/// The bursty hog: busy, then paused, seconds.
+pub const BURST: (f64, f64) = (3.0, 4.0);
+/// The open load the bursty hog and the guard's calibration run at.
+pub const REFERENCE_LOAD: Load = Load::Open(80);
+
+pub struct Spec {
+    pub hogs: Vec<HogKind>,
+    pub loads: Vec<Load>,
+    pub setups: Vec<Setup>,
+    /// Also run the bursty CPU hog (at 80%).
+    pub bursty: bool,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub connections: usize,
+    pub keys: u64,
+    pub value_size: usize,
+    pub get_ratio: f64,
+    pub plan: ResolvedPlan,
+    pub server: SliceName,
+    pub helper: SliceName,
+    /// The memory of the "small host" the memory scenarios run in.
+    pub host_memory: u64,
+    pub port: Option<u16>,
+    /// The bench binary (hogs, load generator) and the bulkhead binary (guard).
+    pub exe: PathBuf,
+    pub bulkhead: PathBuf,
+    pub progress: bool,
+    pub repeat: usize,
+    /// The guard's calibration.
+    pub calibration: Duration,
+}
+
+/// One machine, for the report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Machine {
+    pub cpus: usize,
+    pub memory: u64,
+    pub kernel: String,
+    pub cgroups: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub machine: Machine,
+    pub settings: serde_json::Value,
+    pub database: String,
+    pub load_generator: String,
+    /// Baseline peak (closed loop, no hog) per hog group, ops/s.
+    pub peaks: Vec<(String, f64)>,
+    pub scenarios: Vec<ScenarioResult>,
+    pub checks: Vec<crate::report::Check>,
+}
+
+pub(crate) fn check_interrupt() -> Result<(), String> {
+    if crate::stop::requested() {
+        return Err("interrupted: everything the bench started was stopped and removed".into());
+    }
+    Ok(())
+}
+
+/// Check everything a user can get wrong, before anything starts.
+pub fn validate(spec: &Spec) -> Result<(), String> {
+    if spec.hogs.is_empty() && !spec.bursty {
+        return Err("--hog needs at least one of cpu, io, memory".into());
+    }
+    if spec.loads.is_empty() || spec.setups.is_empty() {
+        return Err("--loads and --setups need at least one entry each".into());
+    }
+    if spec.duration < Duration::from_secs(1) {
+        return Err("--duration must be at least 1s (figures are per second)".into());
+    }
+    if spec.connections == 0 || spec.keys == 0 {
+        return Err("--connections and --keys must be at least 1".into());
+    }
+    for s in [&spec.server, &spec.helper] {
+        if spec.plan.slice(s).is_none() {
+            return Err(format!(
+                "the plan ({}) has no slice '{s}', which the bench needs; name the slices with --server-slice and --helper-slice",
+                spec.plan.source
+            ));
+        }
+    }
+    if !bulkhead::sys::process::is_root() {
+        return Err("the bench creates cgroups, a loop device and mounts: run it as root".into());
+    }
+    if crate::redis::find_server().is_none() {
+        return Err("redis-server is not installed: apt-get install redis-server".into());
+    }
+    if let Some(p) = spec.port {
+        if crate::redis::port_busy(p) {
+            return Err(format!(
+                "port {p} on 127.0.0.1 is busy; pick another with --port"
+            ));
+        }
+    }
+    if spec.hogs.contains(&HogKind::Io) {
+        for tool in ["losetup", "mkfs.ext4", "mount", "umount"] {
+            if !["/sbin", "/usr/sbin", "/bin", "/usr/bin"]
+                .iter()
+                .any(|d| Path::new(d).join(tool).exists())
+            {
+                return Err(format!(
+                    "the I/O scenario needs {tool} (apt-get install util-linux e2fsprogs mount)"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The runs of one round, for the progress bar.
+fn runs_per_round(spec: &Spec) -> u64 {
+    let per_hog = (spec.loads.len() * spec.setups.len()) as u64;
+    let bursty = if spec.bursty { 3 } else { 0 };
+    per_hog * spec.hogs.len() as u64 + bursty
+}
+
+/// Run the whole benchmark. Everything it creates is removed before it returns.
+pub fn run(spec: &Spec) -> Result<Report, String> {
+    validate(spec)?;
+    let stale = crate::env::clean_stale();
+    if !stale.is_empty() && spec.progress {
+        eprintln!("bench: removed what earlier benchmark runs {stale:?} left behind");
+    }
+    crate::stop::install_handler();
+    let env = Env::create()?;
+    let secs_per_run = (spec.warmup + spec.duration).as_secs() + 2;
+    let total = runs_per_round(spec) * spec.repeat.max(1) as u64 * secs_per_run;
+    let bar = spec.progress.then(|| progress_bar(total));
+    let host = bulkhead::host::Host::detect();
+    let mut g = group::Bench::new(spec, env, bar)?;
+    let mut scenarios = Vec::new();
+    let mut peaks = Vec::new();
+    let mut result = Ok(());
+    let mut kinds: Vec<HogKind> = spec.hogs.clone();
+    if spec.bursty && !kinds.contains(&HogKind::Cpu) {
+        kinds.insert(0, HogKind::Cpu);
+    }
+    for kind in kinds {
+        match g.group(kind) {
+            Ok((peak, s)) => {
+                peaks.push((kind.name().to_string(), peak));
+                scenarios.extend(s);
+            }
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    let layout = g.finish();
+    result?;
+    let checks = figures::checks(&scenarios);
+    Ok(Report {
+        machine: Machine {
+            cpus: host.cpu_count(),
+            memory: host.memory,
+            kernel: bulkhead::sys::host::kernel_release(),
+            cgroups: layout,
+        },
+        settings: serde_json::json!({
+            "warmup_s": spec.warmup.as_secs_f64(),
+            "duration_s": spec.duration.as_secs_f64(),
+            "connections": spec.connections,
+            "loads": spec.loads.iter().map(|l| l.label()).collect::<Vec<_>>(),
+            "setups": spec.setups.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            "keys": spec.keys,
+            "value_size": spec.value_size,
+            "get_ratio": spec.get_ratio,
+            "plan": spec.plan.source,
+            "server_slice": spec.server.to_string(),
+            "helper_slice": spec.helper.to_string(),
+            "small_host_memory": spec.host_memory,
+            "repeat": spec.repeat,
+            "static_quota": STATIC_QUOTA,
+            "burst_s": BURST.0,
+            "pause_s": BURST.1,
+            "calibration_s": spec.calibration.as_secs_f64(),
+        }),
+        database: format!("redis-server in {}", spec.server.unit()),
+        load_generator: format!(
+            "bulkhead's RESP load generator in loadgen.slice (CPUWeight=10000, standing in for a remote client), {} connections",
+            spec.connections
+        ),
+        peaks,
+        scenarios,
+        checks,
+    })
+}
+
+fn progress_bar(total: u64) -> indicatif::ProgressBar {
+    let b = indicatif::ProgressBar::new(total);
+    b.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len}s  {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    b.enable_steady_tick(Duration::from_millis(200));
+    b
+}

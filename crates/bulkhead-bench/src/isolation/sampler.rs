@@ -1,0 +1,152 @@
+//! What the machine did during a scenario, sampled every few hundred milliseconds while the
+//! load runs: the database threads' run-queue waits, the CPU time of the server, helper and
+//! load generator slices, and the machine's idle and steal time. The measured window's
+//! figures come from the samples nearest to its start and end.
+
+use bulkhead::cgroup::stats::cpu_usage_us;
+use bulkhead::cgroup::CgroupFs;
+use bulkhead::plan::SliceName;
+use bulkhead::sys::host::{cpu_times, CpuTimes};
+use bulkhead::sys::sched;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub at: Instant,
+    /// Summed over the database's threads.
+    pub wait_ns: u64,
+    pub runs: u64,
+    pub server_us: Option<u64>,
+    pub helper_us: Option<u64>,
+    pub loadgen_us: Option<u64>,
+    pub cpu: Option<CpuTimes>,
+}
+
+/// The window's figures.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct Window {
+    /// CPUs used, on average.
+    pub server_cpus: f64,
+    pub helper_cpus: f64,
+    pub loadgen_cpus: f64,
+    /// CPUs the machine left idle.
+    pub idle_cpus: f64,
+    /// Share of the machine's CPU time stolen by the hypervisor.
+    pub steal: f64,
+    /// The database threads' mean run-queue wait per time they ran, microseconds.
+    pub wait_per_run_us: f64,
+}
+
+pub struct Sampler<'a> {
+    fs: &'a CgroupFs,
+    pid: u32,
+    slices: [SliceName; 3],
+    /// Where the hog runs when it is not in the helper slice (the "free" cgroup).
+    hog_dir: Option<PathBuf>,
+    pub samples: Vec<Sample>,
+}
+
+/// CPU time of a plain cgroup directory: cpu.stat's usage_usec (v2), or cpuacct.usage.
+fn dir_usage_us(fs: &CgroupFs, rel: &std::path::Path) -> Option<u64> {
+    let l = &fs.layout;
+    if let Some(u) = &l.unified {
+        let t = std::fs::read_to_string(u.mount.join(&fs.root).join(rel).join("cpu.stat")).ok();
+        if let Some(v) = t.and_then(|t| bulkhead::cgroup::stats::flat_keyed(&t, "usage_usec")) {
+            return Some(v);
+        }
+    }
+    let h = l.cpuacct()?;
+    let t = std::fs::read_to_string(h.mount.join(&fs.root).join(rel).join("cpuacct.usage")).ok()?;
+    t.trim().parse::<u64>().ok().map(|ns| ns / 1000)
+}
+
+impl<'a> Sampler<'a> {
+    /// `slices`: server, helper, load generator.
+    pub fn new(fs: &'a CgroupFs, pid: u32, slices: [SliceName; 3]) -> Sampler<'a> {
+        Sampler {
+            fs,
+            pid,
+            slices,
+            hog_dir: None,
+            samples: Vec::new(),
+        }
+    }
+
+    /// Count the hog's CPU in this plain cgroup (relative to the bench root) instead.
+    pub fn hog_in(&mut self, rel: PathBuf) {
+        self.hog_dir = Some(rel);
+    }
+
+    pub fn take(&mut self) {
+        let (mut wait_ns, mut runs) = (0, 0);
+        for tid in sched::threads(self.pid as i32) {
+            if let Some(s) = sched::schedstat(self.pid as i32, tid) {
+                wait_ns += s.wait_ns;
+                runs += s.slices;
+            }
+        }
+        let [server, helper, loadgen] = &self.slices;
+        self.samples.push(Sample {
+            at: Instant::now(),
+            wait_ns,
+            runs,
+            server_us: cpu_usage_us(self.fs, server),
+            helper_us: match &self.hog_dir {
+                Some(d) => dir_usage_us(self.fs, d),
+                None => cpu_usage_us(self.fs, helper),
+            },
+            loadgen_us: cpu_usage_us(self.fs, loadgen),
+            cpu: cpu_times(),
+        });
+    }
+
+    /// The figures between the samples nearest to `from` and `to`.
+    pub fn window(&self, from: Instant, to: Instant) -> Window {
+        let near = |t: Instant| {
+            self.samples
+                .iter()
+                .min_by_key(|s| if s.at > t { s.at - t } else { t - s.at })
+        };
+        let (Some(a), Some(b)) = (near(from), near(to)) else {
+            return Window::default();
+        };
+        figures(a, b)
+    }
+}
+
+fn figures(a: &Sample, b: &Sample) -> Window {
+    let secs = b.at.saturating_duration_since(a.at).as_secs_f64();
+    if secs <= 0.0 {
+        return Window::default();
+    }
+    let cpus = |x: Option<u64>, y: Option<u64>| match (x, y) {
+        (Some(x), Some(y)) if y >= x => (y - x) as f64 / 1e6 / secs,
+        _ => 0.0,
+    };
+    let (idle_cpus, steal) = match (a.cpu, b.cpu) {
+        (Some(x), Some(y)) if y.total > x.total => {
+            let total = (y.total - x.total) as f64;
+            let ncpu = total / (secs * bulkhead::sys::process::clock_ticks() as f64);
+            (
+                (y.idle - x.idle) as f64 / total * ncpu,
+                (y.steal - x.steal) as f64 / total,
+            )
+        }
+        _ => (0.0, 0.0),
+    };
+    let runs = b.runs.saturating_sub(a.runs);
+    Window {
+        server_cpus: cpus(a.server_us, b.server_us),
+        helper_cpus: cpus(a.helper_us, b.helper_us),
+        loadgen_cpus: cpus(a.loadgen_us, b.loadgen_us),
+        idle_cpus,
+        steal,
+        wait_per_run_us: if runs > 0 {
+            b.wait_ns.saturating_sub(a.wait_ns) as f64 / 1e3 / runs as f64
+        } else {
+            0.0
+        },
+    }
+}
