@@ -238,7 +238,7 @@ fn guard_cuts_a_hog_and_its_watchdog_puts_the_plan_back_after_sigkill() {
 
     // A hung guard (SIGSTOP: alive, but no heartbeat) is killed by its watchdog, which
     // then puts the plan back.
-    let mut hung = g.guard(&["--duration", "60s"]);
+    let hung = g.guard(&["--duration", "60s"]);
     wait_for("the restarted guard cuts", Duration::from_secs(20), || {
         g.helper_state()[..4] != planned()[..]
     });
