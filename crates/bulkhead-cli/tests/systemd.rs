@@ -554,3 +554,100 @@ fn without_systemd() {
         err(&o)
     );
 }
+
+const GUARD_PLAN: &str = r#"
+[slice.db-server]
+CPUWeight = 100
+
+[slice.db-helper]
+CPUWeight = 100
+
+[guard]
+protect = "db-server"
+sideloads = ["db-helper"]
+calibration = "2s"
+max_frozen = "0s"
+"#;
+
+/// Under systemd the guard acts through systemd: runtime unit properties that `systemctl
+/// show` reports, which a daemon-reload keeps; a SIGKILLed guard's watchdog sets the plan
+/// back through systemd too.
+#[test]
+fn guard_acts_through_runtime_properties() {
+    let Some(c) = Container::boot() else { return };
+    c.write("/tmp/g.toml", GUARD_PLAN);
+    let b = |args: &[&str]| {
+        let mut a = vec!["-c", "/tmp/g.toml"];
+        a.extend_from_slice(args);
+        c.bulkhead(&a)
+    };
+    let o = b(&["-q", "apply"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let o = b(&["guard", "--dry-run"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(out(&o).contains("SetUnitProperties"), "{}", out(&o));
+
+    // Two busy loops in each slice, as services systemd starts; then the guard.
+    let spin = "while :; do :; done & while :; do :; done";
+    for slice in ["db-server", "db-helper"] {
+        c.sh(&format!(
+            "systemd-run --unit=spin-{slice} --slice={slice}.slice sh -c '{spin}'"
+        ));
+    }
+    // As dist/systemd/bulkhead-guard.service runs it: when the unit stops, systemd kills
+    // what is left in it (the watchdog too), so ExecStopPost= releases.
+    let o = c.sh("B=$(command -v bulkhead); systemd-run --unit=guard \
+         -p \"ExecStopPost=$B -c /tmp/g.toml guard --release -q\" \
+         $B -c /tmp/g.toml guard --duration 60s");
+    assert!(o.status.success(), "{}", err(&o));
+    let cut = |c: &Container| {
+        c.show("db-helper.slice", "CPUQuotaPerSecUSec") != "infinity"
+            || c.show("db-helper.slice", "CPUWeight") == "idle"
+    };
+    // Calibration holds the helper at its floor; then the controller's own cut.
+    let status = c.path("/run/bulkhead/guard/status.json");
+    let acted = |c: &Container| {
+        let v: serde_json::Value = std::fs::read(&status)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        v["phase"] == "guarding"
+            && v["actions_last_minute"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+            && cut(c)
+    };
+    let t0 = std::time::Instant::now();
+    while !acted(&c) {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "the guard did not act through systemd: {}",
+            out(&c.sh("journalctl -u guard --no-pager | tail -20"))
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    eprintln!(
+        "guard cut after {:?}: quota {} weight {}",
+        t0.elapsed(),
+        c.show("db-helper.slice", "CPUQuotaPerSecUSec"),
+        c.show("db-helper.slice", "CPUWeight")
+    );
+    // Runtime properties survive a daemon-reload (the guard does not have to fight it).
+    c.sh("systemctl daemon-reload");
+    assert!(cut(&c), "a daemon-reload undid the guard's cut");
+
+    // SIGKILL the guard: its watchdog gives the helper its plan back through systemd.
+    c.sh("systemctl kill -s KILL --kill-whom=main guard.service");
+    let t0 = std::time::Instant::now();
+    while cut(&c) {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "the plan is not back: quota {} weight {}",
+            c.show("db-helper.slice", "CPUQuotaPerSecUSec"),
+            c.show("db-helper.slice", "CPUWeight")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(c.show("db-helper.slice", "CPUWeight"), "100");
+    c.sh("systemctl stop spin-db-server spin-db-helper");
+}

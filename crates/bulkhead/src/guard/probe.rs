@@ -3,7 +3,7 @@
 //! since it last looked; a probe that times out counts as the timeout.
 
 use bulkhead_plan::guard::Probe;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -88,6 +88,9 @@ fn probe_loop(probe: Probe, period: Duration, timeout: Duration, s: &Shared) {
     }
 }
 
+/// The longest reply line read ("+PONG\r\n" and error lines are short).
+const MAX_REPLY: u64 = 256;
+
 /// One PING on the kept connection (made again after any failure).
 fn ping(
     conn: &mut Option<BufReader<TcpStream>>,
@@ -105,7 +108,8 @@ fn ping(
         let c = conn.as_mut().expect("connected above");
         c.get_mut().write_all(b"PING\r\n")?;
         let mut line = String::new();
-        c.read_line(&mut line)?;
+        // One short line: a service that streams without a newline cannot grow this.
+        c.by_ref().take(MAX_REPLY).read_line(&mut line)?;
         if line.trim_end() == "+PONG" {
             Ok(())
         } else {

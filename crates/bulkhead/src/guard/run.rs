@@ -129,16 +129,7 @@ pub fn run(g: Guard, req: &GuardRequest, on: &mut dyn FnMut(Event)) -> Result<Su
             r.sideloads.join(", ")
         ))));
     }
-    for (what, r) in [
-        ("raise its priority (nice -10)", process::set_nice(-10)),
-        ("lock its memory", process::lock_memory()),
-    ] {
-        if let Err(e) = r {
-            on(Event::Note(Diagnostic::warning(format!(
-                "the guard could not {what}: {e}"
-            ))));
-        }
-    }
+    run_where_it_cannot_starve(on);
     let signals = SignalPipe::install(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
         .map_err(|e| Error::failed(format!("cannot catch signals: {e}")))?;
     let holds = Holds {
@@ -166,6 +157,28 @@ pub fn run(g: Guard, req: &GuardRequest, on: &mut dyn FnMut(Event)) -> Result<Su
     result?;
     released?;
     Ok(l.summary())
+}
+
+/// Real-time priority 1 (before any thread or the watchdog starts, so they inherit it):
+/// a normal-priority guard was starved for seconds by low-weight pinned hogs on this
+/// kernel, long enough to look hung. The loop sleeps most of the time, and the kernel's RT
+/// throttling (sched_rt_runtime_us) bounds it anyway. Where that is refused, nice -10.
+fn run_where_it_cannot_starve(on: &mut dyn FnMut(Event)) {
+    let warn = |on: &mut dyn FnMut(Event), what: &str, e: std::io::Error| {
+        on(Event::Note(Diagnostic::warning(format!(
+            "the guard could not {what}: {e}"
+        ))))
+    };
+    if let Err(fifo) = bulkhead_sys::sched::set_fifo(1) {
+        if let Err(e) = process::set_nice(-10) {
+            warn(on, "run at real-time priority or raise its nice value", e);
+        } else {
+            warn(on, "run at real-time priority (it runs at nice -10)", fifo);
+        }
+    }
+    if let Err(e) = process::lock_memory() {
+        warn(on, "lock its memory", e);
+    }
 }
 
 impl<'a> Loop<'a> {
