@@ -15,7 +15,7 @@ say bulkhead apply;       $B apply
 say bulkhead apply;       $B apply
 say "bulkhead run --slice db-helper -- sh -c 'cat /proc/self/cgroup'"
 $B run --slice db-helper -- sh -c 'cat /proc/self/cgroup'
-say "two CPU hogs: one in db-helper (CPUWeight=10), one in db-server (CPUWeight=1000), pinned to CPU 0"
+say "two CPU hogs: one in db-helper (CPUWeight=idle), one in db-server (CPUWeight=1000), pinned to CPU 0"
 $B run --slice db-helper -- taskset -c 0 sh -c 'while :; do :; done' & H=$!
 $B run --slice db-server -- taskset -c 0 sh -c 'while :; do :; done' & S=$!
 sleep 2

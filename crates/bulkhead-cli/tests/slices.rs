@@ -33,9 +33,11 @@ fn apply_reapply_dry_run_destroy() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("applied: 3 slice(s)"), "{}", stdout(&o));
     if v1(&t, "cpu") {
+        // The default helper is idle (CPUWeight="idle"): cpu.idle, and the kernel's idle
+        // weight in cpu.shares.
         assert_eq!(
-            read(&t.dir("cpu", "db.slice/db-helper.slice/cpu.shares")),
-            "102"
+            read(&t.dir("cpu", "db.slice/db-helper.slice/cpu.idle")),
+            "1"
         );
         assert_eq!(
             read(&t.dir("cpu", "db.slice/db-server.slice/cpu.shares")),
@@ -59,13 +61,13 @@ fn apply_reapply_dry_run_destroy() {
     );
 
     // A changed value is the only write.
-    let plan2 = t.plan(&EMBEDDED_DEFAULT.replace("CPUWeight = 10\n", "CPUWeight = 50\n"));
+    let plan2 = t.plan(&EMBEDDED_DEFAULT.replace("CPUWeight = 1000\n", "CPUWeight = 500\n"));
     let o = t.run(&["-c", plan2.to_str().unwrap(), "apply", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let ops = v["changes"].as_array().unwrap();
     assert_eq!(ops.len(), 1, "{ops:?}");
-    assert_eq!(ops[0]["why"], "CPUWeight=50");
+    assert_eq!(ops[0]["why"], "CPUWeight=500");
 
     let o = t.run(&["-c", p, "destroy"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -276,7 +278,9 @@ fn a_failed_write_midway_is_rolled_back() {
         return;
     }
     let t = TestRoot::new();
-    let plan = t.plan(EMBEDDED_DEFAULT);
+    // The default plan with a helper weight (not idle), so the rollback of a weight shows.
+    let weighted = EMBEDDED_DEFAULT.replace("CPUWeight = \"idle\"\n", "CPUWeight = 10\n");
+    let plan = t.plan(&weighted);
     let p = plan.to_str().unwrap();
     assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
     // ~64 MiB of anonymous memory in the helper slice (there is no swap to push it to).
@@ -299,7 +303,7 @@ fn a_failed_write_midway_is_rolled_back() {
     let shares = t.dir("cpu", "db.slice/db-helper.slice/cpu.shares");
     assert_eq!(read(&shares), "102");
     // CPUWeight changes first (cpu hierarchy), then MemoryMax below usage fails (EBUSY).
-    let bad = EMBEDDED_DEFAULT
+    let bad = weighted
         .replace("CPUWeight = 10\n", "CPUWeight = 500\n")
         .replace(
             "MemoryMax = { value = \"5%\", min = \"1400M\" }",

@@ -66,7 +66,7 @@ fn transient_slices_idempotent_rolled_back_and_refused() {
     let o = c.bulkhead(&["apply"]);
     assert!(o.status.success(), "{}", err(&o));
     for (unit, prop, want) in [
-        ("db-helper.slice", "CPUWeight", "10"),
+        ("db-helper.slice", "CPUWeight", "idle"),
         ("db-helper.slice", "IOWeight", "10"),
         // The default plan's floors: 4% of this host's RAM, but at least 1200M.
         ("db-helper.slice", "MemoryHigh", "1258291200"),
@@ -110,7 +110,7 @@ fn transient_slices_idempotent_rolled_back_and_refused() {
     assert!(e.contains("were undone"), "{e}");
     assert_eq!(
         c.show("db-helper.slice", "CPUWeight"),
-        "10",
+        "idle",
         "the change was undone"
     );
     assert!(
@@ -360,7 +360,7 @@ fn persistent_units_survive_a_reload() {
     assert!(o.status.success(), "{}", err(&o));
     let file = std::fs::read_to_string(c.path("/etc/systemd/system/db-helper.slice")).unwrap();
     assert!(
-        file.contains("\n[Slice]\nCPUWeight=10\nMemoryHigh=4%\nMemoryMax=5%\nIOWeight=10\n"),
+        file.contains("\n[Slice]\nCPUWeight=idle\nMemoryHigh=4%\nMemoryMax=5%\nIOWeight=10\n"),
         "{file}"
     );
     assert_eq!(
@@ -373,7 +373,7 @@ fn persistent_units_survive_a_reload() {
     );
     c.sh("systemctl daemon-reload");
     for (prop, want) in [
-        ("CPUWeight", "10"),
+        ("CPUWeight", "idle"),
         ("MemoryHigh", "1258291200"),
         ("ActiveState", "active"),
         ("Transient", "no"),

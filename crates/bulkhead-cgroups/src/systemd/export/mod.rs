@@ -277,7 +277,7 @@ mod tests {
             .unwrap()
             .to_string();
         assert_eq!(
-            slice_section, "CPUWeight=10\nMemoryHigh=4%\nMemoryMax=5%\nIOWeight=10",
+            slice_section, "CPUWeight=idle\nMemoryHigh=4%\nMemoryMax=5%\nIOWeight=10",
             "{helper}"
         );
         assert!(
