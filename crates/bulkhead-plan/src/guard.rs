@@ -14,6 +14,7 @@
 //! probe = "redis:127.0.0.1:6379"      # optional: PING round trips; or "tcp:HOST:PORT"
 //! ```
 
+use crate::values::Ctx;
 use crate::{Loc, SliceName, Source};
 use bulkhead_sys::error::Diagnostic;
 use bulkhead_sys::units::{parse_duration, parse_percent};
@@ -62,37 +63,8 @@ const KEYS: &[&str] = &[
     "probe",
 ];
 
-struct Cx<'a> {
-    source: &'a Source,
-    errors: &'a mut Vec<Diagnostic>,
-}
-
-impl Cx<'_> {
-    fn err(&mut self, loc: Loc, key: &str, msg: String, hint: &str) {
-        let mut d = Diagnostic::error(msg)
-            .at(self.source.at(loc))
-            .context(format!("[guard] {key}"));
-        if !hint.is_empty() {
-            d = d.hint(hint.to_string());
-        }
-        self.errors.push(d);
-    }
-
-    fn string(&mut self, loc: Loc, key: &str, v: &DeValue<'_>) -> Option<String> {
-        match v {
-            DeValue::String(s) => Some(s.to_string()),
-            _ => {
-                self.err(
-                    loc,
-                    key,
-                    format!("{key} must be a string"),
-                    "write it in double quotes",
-                );
-                None
-            }
-        }
-    }
-
+/// The readers only `[guard]` needs, beside the shared ones (`string`, `err`).
+impl Ctx<'_> {
     fn slice(&mut self, loc: Loc, key: &str, s: &str) -> Option<SliceName> {
         match SliceName::parse(s) {
             Ok(n) => Some(n),
@@ -166,7 +138,11 @@ pub(crate) fn parse(
     errors: &mut Vec<Diagnostic>,
 ) -> Option<GuardSpec> {
     let loc = source.loc(key_start);
-    let mut cx = Cx { source, errors };
+    let mut cx = Ctx {
+        source,
+        section: "[guard]".into(),
+        errors,
+    };
     let Some(table) = value.get_ref().as_table() else {
         cx.err(
             loc,
@@ -268,7 +244,7 @@ pub(crate) fn parse(
     (cx.errors.len() == before).then_some(g)
 }
 
-fn parse_sideloads(cx: &mut Cx<'_>, loc: Loc, v: &DeValue<'_>) -> Vec<SliceName> {
+fn parse_sideloads(cx: &mut Ctx<'_>, loc: Loc, v: &DeValue<'_>) -> Vec<SliceName> {
     let items: Vec<String> = match v {
         DeValue::String(s) => vec![s.to_string()],
         DeValue::Array(a) => a
@@ -292,7 +268,7 @@ fn parse_sideloads(cx: &mut Cx<'_>, loc: Loc, v: &DeValue<'_>) -> Vec<SliceName>
 }
 
 /// Sideloads: at least one, and none of them the protected slice, inside it, or around it.
-fn check_sideloads(cx: &mut Cx<'_>, loc: Loc, protect: &SliceName, sideloads: &[SliceName]) {
+fn check_sideloads(cx: &mut Ctx<'_>, loc: Loc, protect: &SliceName, sideloads: &[SliceName]) {
     if sideloads.is_empty() {
         cx.err(
             loc,
@@ -343,8 +319,8 @@ pub(crate) fn check_slices(
 }
 
 /// `redis:HOST:PORT` or `tcp:HOST:PORT`.
-fn parse_probe(cx: &mut Cx<'_>, loc: Loc, s: &str) -> Option<Probe> {
-    let bad = |cx: &mut Cx<'_>| {
+fn parse_probe(cx: &mut Ctx<'_>, loc: Loc, s: &str) -> Option<Probe> {
+    let bad = |cx: &mut Ctx<'_>| {
         cx.err(
             loc,
             "probe",

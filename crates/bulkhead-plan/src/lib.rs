@@ -19,6 +19,7 @@ mod parse;
 mod resolve;
 pub mod sandbox;
 pub mod socket;
+mod values;
 
 pub use directives::{directive_names, nearest, CpuWeight, MemSpec, MemValue, TasksSpec, Value};
 pub use name::SliceName;

@@ -1,8 +1,8 @@
 //! The keys of a `[socket.NAME]` section, by family: addresses and mode, timeouts, limits,
 //! the PROXY protocol, and the unix socket's owner and mode.
 
-use super::values::Ctx;
 use super::{Endpoint, Mode, ProxyVersion, Ready, SocketSpec, TargetSpec, KEYS};
+use crate::values::Ctx;
 use crate::Loc;
 use bulkhead_sys::units::parse_size;
 use std::collections::HashMap;

@@ -17,8 +17,8 @@
 mod keys;
 mod rules;
 mod target;
-mod values;
 
+use crate::values::Ctx;
 use crate::{Loc, SliceName, Source};
 use bulkhead_sys::error::Diagnostic;
 use std::net::SocketAddr;
@@ -26,7 +26,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 use toml::de::DeValue;
 use toml::Spanned;
-use values::Ctx;
 
 /// Where a socket listens, or where a backend is reached.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

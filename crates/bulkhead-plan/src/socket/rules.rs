@@ -1,8 +1,8 @@
 //! The rules across a socket's keys: what a mode needs, what fits together.
 
 use super::keys::Draft;
-use super::values::Ctx;
 use super::{Endpoint, Mode, Ready};
+use crate::values::Ctx;
 
 pub(super) fn check(c: &mut Ctx<'_>, d: &Draft) {
     if d.listen.is_empty() && !d.seen.contains_key("listen") {

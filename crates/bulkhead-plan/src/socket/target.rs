@@ -1,7 +1,7 @@
 //! `[socket.NAME.target]`: the command behind a socket, plain or in a sandbox.
 
-use super::values::Ctx;
 use super::{TargetSpec, TARGET_KEYS};
+use crate::values::Ctx;
 use crate::{Loc, SliceName};
 use std::path::PathBuf;
 use toml::de::DeValue;

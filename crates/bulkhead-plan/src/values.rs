@@ -1,5 +1,5 @@
-//! Reading the values of a socket section: strings, lists, time spans, counts, each with an
-//! error at the key when it is something else.
+//! Reading the values of a plan section ([socket.NAME], [guard]): strings, lists, time
+//! spans, counts, each with an error at the key when it is something else.
 
 use crate::{Loc, Source};
 use bulkhead_sys::error::Diagnostic;
@@ -7,7 +7,7 @@ use bulkhead_sys::units::parse_duration;
 use std::time::Duration;
 use toml::de::DeValue;
 
-pub(super) struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     pub source: &'a Source,
     pub section: String,
     pub errors: &'a mut Vec<Diagnostic>,
