@@ -163,8 +163,15 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         total += v * secs_per;
         rest = next;
     }
+    // Longer spans are not meant, and a deadline this far ahead would overflow a clock.
+    if total.is_nan() || total > MAX_SPAN_SECS {
+        return Err(format!("'{s}' is too long a time span (at most 100 years)"));
+    }
     Ok(std::time::Duration::from_secs_f64(total))
 }
+
+/// The longest time span [`parse_duration`] takes: 100 years.
+pub const MAX_SPAN_SECS: f64 = 100.0 * 365.25 * 86400.0;
 
 /// A set of CPU or NUMA node numbers, as in `0-3,8,10-11`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
@@ -251,6 +258,17 @@ mod tests {
         assert!(parse_percent("x%").unwrap().is_err());
         assert_eq!(parse_duration("100ms").unwrap().as_millis(), 100);
         assert_eq!(parse_duration("1min 30s").unwrap().as_secs(), 90);
+        // Spans too long for a clock are refused, not a panic (exit 134 before).
+        for huge in [
+            "99999999999999999999d",
+            "1e999",
+            &"9".repeat(400),
+            "3651000d",
+        ] {
+            let e = parse_duration(huge);
+            assert!(e.is_err(), "{huge}: {e:?}");
+        }
+        assert_eq!(parse_duration("36500d").unwrap().as_secs(), 36500 * 86400);
         assert_eq!(parse_duration("2").unwrap().as_secs(), 2);
         assert!(parse_duration("3 fortnights").is_err());
     }
