@@ -625,3 +625,57 @@ fn private_users_root_inside_is_not_root_outside() {
     assert_eq!(o.status.code(), Some(125));
     assert!(stderr(&o).contains("must start above 0"), "{}", stderr(&o));
 }
+
+/// A caller with inheritable and ambient capabilities (what runc's CVE-2022-29162 was
+/// about) does not hand them to the sandbox: both sets are empty inside.
+#[test]
+fn inherited_capabilities_do_not_reach_the_sandbox() {
+    if !prerequisites() {
+        return;
+    }
+    if !Path::new("/usr/sbin/capsh").exists() && !Path::new("/sbin/capsh").exists() {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+        assert!(
+            !ci,
+            "capsh is missing in CI: scripts/setup installs libcap2-bin"
+        );
+        eprintln!("SKIPPED: capsh (libcap2-bin) is not installed");
+        return;
+    }
+    let r = Root::new();
+    let inner = format!(
+        "exec {} spawn -D {} -- /bin/sh -c 'grep -E \"^Cap(Inh|Amb)\" /proc/self/status'",
+        env!("CARGO_BIN_EXE_bulkhead"),
+        r.path()
+    );
+    let o = Command::new("capsh")
+        .args([
+            "--inh=cap_net_raw",
+            "--addamb=cap_net_raw",
+            "--",
+            "-c",
+            &inner,
+        ])
+        .env_remove("BULKHEAD_CONFIG")
+        .output()
+        .unwrap();
+    let out = ok(&o);
+    assert!(out.contains("CapInh:\t0000000000000000"), "{out}");
+    assert!(out.contains("CapAmb:\t0000000000000000"), "{out}");
+    // The caller really had them (so the test can fail).
+    let o = Command::new("capsh")
+        .args([
+            "--inh=cap_net_raw",
+            "--addamb=cap_net_raw",
+            "--",
+            "-c",
+            "grep -E '^CapAmb' /proc/self/status",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&o).contains("CapAmb:\t0000000000002000"),
+        "{}",
+        stdout(&o)
+    );
+}

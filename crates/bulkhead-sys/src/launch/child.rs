@@ -176,6 +176,61 @@ fn init_loop(child: libc::pid_t, err_w: RawFd) -> ! {
     }
 }
 
+/// capget/capset's header and per-32-bit-word sets (linux/capability.h, version 3).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
+/// Empty the ambient and inheritable capability sets of the calling thread.
+fn clear_inherited_caps() -> Result<(), i32> {
+    // SAFETY: prctl with integer arguments only; EINVAL means a kernel without ambient
+    // capabilities (before 4.3), where there is nothing to clear.
+    let r = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    if r != 0 && errno() != libc::EINVAL {
+        return Err(errno());
+    }
+    let mut h = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let mut d = [CapData::default(); 2];
+    // SAFETY: capget writes one header and two CapData (version 3) into our own buffers.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut h as *mut CapHeader, d.as_mut_ptr()) } != 0 {
+        return Err(errno());
+    }
+    if d.iter().all(|w| w.inheritable == 0) {
+        return Ok(());
+    }
+    for w in &mut d {
+        w.inheritable = 0;
+    }
+    // SAFETY: capset reads the header and the two CapData we own; it only lowers a set.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut h as *mut CapHeader, d.as_ptr()) } != 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
 fn exec_command(p: &Program, err_w: RawFd) -> ! {
     // SAFETY: in the forked child: FFI calls on descriptors it owns and on NUL-terminated
     // strings and buffers of the Program the parent built, which this copy of the address
@@ -200,6 +255,15 @@ fn exec_command(p: &Program, err_w: RawFd) -> ! {
                     &format!("dropping capability {c}: {}", strerror(e)),
                 );
             }
+        }
+        // Nothing the caller holds in its inheritable or ambient set reaches the command
+        // (runc's CVE-2022-29162): the sandbox gets exactly the bounding set above.
+        if let Err(e) = clear_inherited_caps() {
+            die(
+                err_w,
+                RUN_FAILED,
+                &format!("clearing inheritable capabilities: {}", strerror(e)),
+            );
         }
         if libc::setgroups(p.groups.len(), p.groups.as_ptr()) != 0
             || libc::setresgid(p.gid, p.gid, p.gid) != 0

@@ -225,7 +225,7 @@ impl Program {
             out.push("fork: bulkhead-init stays PID 1, reaps and forwards signals".into());
         }
         out.push(format!(
-            "drop capabilities {:?} from the bounding set",
+            "drop capabilities {:?} from the bounding set; clear the inheritable and ambient sets",
             self.drop_caps
         ));
         out.push(format!(
