@@ -61,7 +61,7 @@ pub fn prepare(cx: &Context) -> Result<Guard> {
     let Some(spec) = plan.guard.clone() else {
         return Err(Error::invalid(
             Diagnostic::error(format!("the plan ({}) has no [guard] section", plan.source.label()))
-                .hint("add one: [guard] with protect = \"db-server\" and sideloads = [\"db-helper\"] (see `man bulkhead-guard` or docs/GUARD.md)"),
+                .hint("add one: [guard] with protect = \"db-server\" and sideloads = [\"db-helper\"] (see docs/GUARD.md)"),
         ));
     };
     let resolved = plan.resolve(&Host::detect())?;
