@@ -145,7 +145,17 @@ fn run_lands_in_every_hierarchy_and_passes_exit_codes() {
         .args(["run", "--slice", "db-helper", "--", "sleep", "30"])
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Once it is `sleep` (the helper is idle-scheduled: on a busy machine the exec may
+    // take longer than any fixed pause).
+    let comm = format!("/proc/{}/comm", child.id());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&comm).unwrap_or_default().trim() != "sleep" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "run never became sleep"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let _ = bulkhead::sys::process::kill(child.id() as i32, libc::SIGINT);
     let st = child.wait().unwrap();
     assert_eq!(st.signal(), Some(libc::SIGINT));
@@ -360,7 +370,8 @@ fn status_reports_usage_and_pressure() {
         return;
     }
     let t = TestRoot::new();
-    let plan = t.plan(EMBEDDED_DEFAULT);
+    // A weight, not the default's idle: the busy loop must get CPU on a busy CI machine.
+    let plan = t.plan(&EMBEDDED_DEFAULT.replace("CPUWeight = \"idle\"\n", "CPUWeight = 100\n"));
     let p = plan.to_str().unwrap();
     assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
     let mut busy = t.sh_in("db-helper", "while :; do :; done").spawn().unwrap();
