@@ -140,11 +140,21 @@ fn run_lands_in_every_hierarchy_and_passes_exit_codes() {
     assert!(stderr(&o).contains("command not found"), "{}", stderr(&o));
 
     // A signal sent to `bulkhead run` reaches the command (it is the same process).
-    let mut child = t
-        .cmd()
-        .args(["run", "--slice", "db-helper", "--", "sleep", "30"])
-        .spawn()
-        .unwrap();
+    let mut cmd = t.cmd();
+    cmd.args(["run", "--slice", "db-helper", "--", "sleep", "30"]);
+    {
+        use std::os::unix::process::CommandExt;
+        // A test run started in the background (`cmd &` without job control) ignores
+        // SIGINT, and `run` keeps what it inherits, as exec does (nohup relies on it).
+        // SAFETY: the child only calls signal(2), which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd.spawn().unwrap();
     // Once it is `sleep` (the helper is idle-scheduled: on a busy machine the exec may
     // take longer than any fixed pause).
     let comm = format!("/proc/{}/comm", child.id());
