@@ -241,6 +241,29 @@ pub fn same(current: &PropValue, wanted: &PropValue) -> bool {
     }
 }
 
+/// What to set so systemd holds `wanted`, and what to set back to undo it, against the
+/// unit's `current` properties. `(prop, asked)`: a property systemd does not report is set
+/// only when the plan asks for it.
+pub fn differences<'a>(
+    current: &std::collections::HashMap<String, zbus::zvariant::OwnedValue>,
+    wanted: impl IntoIterator<Item = (&'a Prop, bool)>,
+) -> (Vec<Prop>, Vec<Prop>) {
+    let mut set = Vec::new();
+    let mut restore = Vec::new();
+    for (p, asked) in wanted {
+        match current.get(&p.name).and_then(|v| from_dbus(v, &p.value)) {
+            Some(c) if same(&c, &p.value) => {}
+            Some(c) => {
+                restore.push(Prop::new(&p.name, c));
+                set.push(p.clone());
+            }
+            None if asked => set.push(p.clone()),
+            None => {}
+        }
+    }
+    (set, restore)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,21 +45,9 @@ impl Systemd {
         }
         let current = self.bus.unit_properties(&unit)?;
         let wanted = self.wanted(&s, &current);
-        let mut set = Vec::new();
-        let mut restore = Vec::new();
-        for p in wanted {
-            let cur = current
-                .get(&p.name)
-                .and_then(|v| props::from_dbus(v, &p.value));
-            match cur {
-                Some(c) if props::same(&c, &p.value) => {}
-                Some(c) => {
-                    restore.push(Prop::new(&p.name, c));
-                    set.push(p);
-                }
-                None => {}
-            }
-        }
+        // A property systemd does not report is left alone: the throttle only tightens
+        // what systemd holds.
+        let (set, restore) = props::differences(&current, wanted.iter().map(|p| (p, false)));
         let mut calls = Vec::new();
         if !set.is_empty() {
             calls.push(Call::SetUnitProperties {

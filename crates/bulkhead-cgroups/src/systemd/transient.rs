@@ -136,24 +136,10 @@ impl Systemd {
                 Prop::new(name, default).why(format!("{directive} (removed from the plan)"))
             })
             .collect();
-        let mut set = Vec::new();
-        let mut restore = Vec::new();
         let plan_props = wanted.iter().map(|p| (p, true));
-        for (p, asked) in plan_props.chain(removed.iter().map(|p| (p, false))) {
-            let cur = current
-                .get(&p.name)
-                .and_then(|v| props::from_dbus(v, &p.value));
-            match cur {
-                Some(c) if props::same(&c, &p.value) => {}
-                Some(c) => {
-                    restore.push(Prop::new(&p.name, c));
-                    set.push(p.clone());
-                }
-                // systemd does not report it: set it when the plan asks for it.
-                None if asked => set.push(p.clone()),
-                None => {}
-            }
-        }
-        Ok((set, restore))
+        Ok(props::differences(
+            &current,
+            plan_props.chain(removed.iter().map(|p| (p, false))),
+        ))
     }
 }
