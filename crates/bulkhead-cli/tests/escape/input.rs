@@ -1,0 +1,4 @@
+//! Escape tests: input.
+
+#[allow(unused_imports)]
+use crate::common;

@@ -1,0 +1,4 @@
+//! Escape tests: sandbox.
+
+#[allow(unused_imports)]
+use crate::common;

@@ -1,0 +1,4 @@
+//! Escape tests: sockets.
+
+#[allow(unused_imports)]
+use crate::common;
