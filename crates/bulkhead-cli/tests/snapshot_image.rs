@@ -193,15 +193,26 @@ impl Drop for LoopFs {
     }
 }
 
+/// Snapshots beside the sources in `dir`: in the private `.bulkhead-snapshots` directory
+/// (0700, root's), and pooled ones beside their image.
 fn hidden_snapshots(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(".#bulkhead-"))
-                .collect()
-        })
-        .unwrap_or_default()
+    let holder = dir.join(snapshot::SNAPSHOT_DIR);
+    if let Ok(md) = std::fs::symlink_metadata(&holder) {
+        assert!(md.is_dir() && md.uid() == 0, "{}", holder.display());
+        assert_eq!(
+            md.permissions().mode() & 0o777,
+            0o700,
+            "{}",
+            holder.display()
+        );
+    }
+    [dir, holder.as_path()]
+        .into_iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|rd| rd.flatten())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".#bulkhead-"))
+        .collect()
 }
 
 /// An image store made with the CLI, with its own record file; removed on drop.
@@ -396,7 +407,13 @@ fn check_registry(s: &Snapshot) {
         assert_eq!(path, s.root.to_str().unwrap());
         let name = s.root.file_name().unwrap().to_string_lossy().into_owned();
         assert!(name.starts_with(".#bulkhead-"), "{name}");
-        assert_eq!(s.root.parent(), s.lower.parent());
+        assert_eq!(
+            s.root.parent(),
+            s.lower
+                .parent()
+                .map(|p| p.join(snapshot::SNAPSHOT_DIR))
+                .as_deref()
+        );
     }
 }
 
@@ -709,10 +726,17 @@ fn copy_on_ext4_and_btrfs_refused_there() {
     let e = snapshot::create(&dir.0.join("missing"), Choice::Auto).unwrap_err();
     assert_eq!(e.exit_code(), 2);
     assert!(e.to_string().contains("No such file or directory"), "{e}");
+    // The private snapshot directory stays (empty) beside the source, as a cache would.
     assert_eq!(
         std::fs::read_dir(&dir.0).unwrap().count(),
-        1,
-        "only the source is left"
+        2,
+        "only the source and the snapshot directory are left"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.0.join(snapshot::SNAPSHOT_DIR))
+            .unwrap()
+            .count(),
+        0
     );
 }
 

@@ -3,9 +3,9 @@
 
 use crate::dir::parent_and_name;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub use crate::statfs::{BTRFS_MAGIC, XFS_MAGIC};
 /// The inode number of every btrfs subvolume's root directory.
@@ -92,11 +92,15 @@ pub fn subvolume_create(dest: &Path) -> io::Result<()> {
     }
 }
 
-fn destroy_one(path: &Path) -> io::Result<()> {
-    let (parent, name) = parent_and_name(path, 4087)?;
+/// Destroy the subvolume `name` in the directory open as `parent` (one ioctl; ENOTEMPTY when
+/// it still holds subvolumes). [`crate::remove::remove_tree`] removes any tree with them.
+pub fn destroy_at(parent: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
+    if name.is_empty() || name.len() > 4087 {
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
     // SAFETY: all-zero is a valid value of this plain C struct.
     let mut args: Box<VolArgs> = Box::new(unsafe { std::mem::zeroed() });
-    args.name[..name.len()].copy_from_slice(&name);
+    args.name[..name.len()].copy_from_slice(name);
     // SAFETY: the argument is the struct or buffer this request takes, sized as it encodes.
     unsafe {
         ioctl(
@@ -104,43 +108,6 @@ fn destroy_one(path: &Path) -> io::Result<()> {
             BTRFS_IOC_SNAP_DESTROY,
             (&mut *args as *mut VolArgs).cast(),
         )
-    }
-}
-
-/// Destroy the subvolume at `path`, and first any subvolume created inside it (the kernel
-/// refuses a subvolume that still holds others with ENOTEMPTY).
-pub fn destroy(path: &Path) -> std::result::Result<(), (PathBuf, io::Error)> {
-    match destroy_one(path) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => {
-            let dev = std::fs::symlink_metadata(path)
-                .map_err(|e| (path.to_path_buf(), e))?
-                .dev();
-            let mut nested = Vec::new();
-            find_nested_subvolumes(path, dev, &mut nested);
-            for n in nested {
-                destroy(&n)?;
-            }
-            destroy_one(path).map_err(|e| (path.to_path_buf(), e))
-        }
-        r => r.map_err(|e| (path.to_path_buf(), e)),
-    }
-}
-
-/// Subvolume roots directly inside the subvolume `dir` (device `dev`), not below them.
-fn find_nested_subvolumes(dir: &Path, dev: u64, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let Ok(md) = e.metadata() else { continue };
-        if !md.is_dir() {
-            continue;
-        }
-        if md.dev() == dev {
-            find_nested_subvolumes(&e.path(), dev, out);
-        } else if md.ino() == FIRST_FREE_OBJECTID {
-            out.push(e.path());
-        }
     }
 }
 

@@ -1,4 +1,5 @@
-//! Directories by path: open one, make one, and open the parent of a path bulkhead chose.
+//! Directories by path: open one, make one (a private one too), and open the parent of a
+//! path bulkhead chose.
 
 use std::ffi::CString;
 use std::io;
@@ -41,4 +42,26 @@ pub(crate) fn parent_and_name(p: &Path, max: usize) -> io::Result<(OwnedFd, Vec<
         parent
     };
     Ok((open_dir(parent)?, name))
+}
+
+/// Make `dir` a directory only root can enter (0700, owned by root), creating it if missing;
+/// refuse a symlink or a directory someone else owns (someone prepared it for us).
+pub fn private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    let md = std::fs::symlink_metadata(dir)?;
+    if !md.is_dir() || md.uid() != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "not a directory owned by root (a symlink, or another user's directory)",
+        ));
+    }
+    if md.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
 }

@@ -1,77 +1,15 @@
 //! Directory trees: open and create by path, copy a tree (reflink, copy_file_range) with
 //! everything a root file system holds, and remove one without leaving its file system.
 
-use crate::btrfs::{self, FIRST_FREE_OBJECTID};
 pub use crate::dir::open_dir;
 use crate::dir::{cpath, mkdir};
-use crate::mountinfo;
-use crate::statfs::{fs_magic, BTRFS_MAGIC};
+pub use crate::remove::remove_tree;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-
-/// Remove a directory tree without crossing into other file systems: mounts below it are
-/// lazily detached first, btrfs subvolumes inside it are destroyed.
-pub fn remove_tree(path: &Path) -> std::result::Result<(), (PathBuf, io::Error)> {
-    let md = match std::fs::symlink_metadata(path) {
-        Ok(md) => md,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err((path.to_path_buf(), e)),
-    };
-    if !md.is_dir() {
-        return ignore_missing(std::fs::remove_file(path)).map_err(|e| (path.to_path_buf(), e));
-    }
-    if md.ino() == FIRST_FREE_OBJECTID && fs_magic(path) == Some(BTRFS_MAGIC) {
-        return btrfs::destroy(path);
-    }
-    match remove_below(path, md.dev()) {
-        Err((_, e)) if e.raw_os_error() == Some(libc::EBUSY) => {
-            mountinfo::detach_under(path);
-            remove_below(path, md.dev())?;
-        }
-        r => r?,
-    }
-    ignore_missing(std::fs::remove_dir(path)).map_err(|e| (path.to_path_buf(), e))
-}
-
-fn remove_below(dir: &Path, dev: u64) -> std::result::Result<(), (PathBuf, io::Error)> {
-    let rd = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err((dir.to_path_buf(), e)),
-    };
-    for e in rd {
-        let e = e.map_err(|e| (dir.to_path_buf(), e))?;
-        let p = e.path();
-        let md = match e.metadata() {
-            Ok(md) => md,
-            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
-            Err(err) => return Err((p, err)),
-        };
-        if !md.is_dir() {
-            ignore_missing(std::fs::remove_file(&p)).map_err(|e| (p.clone(), e))?;
-        } else if md.dev() == dev {
-            remove_below(&p, dev)?;
-            ignore_missing(std::fs::remove_dir(&p)).map_err(|e| (p.clone(), e))?;
-        } else if md.ino() == FIRST_FREE_OBJECTID && fs_magic(&p) == Some(BTRFS_MAGIC) {
-            btrfs::destroy(&p)?;
-        } else {
-            // Another file system mounted here: never descend; rmdir says EBUSY.
-            std::fs::remove_dir(&p).map_err(|e| (p.clone(), e))?;
-        }
-    }
-    Ok(())
-}
-
-fn ignore_missing(r: io::Result<()>) -> io::Result<()> {
-    match r {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        r => r,
-    }
-}
 
 pub enum CopyFail {
     /// The first FICLONE failed in a way that means "this file system cannot reflink".

@@ -8,6 +8,7 @@
 
 use crate::snapshot;
 use bulkhead_sys::btrfs::{self, BTRFS_MAGIC};
+use bulkhead_sys::dir::private_dir;
 use bulkhead_sys::error::{errno_text, io_failed, Diagnostic, Error, Result};
 use bulkhead_sys::statfs::fs_magic;
 use bulkhead_sys::tree::{self, CopyFail};
@@ -87,8 +88,18 @@ pub fn read_store() -> Result<Option<StoreRecord>> {
 }
 
 /// Where images live now: the store's mount point (which must be mounted), else the default
-/// directory.
+/// directory. It is kept 0700 (root's alone): an image's setuid binaries are nobody's way to
+/// root.
 pub fn images_dir() -> Result<PathBuf> {
+    let dir = where_images_live()?;
+    if dir.is_dir() {
+        // Best effort here (an older install made it 0755); import and the store insist.
+        let _ = private_dir(&dir);
+    }
+    Ok(dir)
+}
+
+fn where_images_live() -> Result<PathBuf> {
     match read_store()? {
         Some(rec) => {
             if mounted_loop(&rec)?.is_none() {
@@ -408,7 +419,7 @@ fn write_record(path: &Path, rec: &StoreRecord) -> Result<()> {
 /// it first), sets it to detach itself at the last close, and detaches it if mounting fails.
 fn loop_mount(file: &Path, mount: &Path) -> Result<()> {
     let out = Command::new("mount")
-        .args(["-t", "btrfs", "-o", "loop,noatime"])
+        .args(["-t", "btrfs", "-o", "loop,noatime,nosuid,nodev"])
         .arg(file)
         .arg(mount)
         .output()
@@ -421,7 +432,9 @@ fn loop_mount(file: &Path, mount: &Path) -> Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    Ok(())
+    // nosuid,nodev: setuid bits and device nodes of images do nothing from the host path;
+    // 0700: no host user reaches the images at all.
+    private_dir(mount).map_err(|e| io_failed("cannot make private (0700)", mount, e))
 }
 
 /// Mount the recorded store (after a reboot). Already mounted: `Done::Already`.
@@ -738,6 +751,7 @@ fn import_tree(src: &Path, name: &str) -> Result<Image> {
         }
     }
     std::fs::create_dir_all(&dir).map_err(|e| io_failed("cannot create", &dir, e))?;
+    private_dir(&dir).map_err(|e| io_failed("cannot make private (0700)", &dir, e))?;
     sweep_stale_imports(&dir);
     let tmp = dir.join(format!(".#import-{name}-{}", std::process::id()));
     let _ = remove_any(&tmp);

@@ -51,8 +51,9 @@ pub struct SpawnArgs {
     /// Mount a tmpfs at this path inside the sandbox (repeatable)
     #[arg(long, value_name = "DST")]
     pub tmpfs: Vec<PathBuf>,
-    /// A user namespace: root inside is an unprivileged ID outside. `auto` picks a 64K range
-    /// from the sandbox's PID; or give BASE[:SIZE]
+    /// A user namespace: root inside is an unprivileged ID outside. `auto` leases a free 64K
+    /// range (never one another live sandbox holds; /etc/subuid is honoured); or give
+    /// BASE[:SIZE]
     #[arg(long = "private-users", value_name = "auto|BASE[:SIZE]", num_args = 0..=1, default_missing_value = "auto")]
     pub private_users: Option<String>,
     /// Run as this user (a name from the root's /etc/passwd, or a UID)
@@ -82,6 +83,10 @@ pub struct SpawnArgs {
     /// has not exited this long after (e.g. 10s)
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
     pub stop_timeout: Option<std::time::Duration>,
+    /// Give the command its own pseudo-terminal (it always has its own session, so it can
+    /// never type into the caller's terminal)
+    #[arg(long, short = 't')]
+    pub pty: bool,
     /// The default seccomp filter: yes or no
     #[arg(long, default_value = "yes", value_name = "yes|no", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub seccomp: bool,

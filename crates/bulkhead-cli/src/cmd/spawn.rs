@@ -39,6 +39,7 @@ fn request(a: &SpawnArgs) -> SpawnRequest {
             timeout: a.timeout,
             as_pid1: a.as_pid1,
             seccomp: a.seccomp,
+            pty: a.pty,
             listen_fds: a.listen_fds,
             stop_timeout: a.stop_timeout,
             argv: a.command.clone(),

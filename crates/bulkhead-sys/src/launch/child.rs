@@ -68,6 +68,26 @@ pub(super) fn main(p: &Program, err_w: RawFd, life_r: RawFd, go_r: RawFd) -> ! {
                 );
             }
         }
+        // A session of its own: the caller's terminal is not the sandbox's controlling
+        // terminal, so TIOCSTI cannot push keystrokes into the caller's shell.
+        if libc::setsid() < 0 {
+            let e = errno();
+            die(err_w, RUN_FAILED, &format!("setsid: {}", strerror(e)));
+        }
+        if let Some(t) = p.pty {
+            if libc::dup2(t, 0) < 0
+                || libc::dup2(t, 1) < 0
+                || libc::dup2(t, 2) < 0
+                || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0
+            {
+                let e = errno();
+                die(
+                    err_w,
+                    RUN_FAILED,
+                    &format!("taking the pseudo-terminal: {}", strerror(e)),
+                );
+            }
+        }
         if libc::mount(
             null(),
             c"/".as_ptr(),
@@ -654,6 +674,7 @@ fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
                 target: t,
                 read_only,
                 noatime,
+                nodev,
             } => {
                 let tree = libc::syscall(
                     libc::SYS_open_tree,
@@ -670,7 +691,7 @@ fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
                         &format!("cannot bind {}: {}", lossy(src), strerror(e)),
                     );
                 }
-                if *read_only || *noatime {
+                if *read_only || *noatime || *nodev {
                     let mut attr = libc::mount_attr {
                         attr_set: 0,
                         attr_clr: 0,
@@ -683,6 +704,9 @@ fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
                     if *noatime {
                         attr.attr_clr |= libc::MOUNT_ATTR__ATIME;
                         attr.attr_set |= libc::MOUNT_ATTR_NOATIME;
+                    }
+                    if *nodev {
+                        attr.attr_set |= libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID;
                     }
                     if libc::syscall(
                         libc::SYS_mount_setattr,

@@ -40,7 +40,10 @@ fn userns_fd(range: IdRange) -> Result<OwnedFd, Failure> {
     res
 }
 
-/// A detached copy of the tree at `src` whose IDs 0..size show as base..base+size.
+/// A detached copy of the tree at `src` whose IDs 0..size show as base..base+size: nodev and
+/// nosuid (an image's device nodes and setuid bits do nothing), and private, so that nothing
+/// mounted on it inside the sandbox propagates back to the host's peer of `src` (open_tree
+/// makes the copy in the host's namespace, a peer of a shared source mount).
 pub fn idmapped_tree(src: &std::path::Path, range: IdRange) -> Result<OwnedFd, Failure> {
     let ns = userns_fd(range)?;
     let c = CString::new(src.as_os_str().as_bytes()).unwrap_or_default();
@@ -59,9 +62,9 @@ pub fn idmapped_tree(src: &std::path::Path, range: IdRange) -> Result<OwnedFd, F
     // SAFETY: open_tree just returned this descriptor; nothing else owns it.
     let tree = unsafe { OwnedFd::from_raw_fd(tree) };
     let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_IDMAP,
+        attr_set: libc::MOUNT_ATTR_IDMAP | libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID,
         attr_clr: 0,
-        propagation: 0,
+        propagation: libc::MS_PRIVATE,
         userns_fd: ns.as_raw_fd() as u64,
     };
     // SAFETY: mount_setattr on our open tree with a valid mount_attr of the size given.

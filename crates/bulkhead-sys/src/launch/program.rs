@@ -73,6 +73,9 @@ pub enum Op {
         /// No access-time updates (a throw-away root: atime writes would only dirty
         /// metadata of a copy that is about to be deleted).
         noatime: bool,
+        /// nodev and nosuid: device nodes and setuid bits of the tree do nothing (the root
+        /// and binds of directories; not a bind of one device node the plan asked for).
+        nodev: bool,
     },
     /// Attach the ID-mapped copy of the root (or of the overlay's lower layer) the parent
     /// made for `--private-users`: files owned by host IDs 0..size show as 0..size inside.
@@ -125,6 +128,9 @@ pub struct Program {
     pub listen_fds: u32,
     /// The index in `envp` of the `LISTEN_PID=` entry the child fills in with its own PID.
     pub listen_pid_slot: Option<usize>,
+    /// The terminal side of a pseudo-terminal: the command's stdin, stdout, stderr and
+    /// controlling terminal (`spawn --pty`).
+    pub pty: Option<std::os::fd::RawFd>,
 }
 
 impl Program {
@@ -151,6 +157,11 @@ impl Program {
             self.clone_flags,
             ns_names(self.clone_flags)
         )];
+        out.push(if self.pty.is_some() {
+            "setsid; a new pseudo-terminal as stdin, stdout, stderr and controlling terminal".into()
+        } else {
+            "setsid (a session of its own: no controlling terminal)".into()
+        });
         out.push("mount --make-rslave /".into());
         for op in self.root_ops.iter().chain(&self.ops) {
             out.push(match op {
@@ -187,15 +198,17 @@ impl Program {
                     target,
                     read_only,
                     noatime,
+                    nodev,
                 } => format!(
-                    "bind {} on {}{}{}",
+                    "bind {} on {}{}{}{}",
                     s(src),
                     t(target),
                     if *read_only { " read-only" } else { "" },
-                    if *noatime { " noatime" } else { "" }
+                    if *noatime { " noatime" } else { "" },
+                    if *nodev { " nodev nosuid" } else { "" }
                 ),
                 Op::AttachIdmapped { target } => format!(
-                    "attach {} ID-mapped 0-{} -> {}-{} on {}",
+                    "attach {} ID-mapped 0-{} -> {}-{} nodev nosuid private on {}",
                     self.idmap_source
                         .as_ref()
                         .map(|p| p.display().to_string())

@@ -30,9 +30,11 @@ fn start(e: Error) -> RunError {
 pub fn resolve(req: &SpawnRequest) -> Result<SandboxSpec, RunError> {
     let mut spec = req.spec.clone();
     spec.rootfs = crate::image::resolve_image(&req.directory).map_err(start)?;
+    spec.private_users_auto = req.private_users.as_deref() == Some("auto");
     spec.private_users = req
         .private_users
         .as_deref()
+        .filter(|s| *s != "auto")
         .map(parse_users)
         .transpose()
         .map_err(start)?;
@@ -110,7 +112,7 @@ fn systemd_owns_slices(cx: &Context) -> bool {
     }
 }
 
-/// `--private-users=auto|BASE[:SIZE]`.
+/// `--private-users=BASE[:SIZE]` (`auto` is leased at start: [`crate::sandbox::userns`]).
 fn parse_users(s: &str) -> Result<UserRange, Error> {
     let bad = || {
         Error::invalid(
@@ -118,15 +120,6 @@ fn parse_users(s: &str) -> Result<UserRange, Error> {
                 .hint("e.g. --private-users=auto, or --private-users=524288:65536"),
         )
     };
-    if s == "auto" {
-        // A 64K range per sandbox, above the IDs a host normally gives out (systemd-nspawn's
-        // range starts at 0x80000), picked from bulkhead's PID so parallel sandboxes differ.
-        let slot = std::process::id() % 0x6000;
-        return Ok(UserRange {
-            base: 0x80000 + slot * 0x10000,
-            size: 0x10000,
-        });
-    }
     let (b, n) = match s.split_once(':') {
         Some((b, n)) => (b, Some(n)),
         None => (s, None),

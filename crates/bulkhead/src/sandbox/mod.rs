@@ -14,6 +14,8 @@
 
 pub mod seccomp;
 pub mod setup;
+mod terminal;
+pub mod userns;
 
 use crate::run::{RunError, EXIT_RUN_FAILED};
 use crate::snapshot::{self, Snapshot};
@@ -43,6 +45,9 @@ pub struct SandboxSpec {
     pub binds: Vec<Bind>,
     pub tmpfs: Vec<PathBuf>,
     pub private_users: Option<UserRange>,
+    /// `--private-users auto`: a free range is leased at start ([`userns::allocate`]) and
+    /// put in `private_users`.
+    pub private_users_auto: bool,
     /// A user name (looked up in the root's /etc/passwd) or a number.
     pub uid: Option<String>,
     pub gid: Option<String>,
@@ -53,6 +58,9 @@ pub struct SandboxSpec {
     pub as_pid1: bool,
     /// Install the default seccomp filter (on unless --seccomp=no).
     pub seccomp: bool,
+    /// `--pty`: the command's stdin, stdout and stderr are a new pseudo-terminal, its
+    /// controlling terminal, relayed to bulkhead's own.
+    pub pty: bool,
     /// Keep fds 3..3+N open for the command and tell it by the systemd protocol
     /// (LISTEN_FDS, and LISTEN_PID set to its PID inside the sandbox).
     pub listen_fds: u32,
@@ -240,6 +248,24 @@ pub fn spawn(
             snapshot_time.as_secs_f64() * 1e3
         ));
     }
+    let mut leased;
+    let (spec, _lease) = if spec.private_users_auto {
+        let lease = userns::allocate().map_err(failed)?;
+        leased = spec.clone();
+        leased.private_users = Some(lease.range);
+        note(&format!(
+            "user namespace: IDs 0-{} are {}-{} on the host (leased)",
+            lease.range.size - 1,
+            lease.range.base,
+            lease.range.base + (lease.range.size - 1)
+        ));
+        (&leased, Some(lease))
+    } else {
+        (spec, None)
+    };
+    if spec.private_users.is_some() {
+        snapshot::ensure_mount_point().map_err(failed)?;
+    }
     let mut program = setup::build(spec, &rootfs, snap.as_ref(), ids).map_err(failed)?;
     // Made before the clone, kept open until the sandbox has exited.
     let _idmapped = match (&program.idmap_source, spec.private_users) {
@@ -258,8 +284,18 @@ pub fn spawn(
         };
         backend.join(slice).map_err(RunError::place)?;
     }
+    let relay = if spec.pty {
+        let r = terminal::Relay::start().map_err(failed)?;
+        program.pty = Some(r.terminal());
+        Some(r)
+    } else {
+        None
+    };
     let result =
         bulkhead_sys::launch::run(&program, spec.timeout, spec.stop_timeout).map_err(launch_failed);
+    if let Some(r) = relay {
+        r.finish();
+    }
     let method = snap.as_ref().map(|s| (s.method, s.why.clone()));
     if let Some(s) = snap.as_mut() {
         // From a read-only image's pool: removed, and the pool topped up, in the background.
@@ -281,6 +317,22 @@ pub fn spawn(
 pub fn describe(spec: &SandboxSpec) -> Result<Vec<String>, RunError> {
     let rootfs = validate(spec)?;
     let ids = setup::resolve_ids(&rootfs, spec)?;
-    let program = setup::build(spec, &rootfs, None, ids).map_err(failed)?;
-    Ok(program.describe())
+    let mut out = Vec::new();
+    let mut shown = spec.clone();
+    if spec.private_users_auto {
+        out.push(format!(
+            "# --private-users auto: a free range of {} IDs is leased at start in {} (shown: the first)",
+            userns::RANGE,
+            userns::leases_dir().display()
+        ));
+        shown.private_users = Some(UserRange {
+            base: 0x80000,
+            size: userns::RANGE,
+        });
+    }
+    let mut program = setup::build(&shown, &rootfs, None, ids).map_err(failed)?;
+    // The pseudo-terminal is opened at start; the description only needs to know there is one.
+    program.pty = spec.pty.then_some(-1);
+    out.extend(program.describe());
+    Ok(out)
 }

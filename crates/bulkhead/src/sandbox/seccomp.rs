@@ -44,6 +44,7 @@ pub const DENIED: &[&str] = &[
     "unshare",
     "userfaultfd",
     "vhangup",
+    "ioctl TIOCSTI and TIOCLINUX (typing into a terminal)",
     "clone with CLONE_NEW*",
     "clone3 (ENOSYS)",
 ];
@@ -113,6 +114,8 @@ enum To {
     Eperm,
     Enosys,
     Kill,
+    /// This many instructions past the next one.
+    Ahead(usize),
 }
 
 /// Build the filter: a few dozen instructions, built before the clone.
@@ -122,6 +125,7 @@ enum To {
 /// nr >= 0x40000000 (x32)    -> EPERM
 /// nr in DENIED              -> EPERM
 /// clone3                    -> ENOSYS (libc falls back to clone)
+/// ioctl TIOCSTI, TIOCLINUX  -> EPERM (pushing keystrokes into a terminal)
 /// clone with CLONE_NEW*     -> EPERM
 /// everything else           -> allow
 /// ```
@@ -138,6 +142,11 @@ pub fn default_filter() -> Result<Filter> {
         code.push((JEQ, To::Eperm, To::Next, n as u32));
     }
     code.push((JEQ, To::Enosys, To::Next, libc::SYS_clone3 as u32));
+    // ioctl's request is its second argument; the kernel reads it as 32 bits.
+    code.push((JEQ, To::Next, To::Ahead(3), libc::SYS_ioctl as u32));
+    code.push((LD_W_ABS, To::Next, To::Next, 24));
+    code.push((JEQ, To::Eperm, To::Next, libc::TIOCSTI as u32));
+    code.push((JEQ, To::Eperm, To::Allow, libc::TIOCLINUX as u32));
     code.push((JEQ, To::Next, To::Allow, libc::SYS_clone as u32));
     // clone's flags are its first argument (low 32 bits on little-endian x86_64/aarch64).
     code.push((LD_W_ABS, To::Next, To::Next, 16));
@@ -160,6 +169,7 @@ pub fn default_filter() -> Result<Filter> {
                 To::Eperm => eperm,
                 To::Enosys => enosys,
                 To::Kill => kill,
+                To::Ahead(n) => i + 1 + n,
             };
             (target - i - 1) as u8
         };
@@ -204,6 +214,6 @@ mod tests {
             );
         }
         assert_eq!(f.program[n - 1].code, super::RET);
-        assert_eq!(super::numbers().len() + 2, super::DENIED.len());
+        assert_eq!(super::numbers().len() + 3, super::DENIED.len());
     }
 }

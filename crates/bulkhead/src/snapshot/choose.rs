@@ -1,11 +1,14 @@
 //! Choosing how to copy a root: btrfs snapshot, reflink, overlay, or a full copy, in that
 //! order of cost; each refusal says why, for `spawn -v` and for `--snapshot METHOD`.
 
+use super::ensure_mount_point;
 use super::registry::Entry;
 use super::{
-    remove_snapshot, snapshot_name, state_root, Choice, Method, PoolKey, Snapshot, SNAPSHOT_PREFIX,
+    remove_snapshot, snapshot_name, state_root, Choice, Method, PoolKey, Snapshot, SNAPSHOT_DIR,
+    SNAPSHOT_PREFIX,
 };
 use bulkhead_sys::btrfs::{self, BTRFS_MAGIC, FIRST_FREE_OBJECTID, XFS_MAGIC};
+use bulkhead_sys::dir::private_dir;
 use bulkhead_sys::error::{errno_text, io_failed, Diagnostic, Error, Result};
 use bulkhead_sys::statfs::{fs_name, ino_and_magic};
 use bulkhead_sys::tree::{copy_tree, open_dir, CopyFail};
@@ -188,7 +191,7 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
                     )));
                 }
             }
-            let dir = overlay_mount_point()?;
+            let dir = ensure_mount_point()?;
             return Ok(Ok(Snapshot {
                 method,
                 why: String::new(),
@@ -216,9 +219,16 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
     } else {
         None
     };
+    let holder = parent.join(SNAPSHOT_DIR);
+    private_dir(&holder).map_err(|e| {
+        io_failed("cannot make the private snapshot directory", &holder, e).with_hint(format!(
+            "{} must be a directory of root's, or absent (bulkhead makes it, mode 0700)",
+            holder.display()
+        ))
+    })?;
     // A leftover from a crash with the same PID may hold the name: take the next one.
     for _ in 0..64 {
-        let (entry, disk) = Entry::new(|pid, seq| parent.join(snapshot_name(base, pid, seq)))?;
+        let (entry, disk) = Entry::new(|pid, seq| holder.join(snapshot_name(base, pid, seq)))?;
         let mut pooled = false;
         let made = match method {
             Method::Btrfs if pool.as_ref().is_some_and(|k| k.claim(&disk)) => {
@@ -252,7 +262,7 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
         // Nothing of a failed attempt stays: the partial copy, then the entry.
         let exists = matches!(&err, CopyFail::At(p, _, e) if e.raw_os_error() == Some(libc::EEXIST) && p == &disk);
         if !exists {
-            let _ = remove_snapshot(&disk, method == Method::Btrfs);
+            let _ = remove_snapshot(&disk);
         }
         let _ = entry.remove();
         if exists {
@@ -281,17 +291,6 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
             ),
         ),
     )
-}
-
-/// Where every overlay sandbox mounts its tmpfs (upper layer) and its overlay, each in its own
-/// mount namespace: one shared, empty directory, so an overlay snapshot has no state on the
-/// host at all and nothing of it can be left behind.
-fn overlay_mount_point() -> Result<PathBuf> {
-    let d = state_root().join(".overlay");
-    if !d.is_dir() {
-        std::fs::create_dir_all(&d).map_err(|e| io_failed("cannot create", &d, e))?;
-    }
-    Ok(d)
 }
 
 fn copy_error(path: &Path, what: &str, e: io::Error, parent: &Path) -> Error {

@@ -22,9 +22,9 @@ pub use choose::create;
 pub use pool::{drop_pool, refill_pool, PoolKey};
 pub use registry::clean_stale;
 
-use bulkhead_sys::error::{errno_text, Error, Result};
+use bulkhead_sys::error::{errno_text, io_failed, Error, Result};
 use bulkhead_sys::process::detach;
-use bulkhead_sys::{btrfs, mountinfo, tree};
+use bulkhead_sys::tree;
 use registry::remove_entry;
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -35,6 +35,9 @@ use std::path::{Path, PathBuf};
 pub use bulkhead_sys::paths::DEFAULT_STATE_ROOT;
 /// The start of every on-disk snapshot's name; nothing else is ever removed by name.
 pub const SNAPSHOT_PREFIX: &str = ".#bulkhead-";
+/// On-disk snapshots live in this directory beside their source, 0700 and root's: a copy the
+/// sandbox could write (a setuid binary it made) is out of every host user's reach.
+pub const SNAPSHOT_DIR: &str = ".bulkhead-snapshots";
 
 /// Snapshots of a read-only btrfs image made ahead of time, beside it:
 /// `.#bulkhead-pool.T<subvolume id>.C<its ctransid>.<pid>.<n>`. A start takes one with a
@@ -71,6 +74,24 @@ pub struct Snapshot {
     owner: u32,
 }
 
+/// Where every sandbox mounts the root it will pivot into, each in its own mount namespace:
+/// one shared, empty directory (`state_root()/.overlay`), so such a root has no state on the
+/// host and nothing of it can be left behind. An overlay's tmpfs goes here, and with
+/// `--private-users` the ID-mapped copy of an on-disk snapshot (its own path may be in a
+/// directory only the host's root can enter).
+pub fn mount_point() -> PathBuf {
+    state_root().join(".overlay")
+}
+
+/// [`mount_point`], created if missing.
+pub fn ensure_mount_point() -> Result<PathBuf> {
+    let d = mount_point();
+    if !d.is_dir() {
+        std::fs::create_dir_all(&d).map_err(|e| io_failed("cannot create", &d, e))?;
+    }
+    Ok(d)
+}
+
 /// The registry directory: `/run/bulkhead/sandbox`, or `$BULKHEAD_STATE_DIR` (tests).
 pub fn state_root() -> PathBuf {
     bulkhead_sys::paths::sandbox_state_root()
@@ -89,7 +110,7 @@ impl Snapshot {
             return Ok(());
         }
         if let Some(disk) = &self.disk {
-            remove_snapshot(disk, self.method == Method::Btrfs).map_err(|(p, e)| {
+            remove_snapshot(disk).map_err(|(p, e)| {
                 Error::failed(format!(
                     "cannot remove the {} snapshot {}: {}: {}",
                     self.method,
@@ -130,7 +151,7 @@ impl Snapshot {
         // The child owns the cleanup from here; if it dies first, the entry's owner (this
         // process) is gone soon after, and the next start's clean_stale removes it.
         let started = detach(false, move || {
-            let removed = remove_snapshot(&disk, true).is_ok() && remove_entry(&state).is_ok();
+            let removed = remove_snapshot(&disk).is_ok() && remove_entry(&state).is_ok();
             key.fill().is_ok() && removed
         });
         if !started {
@@ -149,22 +170,10 @@ impl Drop for Snapshot {
     }
 }
 
-/// Remove an on-disk snapshot: destroy a subvolume, or remove a tree.
-fn remove_snapshot(disk: &Path, subvolume: bool) -> std::result::Result<(), (PathBuf, io::Error)> {
-    if !subvolume {
-        return tree::remove_tree(disk);
-    }
-    match btrfs::destroy(disk) {
-        Err((_, e)) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-        // Mounts inside it (a sandbox that used this namespace): detach them, try again.
-        Err((_, e)) if e.raw_os_error() == Some(libc::EBUSY) => {
-            if mountinfo::detach_under(disk).is_empty() {
-                return Err((disk.to_path_buf(), e));
-            }
-            btrfs::destroy(disk)
-        }
-        r => r,
-    }
+/// Remove an on-disk snapshot (a subvolume or a tree) by directory descriptors: the sandbox
+/// that used it cannot redirect the removal with symlinks.
+fn remove_snapshot(disk: &Path) -> std::result::Result<(), (PathBuf, io::Error)> {
+    tree::remove_tree(disk)
 }
 
 /// `.#bulkhead-<base>-<pid>-<seq>`, the base cut to keep the name well under NAME_MAX.

@@ -78,7 +78,7 @@ impl PoolKey {
         for p in self.entries(&ours).into_iter().chain(self.entries(&tmp)) {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
             if !read_only || name.starts_with(&tmp) || !name.starts_with(&live) {
-                let _ = remove_snapshot(&p, true);
+                let _ = remove_snapshot(&p);
             }
         }
         if !read_only || treeid != self.treeid {
@@ -129,7 +129,7 @@ pub fn drop_pool(src: &Path) {
         if n.starts_with(&format!("{POOL_PREFIX}T{treeid}."))
             || n.starts_with(&format!("{POOL_TMP_PREFIX}T{treeid}."))
         {
-            let _ = remove_snapshot(&e.path(), true);
+            let _ = remove_snapshot(&e.path());
         }
     }
 }

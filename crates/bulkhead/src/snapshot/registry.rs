@@ -168,7 +168,7 @@ pub fn clean_stale(images: impl FnOnce() -> Option<PathBuf>) -> Vec<String> {
                     out.push(format!("unmounted {} of {who}", m.display()));
                 }
                 let subvol = is_subvolume(&disk);
-                match remove_snapshot(&disk, subvol) {
+                match remove_snapshot(&disk) {
                     Ok(()) => out.push(format!(
                         "removed the {}snapshot {} of {who}",
                         if subvol { "btrfs " } else { "" },
@@ -213,10 +213,13 @@ pub fn clean_stale(images: impl FnOnce() -> Option<PathBuf>) -> Vec<String> {
 /// its snapshot exists and removed after it is gone, so these are left by a crash that the
 /// registry did not survive (a reboot empties /run).
 fn clean_orphans(images: &Path, root: &Path, out: &mut Vec<String>) {
-    let Ok(rd) = std::fs::read_dir(images) else {
-        return;
-    };
-    for e in rd.flatten() {
+    // Snapshots live in the private directory beside their image (before: beside it).
+    let holder = images.join(super::SNAPSHOT_DIR);
+    let entries = [images, holder.as_path()]
+        .into_iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|rd| rd.flatten());
+    for e in entries {
         let name = e.file_name();
         let Some(n) = name.to_str() else { continue };
         if !n.starts_with(SNAPSHOT_PREFIX) {
@@ -236,8 +239,7 @@ fn clean_orphans(images: &Path, root: &Path, out: &mut Vec<String>) {
             continue;
         }
         detach_under(&disk);
-        let subvol = is_subvolume(&disk);
-        match remove_snapshot(&disk, subvol) {
+        match remove_snapshot(&disk) {
             // Gone meanwhile: its owner discarded it.
             Ok(()) if std::fs::symlink_metadata(&disk).is_err() => out.push(format!(
                 "removed the orphaned snapshot {} (no sandbox state names it: a crash or a reboot left it)",

@@ -3,7 +3,30 @@
 
 use crate::run::RunError;
 use crate::sandbox::{invalid, SandboxSpec};
+use bulkhead_sys::inroot::{open_root, read_in_root, InRootError};
 use std::path::Path;
+
+/// passwd and group files larger than this are refused (a real one is a few KiB).
+const MAX_ID_FILE: u64 = 4 << 20;
+
+/// The root's `etc/<name>`, read through a resolution confined to the root (an image's
+/// symlinks cannot make the host read its own files, a FIFO or /dev/zero); empty when the
+/// root has none.
+fn read_id_file(rootfs: &Path, name: &str) -> std::result::Result<String, RunError> {
+    let shown = rootfs.join("etc").join(name);
+    let refuse = |why: String| {
+        invalid(
+            format!("{}: {why}", shown.display()),
+            "the sandbox's root must hold a regular passwd/group file (or none): fix or remove it in the image",
+        )
+    };
+    let root = open_root(rootfs).map_err(|e| refuse(format!("cannot open the root: {e}")))?;
+    match read_in_root(&root, &format!("etc/{name}"), MAX_ID_FILE) {
+        Ok(bytes) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
+        Err(InRootError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(refuse(e.to_string())),
+    }
+}
 
 /// The IDs the command runs as, from the sandbox root's own /etc/passwd and /etc/group.
 #[derive(Debug, Clone)]
@@ -18,8 +41,18 @@ pub struct Ids {
 /// Look `--uid`/`--gid` up in the root's passwd and group files, as systemd-nspawn --user
 /// does: the names that matter are the sandbox's, not the host's.
 pub fn resolve_ids(rootfs: &Path, spec: &SandboxSpec) -> std::result::Result<Ids, RunError> {
-    let passwd = std::fs::read_to_string(rootfs.join("etc/passwd")).unwrap_or_default();
-    let group = std::fs::read_to_string(rootfs.join("etc/group")).unwrap_or_default();
+    if spec.uid.is_none() && spec.gid.is_none() {
+        // root: nothing to look up.
+        return Ok(Ids {
+            uid: 0,
+            gid: 0,
+            groups: vec![0],
+            home: "/root".into(),
+            user: Some("root".into()),
+        });
+    }
+    let passwd = read_id_file(rootfs, "passwd")?;
+    let group = read_id_file(rootfs, "group")?;
     let users: Vec<Vec<&str>> = passwd
         .lines()
         .map(|l| l.split(':').collect::<Vec<_>>())

@@ -64,6 +64,7 @@ pub fn build(
         program_name: x.program_name,
         listen_fds: spec.listen_fds,
         listen_pid_slot: x.listen_pid_slot,
+        pty: None,
     })
 }
 

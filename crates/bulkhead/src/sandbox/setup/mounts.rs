@@ -74,6 +74,7 @@ pub fn proc_and_sys(ops: &mut Vec<Op>, spec: &SandboxSpec, mp: Create) -> Result
             target: in_root(Path::new("sys"), mp)?,
             read_only: true,
             noatime: false,
+            nodev: true,
         });
     } else {
         ops.push(mount(
@@ -111,6 +112,7 @@ pub fn dev(ops: &mut Vec<Op>, spec: &SandboxSpec, root: &Path, mp: Create) -> Re
                 target: Target::Abs(path),
                 read_only: false,
                 noatime: false,
+                nodev: false,
             });
         } else {
             ops.push(Op::Mknod {
@@ -181,6 +183,9 @@ pub fn tmp_binds_tmpfs(ops: &mut Vec<Op>, spec: &SandboxSpec, mp: Create) -> Res
             target: in_root(&b.dst, create)?,
             read_only: b.read_only,
             noatime: false,
+            // A bind of one device node is the plan's explicit allow; every other bind is
+            // nodev (a directory of the host's /dev would otherwise hand out all of them).
+            nodev: !is_device(&b.src),
         });
     }
     for t in &spec.tmpfs {
@@ -198,6 +203,12 @@ pub fn tmp_binds_tmpfs(ops: &mut Vec<Op>, spec: &SandboxSpec, mp: Create) -> Res
         )?);
     }
     Ok(())
+}
+
+fn is_device(p: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(p)
+        .is_ok_and(|m| m.file_type().is_char_device() || m.file_type().is_block_device())
 }
 
 /// [`MASKED_FILES`], [`MASKED_DIRS`] and [`READ_ONLY`], each skipped where the kernel lacks

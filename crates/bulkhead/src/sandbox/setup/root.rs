@@ -4,7 +4,7 @@
 
 use super::{cstr, Op, Target};
 use crate::sandbox::SandboxSpec;
-use crate::snapshot::{Method, Snapshot};
+use crate::snapshot::{mount_point, Method, Snapshot};
 use bulkhead_sys::error::Result;
 use std::path::{Path, PathBuf};
 
@@ -21,10 +21,12 @@ pub fn root(spec: &SandboxSpec, rootfs: &Path, snap: Option<&Snapshot>) -> Resul
     let userns = spec.private_users.is_some();
     match snap {
         Some(s) if s.method == Method::Overlay => overlay(s, userns),
+        // The ID-mapped copy goes on the shared mount point: the snapshot's own path is in a
+        // directory only the host's root may enter, and the sandbox is not that root.
         Some(s) if userns => Ok(Root {
-            path: s.root.clone(),
+            path: mount_point(),
             ops: vec![Op::AttachIdmapped {
-                target: Target::Abs(cstr(&s.root)?),
+                target: Target::Abs(cstr(mount_point())?),
             }],
             idmap_source: Some(s.root.clone()),
         }),
@@ -35,24 +37,29 @@ pub fn root(spec: &SandboxSpec, rootfs: &Path, snap: Option<&Snapshot>) -> Resul
                 target: Target::Abs(cstr(&s.root)?),
                 read_only: false,
                 noatime: true,
+                nodev: true,
             }],
             idmap_source: None,
         }),
         None if userns => {
             let mut ops = vec![Op::AttachIdmapped {
-                target: Target::Abs(cstr(rootfs)?),
+                target: Target::Abs(cstr(mount_point())?),
             }];
             if !spec.writable {
                 ops.push(Op::Mount {
                     src: None,
-                    target: Target::Abs(cstr(rootfs)?),
+                    target: Target::Abs(cstr(mount_point())?),
                     fstype: None,
-                    flags: libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
+                    flags: libc::MS_BIND
+                        | libc::MS_REMOUNT
+                        | libc::MS_RDONLY
+                        | libc::MS_NODEV
+                        | libc::MS_NOSUID,
                     data: None,
                 });
             }
             Ok(Root {
-                path: rootfs.to_path_buf(),
+                path: mount_point(),
                 ops,
                 idmap_source: Some(rootfs.to_path_buf()),
             })
@@ -64,6 +71,7 @@ pub fn root(spec: &SandboxSpec, rootfs: &Path, snap: Option<&Snapshot>) -> Resul
                 target: Target::Abs(cstr(rootfs)?),
                 read_only: !spec.writable && !spec.ephemeral,
                 noatime: false,
+                nodev: true,
             }],
             idmap_source: None,
         }),
@@ -110,7 +118,8 @@ fn overlay(s: &Snapshot, userns: bool) -> Result<Root> {
         src: Some(cstr("overlay")?),
         target: Target::Abs(cstr(&s.root)?),
         fstype: Some(cstr("overlay")?),
-        flags: 0,
+        // The image's device nodes and setuid bits do nothing in the sandbox.
+        flags: libc::MS_NODEV | libc::MS_NOSUID,
         data: Some(cstr(data)?),
     });
     Ok(Root {

@@ -1,0 +1,132 @@
+//! Reading a file of an untrusted tree (an image, a sandbox's root) from the host: the path
+//! is resolved with openat2(RESOLVE_IN_ROOT), so `..` and symlinks, absolute ones too, stay
+//! inside the tree; only a regular file is read (a FIFO would hang us, a device node could be
+//! endless or the host's own disk), and at most `max` bytes of it.
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+/// Why a file of the tree was not read.
+#[derive(Debug)]
+pub enum InRootError {
+    /// Opening or reading failed (ENOENT included: the caller decides what a missing file
+    /// means).
+    Io(io::Error),
+    /// Not a regular file: what it is instead ("a FIFO", "a directory", ...).
+    NotRegular(&'static str),
+    /// Larger than the cap.
+    TooLarge(u64),
+}
+
+impl std::fmt::Display for InRootError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InRootError::Io(e) => write!(f, "{e}"),
+            InRootError::NotRegular(what) => write!(f, "{what}, not a regular file"),
+            InRootError::TooLarge(max) => write!(f, "larger than {max} bytes"),
+        }
+    }
+}
+
+/// Open the directory at the top of the tree (a path bulkhead or its user chose).
+pub fn open_root(root: &Path) -> io::Result<OwnedFd> {
+    rustix::fs::open(
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(Into::into)
+}
+
+/// Read `rel` (relative to the tree's top, `/` meaning the top) of the tree open as `root`.
+pub fn read_in_root(root: &OwnedFd, rel: &str, max: u64) -> Result<Vec<u8>, InRootError> {
+    let fd = rustix::fs::openat2(
+        root,
+        rel,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| InRootError::Io(e.into()))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| InRootError::Io(e.into()))?;
+    let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+    let what = match kind {
+        rustix::fs::FileType::RegularFile => None,
+        rustix::fs::FileType::Directory => Some("a directory"),
+        rustix::fs::FileType::Fifo => Some("a FIFO"),
+        rustix::fs::FileType::CharacterDevice => Some("a character device"),
+        rustix::fs::FileType::BlockDevice => Some("a block device"),
+        rustix::fs::FileType::Socket => Some("a socket"),
+        _ => Some("not a regular file"),
+    };
+    if let Some(what) = what {
+        return Err(InRootError::NotRegular(what));
+    }
+    let mut buf = Vec::new();
+    std::fs::File::from(fd)
+        .take(max + 1)
+        .read_to_end(&mut buf)
+        .map_err(InRootError::Io)?;
+    if buf.len() as u64 > max {
+        return Err(InRootError::TooLarge(max));
+    }
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("inroot-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("etc")).unwrap();
+        d
+    }
+
+    #[test]
+    fn symlinks_resolve_inside_the_tree() {
+        let d = scratch("links");
+        std::fs::write(d.join("secret"), "inside\n").unwrap();
+        // Absolute and climbing links both land in the tree, never on the host's files.
+        symlink("/secret", d.join("etc/abs")).unwrap();
+        symlink("../../../../secret", d.join("etc/up")).unwrap();
+        let root = open_root(&d).unwrap();
+        assert_eq!(read_in_root(&root, "etc/abs", 100).unwrap(), b"inside\n");
+        assert_eq!(read_in_root(&root, "etc/up", 100).unwrap(), b"inside\n");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn fifos_devices_and_big_files_are_refused() {
+        let d = scratch("kinds");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            d.join("etc/fifo"),
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        symlink("/dev/zero", d.join("etc/zero")).unwrap();
+        std::fs::write(d.join("etc/big"), vec![b'x'; 2000]).unwrap();
+        let root = open_root(&d).unwrap();
+        assert!(matches!(
+            read_in_root(&root, "etc/fifo", 100),
+            Err(InRootError::NotRegular("a FIFO"))
+        ));
+        // /dev/zero inside the tree does not exist: the link cannot reach the host's.
+        assert!(matches!(
+            read_in_root(&root, "etc/zero", 100),
+            Err(InRootError::Io(e)) if e.kind() == io::ErrorKind::NotFound
+        ));
+        assert!(matches!(
+            read_in_root(&root, "etc/big", 1000),
+            Err(InRootError::TooLarge(1000))
+        ));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
