@@ -4,9 +4,9 @@
 
 mod common;
 
+#[path = "escape/input.rs"]
+mod input;
 #[path = "escape/sandbox.rs"]
 mod sandbox;
 #[path = "escape/sockets.rs"]
 mod sockets;
-#[path = "escape/input.rs"]
-mod input;
