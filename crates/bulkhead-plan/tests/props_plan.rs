@@ -105,9 +105,8 @@ fn names_change(change: &Change, line: usize, e: &Error) -> Result<(), String> {
         Change::Header { .. } => {
             let old = header
                 .trim_matches(['[', ']'])
-                .splitn(2, '.')
-                .nth(1)
-                .unwrap_or("");
+                .split_once('.')
+                .map_or("", |(_, n)| n);
             let name = key.trim();
             ds.iter()
                 .any(|d| says(d, name) || says(d, old) || at_line(d))
@@ -383,7 +382,8 @@ fn device_lines() {
         input,
         |(directive, lines, as_list, host)| {
             let value = if as_list || lines.len() > 1 {
-                let items: Vec<String> = lines.iter().map(|l| gen::toml_string(l)).collect();
+                let items: Vec<String> =
+                    lines.iter().map(|l| gen::toml_string(l.as_str())).collect();
                 format!("[{}]", items.join(", "))
             } else {
                 gen::toml_string(&lines[0])
@@ -540,7 +540,7 @@ fn huge_pages() {
     });
     let word = prop_oneof![
         prop::sample::select(vec!["always", "madvise", "never", "defer", "madvice", ""])
-            .prop_map(|s| gen::toml_string(s)),
+            .prop_map(gen::toml_string),
         gen::toml_value(),
     ];
     let thp = prop_oneof![
@@ -559,11 +559,11 @@ fn huge_pages() {
                 "/a,b",
                 "/"
             ])
-            .prop_map(|s| gen::toml_string(s)),
+            .prop_map(gen::toml_string),
             gen::toml_value(),
         ],
         prop_oneof![
-            prop::sample::select(vec!["2M", "1G", "4M", "x"]).prop_map(|s| gen::toml_string(s)),
+            prop::sample::select(vec!["2M", "1G", "4M", "x"]).prop_map(gen::toml_string),
             gen::toml_value(),
         ],
         amount,

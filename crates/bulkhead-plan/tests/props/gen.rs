@@ -332,7 +332,7 @@ pub fn toml_value() -> impl Strategy<Value = String> {
                             "value", "min", "max", "2M", "1G", "node0", "node1", "enabled",
                             "defrag", "path", "pagesize", "size", "mode", "PATH", "1M"
                         ])
-                        .prop_map(|s| toml_string(s)),
+                        .prop_map(toml_string),
                         "\\PC{0,6}".prop_map(|s| toml_string(&s)),
                     ],
                     inner
