@@ -204,6 +204,9 @@ pub(crate) fn suggest(name: &str, candidates: &[&'static str]) -> Option<&'stati
         .map(|(_, c)| c)
 }
 
+/// The largest CPUQuota, in CPUs: Linux has at most 8192 (NR_CPUS).
+pub(crate) const MAX_QUOTA: f64 = 10_000.0;
+
 /// A failed value check: the message and an optional hint.
 pub(crate) type Bad = (String, Option<String>);
 
@@ -462,6 +465,15 @@ pub(crate) fn check(kind: Kind, name: &str, raw: &Raw) -> Result<Value, Bad> {
             let s = scalar(raw, name)?;
             let t = s.text();
             match parse_percent(&t) {
+                // The backends count it in microseconds per second: "1e300%" overflowed.
+                Some(Ok(f)) if f > MAX_QUOTA => Err(bad(
+                    format!("'{t}' is more CPU than any machine has"),
+                    format!(
+                        "CPUQuota is a percentage of one CPU, at most {}% ({} CPUs)",
+                        MAX_QUOTA * 100.0,
+                        MAX_QUOTA
+                    ),
+                )),
                 Some(Ok(f)) if f > 0.0 => Ok(Value::Quota(f)),
                 Some(Ok(_)) => Err(bad(
                     "CPUQuota must be above 0%",

@@ -76,6 +76,11 @@ fn out_of_range_values() {
     assert!(err("[slice.db]\nMemoryMax = -5\n").contains("negative"));
     assert!(err("[slice.db]\nAllowedCPUs = \"0-7\"\n").contains("online CPUs are 0-1"));
     assert!(err("[slice.db]\nCPUQuota = \"0.5%\"\n").contains("1ms minimum"));
+    // Issue 14: the backends multiply the quota; "1e300%" overflowed them.
+    for huge in ["1e300%", "1000001%", "inf%"] {
+        let e = err(&format!("[slice.db]\nCPUQuota = \"{huge}\"\n"));
+        assert!(e.contains("p.toml:2:1") && e.contains("CPUQuota"), "{e}");
+    }
     assert!(err("[slice.db]\nHugetlbMax = { \"4M\" = \"1G\" }\n").contains("no 4M huge pages"));
     assert!(err("[slice.db]\nTasksMax = 0\n").contains("forbid every process"));
 }
@@ -92,6 +97,12 @@ fn syntax_errors_have_line_and_column() {
     let e = err("[slice.db]\nCPUWeight = = 3\n");
     assert!(e.contains("p.toml:2:"), "{e}");
     assert!(e.contains("TOML syntax error"), "{e}");
+    // The error quotes what it is about (issue 14: a refusal names what was wrong).
+    let e = err("[slice.db]\nCPUWeight = 1\n[slice.\"db\"]\n");
+    assert!(
+        e.contains("p.toml:3:") && e.contains("duplicate key: `\"db\"`"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -66,7 +66,11 @@ pub fn human_bytes(b: u64) -> String {
         }
     }
     let (suffix, unit) = UNITS[i];
-    format!("{:.2}{}", b as f64 / unit as f64, suffix)
+    // Two decimals rounded down: what is printed never exceeds the value, so it reads back
+    // (rounding printed u64::MAX as "16.00E", which parse_size refuses as too large).
+    // Integers: as f64, u64::MAX is 2^64 and would still print "16.00E".
+    let hundredths = u128::from(b) * 100 / u128::from(unit);
+    format!("{}.{:02}{suffix}", hundredths / 100, hundredths % 100)
 }
 
 /// Parse a number with an optional systemd suffix. `base` is 1024 or 1000.
@@ -179,6 +183,11 @@ pub const MAX_SPAN_SECS: f64 = 100.0 * 365.25 * 86400.0;
 pub struct IdSet(pub BTreeSet<u32>);
 
 impl IdSet {
+    /// The largest CPU or NUMA node number a set takes. Linux has at most 8192 CPUs
+    /// (NR_CPUS) and 1024 nodes; the bound keeps a hostile list ("0-65536,65537-131073,...")
+    /// from asking for billions of entries.
+    pub const MAX_ID: u32 = 65535;
+
     pub fn parse(s: &str) -> Result<IdSet, String> {
         let mut set = BTreeSet::new();
         for part in s.split([',', ' ']).map(str::trim).filter(|p| !p.is_empty()) {
@@ -197,8 +206,11 @@ impl IdSet {
             if b < a {
                 return Err(format!("range '{part}' in '{s}' goes backwards"));
             }
-            if b - a > 65536 {
-                return Err(format!("range '{part}' in '{s}' is too large"));
+            if b > Self::MAX_ID {
+                return Err(format!(
+                    "'{part}' in '{s}' goes past {}, the largest CPU or node number",
+                    Self::MAX_ID
+                ));
             }
             set.extend(a..=b);
         }
@@ -216,8 +228,12 @@ impl fmt::Display for IdSet {
         let mut it = self.0.iter().copied().peekable();
         while let Some(start) = it.next() {
             let mut end = start;
-            while it.peek() == Some(&(end + 1)) {
-                end = it.next().unwrap();
+            // `checked_add`: u32::MAX ends a run (it has no successor to wrap to).
+            while end
+                .checked_add(1)
+                .is_some_and(|next| it.peek() == Some(&next))
+            {
+                end = it.next().unwrap_or(end);
             }
             out.push(if start == end {
                 start.to_string()
@@ -279,7 +295,22 @@ mod tests {
         assert_eq!(s.to_string(), "0-5,8");
         assert!(IdSet::parse("3-1").is_err());
         assert!(IdSet::parse("a").is_err());
+        // Issue 14: a hostile list is bounded, and the largest id prints (it overflowed).
+        for huge in ["0-4294967295", "65536", "0-65535,65536-131071"] {
+            let e = IdSet::parse(huge).unwrap_err();
+            assert!(e.contains("largest CPU or node number"), "{huge}: {e}");
+        }
+        assert_eq!(
+            IdSet::parse("65534-65535").unwrap().to_string(),
+            "65534-65535"
+        );
+        let top = IdSet([0, u32::MAX - 1, u32::MAX].into_iter().collect());
+        assert_eq!(top.to_string(), "0,4294967294-4294967295");
         assert_eq!(human_bytes(1200 << 20), "1200M");
         assert_eq!(human_bytes(1 << 30), "1G");
+        // Issue 14: printed sizes read back (u64::MAX printed as "16.00E", too large).
+        assert_eq!(human_bytes(u64::MAX), "15.99E");
+        assert!(parse_size(&human_bytes(u64::MAX), 1024).is_ok());
+        assert_eq!(human_bytes((2 << 30) - 1), "1.99G");
     }
 }

@@ -223,6 +223,9 @@ mod tests {
         assert!(e.contains("more than 100% of RAM"), "{e}");
         let e = err("[hugepages]\npools = { \"2M\" = \"3M\" }\n");
         assert!(e.contains("not a whole number of 2M pages"), "{e}");
+        // Issue 14: the page above the largest size a u64 holds overflowed.
+        let e = err("[hugepages]\npools = { \"2M\" = \"15.999999999999998E\" }\n");
+        assert!(e.contains("not a whole number of 2M pages"), "{e}");
         let e = err("[hugepages]\npools = { \"2M\" = \"512\" }\n");
         assert!(e.contains("no unit"), "{e}");
         let e = err("[hugepages]\npools = { \"2M\" = { node3 = 1 } }\n");

@@ -120,6 +120,12 @@ impl Cx<'_> {
         let pages = match p.amount {
             Amount::Pages(n) => n,
             Amount::Bytes(b) if b % p.size != 0 => {
+                let down = human_bytes(b / p.size * p.size);
+                // Checked: one page more than "15.999999999999998E" is past u64 (it overflowed).
+                let hint = match (b / p.size + 1).checked_mul(p.size) {
+                    Some(up) => format!("write {down} or {}, or a page count", human_bytes(up)),
+                    None => format!("write {down}, or a page count"),
+                };
                 self.err(
                     p.loc,
                     POOLS,
@@ -127,11 +133,7 @@ impl Cx<'_> {
                         "{} is not a whole number of {size_txt} pages",
                         human_bytes(b)
                     ),
-                    format!(
-                        "write {} or {}, or a page count",
-                        human_bytes(b / p.size * p.size),
-                        human_bytes((b / p.size + 1) * p.size)
-                    ),
+                    hint,
                 );
                 return None;
             }

@@ -17,7 +17,16 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
         Ok(t) => t,
         Err(e) => {
             let loc = e.span().map(|s| source.loc(s.start)).unwrap_or_default();
-            let msg = e.message().trim().to_string();
+            let mut msg = e.message().trim().to_string();
+            // Quote what the error is about ("duplicate key: `db-server`"), when it is short.
+            let near = e
+                .span()
+                .and_then(|s| source.text.get(s))
+                .map(str::trim)
+                .unwrap_or_default();
+            if !near.is_empty() && near.chars().count() <= 60 && !near.contains('\n') {
+                msg = format!("{msg}: `{near}`");
+            }
             return Err(Error::invalid(
                 Diagnostic::error(format!("TOML syntax error: {msg}"))
                     .at(source.at(loc))

@@ -97,7 +97,7 @@ pub fn meminfo_field(meminfo: &str, key: &str) -> Option<u64> {
         let mut it = rest.split_whitespace();
         let n: u64 = it.next()?.parse().ok()?;
         Some(match it.next() {
-            Some("kB") => n * 1024,
+            Some("kB") => n.checked_mul(1024)?,
             _ => n,
         })
     })
@@ -123,7 +123,8 @@ pub fn parse_page_size(s: &str) -> Option<u64> {
     } else {
         return None;
     };
-    num.parse::<u64>().ok().map(|n| n * mult)
+    // Checked: a plan's page size key is input ("99999999999999999G" overflowed).
+    num.parse::<u64>().ok()?.checked_mul(mult)
 }
 
 /// The kernel's name for a huge page size in cgroup file names: `2MB`, `1GB`, `64KB`.
@@ -151,6 +152,13 @@ mod tests {
         assert_eq!(parse_page_size("1G"), Some(1 << 30));
         assert_eq!(parse_page_size("2048kB"), Some(2 << 20));
         assert_eq!(parse_page_size("huge"), None);
+        // Issue 14: too large to count in bytes is not a page size (it overflowed).
+        assert_eq!(parse_page_size("99999999999999999G"), None);
+        assert_eq!(parse_page_size("18446744073709551615kB"), None);
+        assert_eq!(
+            meminfo_field("MemTotal: 18446744073709551615 kB", "MemTotal"),
+            None
+        );
         assert_eq!(page_size_cgroup_name(2 << 20), "2MB");
         assert_eq!(page_size_cgroup_name(1 << 30), "1GB");
     }

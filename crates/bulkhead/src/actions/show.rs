@@ -24,10 +24,12 @@ impl HostOverride {
                 .map_err(|e| Error::invalid(Diagnostic::error(format!("--memory {m}: {e}"))))?;
         }
         if let Some(n) = self.cpus {
-            if n == 0 {
-                return Err(Error::invalid(Diagnostic::error(
-                    "--cpus must be at least 1",
-                )));
+            // Bounded like a plan's CPU list: --cpus 4294967295 asked for 4 billion entries.
+            if n == 0 || n > IdSet::MAX_ID + 1 {
+                return Err(Error::invalid(Diagnostic::error(format!(
+                    "--cpus {n}: give from 1 to {} CPUs",
+                    IdSet::MAX_ID + 1
+                ))));
             }
             host.cpus = IdSet((0..n).collect());
         }
@@ -56,4 +58,27 @@ pub fn plan_show(
         }
     };
     Ok((resolved, hp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_overrides_are_bounded() {
+        let over = |memory: Option<&str>, cpus| HostOverride {
+            memory: memory.map(str::to_string),
+            cpus,
+        };
+        // Issue 14: 4 billion CPUs filled the memory; too large a size is refused.
+        for o in [
+            over(None, Some(0)),
+            over(None, Some(u32::MAX)),
+            over(Some("99999999999999999999E"), None),
+        ] {
+            let e = o.host().unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{e}");
+        }
+        assert_eq!(over(None, Some(65536)).host().unwrap().cpu_count(), 65536);
+    }
 }
