@@ -5,6 +5,7 @@
 
 pub mod container;
 pub mod rootfs;
+pub mod serve;
 
 use bulkhead::cgroup::Layout;
 use std::path::{Path, PathBuf};
