@@ -21,6 +21,7 @@ pub mod process;
 pub mod psi;
 pub mod pty;
 pub mod remove;
+pub mod resolve;
 pub mod sched;
 pub mod signals;
 pub mod statfs;

@@ -3,8 +3,8 @@
 
 use crate::common::prerequisites;
 use crate::common::serve::{
-    as_nobody, bulkhead, connect_from, cpu_time, free_port, python_ok, serve_cmd, status,
-    wait_for, want_fds, Scratch, Serve, PY,
+    as_nobody, bulkhead, connect_from, cpu_time, free_port, python_ok, serve_cmd, status, wait_for,
+    want_fds, Scratch, Serve, PY,
 };
 use std::io::{Read, Write};
 use std::net::{TcpStream, UdpSocket};
@@ -197,7 +197,10 @@ while time.time() < end:
             None => "listened there".into(),
         }
     );
-    assert!(victim_ok(), "serve changed the owner or mode of a host file");
+    assert!(
+        victim_ok(),
+        "serve changed the owner or mode of a host file"
+    );
     let (code, log) = refused.expect("serve listened in a directory others can write");
     assert_eq!(code, Some(2), "{log}");
     assert!(log.contains("writable by others"), "{log}");

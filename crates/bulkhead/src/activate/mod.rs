@@ -8,6 +8,8 @@
 //! current-thread tokio runtime with an accept loop per listener and a [`target::Activator`]
 //! per socket.
 
+pub mod dial;
+pub mod launch;
 pub mod listen;
 pub mod proxy;
 pub mod proxyproto;
@@ -17,6 +19,7 @@ pub mod target;
 use bulkhead_plan::socket::{Endpoint, Mode, SocketSpec};
 use bulkhead_plan::Plan;
 use bulkhead_sys::error::{Diagnostic, Error, Result};
+use launch::Launcher;
 use listen::Listener;
 use proxy::Conn;
 use std::collections::HashMap;
@@ -25,11 +28,11 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use target::{Activator, Launcher};
+use target::Activator;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Semaphore;
 
-pub use target::Launcher as TargetLauncher;
+pub use launch::Launcher as TargetLauncher;
 
 /// Log lines on stderr, with the wall-clock time (UTC) like a journal.
 #[derive(Debug, Clone, Copy)]
@@ -563,7 +566,7 @@ async fn per_connection(act: &Arc<Activator>, conn: Conn, peer: Option<SocketAdd
     }
     let argv = act.launcher.command(&act.spec, 0, None, &env);
     let t0 = Instant::now();
-    let mut child = match target::start_process(&argv, &[], Some(fd)) {
+    let mut child = match launch::start_process(&argv, &[], Some(fd)) {
         Ok(c) => c,
         Err(e) => {
             act.log
@@ -633,7 +636,7 @@ async fn pass_loop(act: Arc<Activator>, fds: Vec<OwnedFd>) {
         }
         let argv = act.launcher.command(&act.spec, fds.len() as u32, None, &[]);
         let t0 = Instant::now();
-        let mut child = match target::start_process(
+        let mut child = match launch::start_process(
             &argv,
             &fds.iter().map(|f| f.as_fd()).collect::<Vec<_>>(),
             None,

@@ -1,0 +1,260 @@
+//! Paths looked up where bulkhead means them: inside another root (a sandbox's, with
+//! openat2's RESOLVE_IN_ROOT, so the sandbox's symlinks cannot point at the host), or through
+//! directories that nobody but root can change (where root makes files others can see).
+
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags, Stat};
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Component, Path, PathBuf};
+
+/// A directory opened as a handle for lookups (O_PATH), following symlinks: for a path
+/// bulkhead chose, such as /proc/PID/root.
+pub fn open_root(p: &Path) -> io::Result<OwnedFd> {
+    rustix::fs::open(
+        p,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(Into::into)
+}
+
+/// Whether two handles are on the same file (device and inode).
+pub fn same_file(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> io::Result<bool> {
+    let (x, y) = (rustix::fs::fstat(a)?, rustix::fs::fstat(b)?);
+    Ok(x.st_dev == y.st_dev && x.st_ino == y.st_ino)
+}
+
+/// `path` looked up inside `root` as if `root` were `/`: absolute symlinks, `..` and mount
+/// points all stay inside it, and /proc magic links are refused. Returns an O_PATH handle.
+pub fn open_in_root(root: BorrowedFd<'_>, path: &Path) -> io::Result<OwnedFd> {
+    let mut tries = 0;
+    loop {
+        match rustix::fs::openat2(
+            root,
+            path,
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+        ) {
+            // A rename inside the root raced with the lookup: the kernel asks to try again.
+            Err(rustix::io::Errno::AGAIN) if tries < 8 => tries += 1,
+            r => return r.map_err(Into::into),
+        }
+    }
+}
+
+/// Whether a handle is on a socket file.
+pub fn is_socket(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let st = rustix::fs::fstat(fd)?;
+    Ok(FileType::from_raw_mode(st.st_mode) == FileType::Socket)
+}
+
+/// The /proc/self/fd path through which this process reaches what `fd` is open on, for calls
+/// that only take a path (connect(2) to a unix socket).
+pub fn fd_path(fd: BorrowedFd<'_>) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// Why a directory cannot be trusted, or could not be opened.
+#[derive(Debug)]
+pub enum DirError {
+    Io(PathBuf, io::Error),
+    /// Someone other than root (or this process's user) can change what `path` names.
+    Untrusted {
+        path: PathBuf,
+        why: String,
+    },
+}
+
+impl std::fmt::Display for DirError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DirError::Io(p, e) => write!(f, "{}: {e}", p.display()),
+            DirError::Untrusted { path, why } => write!(f, "{}: {why}", path.display()),
+        }
+    }
+}
+
+/// Why the directory with this status is not trusted, if it is not: owned by someone else
+/// than root or `me`, or writable by its group or others without the sticky bit (with it,
+/// others cannot remove or rename root's files there, as in /tmp).
+pub fn untrusted_dir(st: &Stat, me: u32) -> Option<String> {
+    let mode = st.st_mode & 0o7777;
+    if st.st_uid != 0 && st.st_uid != me {
+        return Some(format!("owned by UID {}", st.st_uid));
+    }
+    if mode & 0o1000 == 0 {
+        if mode & 0o002 != 0 {
+            return Some(format!(
+                "mode {mode:04o}: writable by others, without the sticky bit"
+            ));
+        }
+        if mode & 0o020 != 0 {
+            return Some(format!(
+                "mode {mode:04o}: writable by its group (GID {}), without the sticky bit",
+                st.st_gid
+            ));
+        }
+    }
+    None
+}
+
+fn components(p: &Path) -> impl Iterator<Item = OsString> + '_ {
+    p.components().filter_map(|c| match c {
+        Component::Normal(n) => Some(n.to_os_string()),
+        Component::ParentDir => Some("..".into()),
+        _ => None,
+    })
+}
+
+/// Open the directory `dir` (an absolute path) to make files in as root, when nobody but
+/// root or this process's user can change what its path names: every directory from `/` on
+/// passes [`untrusted_dir`], and a symlink on the way is followed only when root or this
+/// user owns it (the kernel's protected_symlinks rule; systemd's safe path transitions).
+/// Returns an O_PATH handle on the directory.
+pub fn open_trusted_dir(dir: &Path) -> Result<OwnedFd, DirError> {
+    let me = rustix::process::geteuid().as_raw();
+    let io_at = |p: &Path| {
+        let p = p.to_path_buf();
+        move |e: rustix::io::Errno| DirError::Io(p, e.into())
+    };
+    let check = |fd: BorrowedFd<'_>, at: &Path| -> Result<(), DirError> {
+        let st = rustix::fs::fstat(fd).map_err(io_at(at))?;
+        match untrusted_dir(&st, me) {
+            Some(why) => Err(DirError::Untrusted {
+                path: at.to_path_buf(),
+                why,
+            }),
+            None => Ok(()),
+        }
+    };
+    let open_top = || open_root(Path::new("/")).map_err(|e| DirError::Io("/".into(), e));
+    let mut cur = open_top()?;
+    let mut at = PathBuf::from("/");
+    check(cur.as_fd(), &at)?;
+    let mut todo: VecDeque<OsString> = components(dir).collect();
+    let mut hops = 0;
+    while let Some(c) = todo.pop_front() {
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let next = rustix::fs::openat(&cur, c.as_os_str(), flags, Mode::empty())
+            .map_err(io_at(&at.join(&c)))?;
+        let st = rustix::fs::fstat(&next).map_err(io_at(&at.join(&c)))?;
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Directory => {
+                if c == ".." {
+                    at.pop();
+                } else {
+                    at.push(&c);
+                }
+                check(next.as_fd(), &at)?;
+                cur = next;
+            }
+            FileType::Symlink => {
+                let link = at.join(&c);
+                if st.st_uid != 0 && st.st_uid != me {
+                    return Err(DirError::Untrusted {
+                        path: link,
+                        why: format!("a symlink owned by UID {}", st.st_uid),
+                    });
+                }
+                hops += 1;
+                if hops > 40 {
+                    return Err(DirError::Io(
+                        link,
+                        io::Error::from_raw_os_error(libc::ELOOP),
+                    ));
+                }
+                let target = rustix::fs::readlinkat(&next, "", Vec::new()).map_err(io_at(&link))?;
+                let target = PathBuf::from(OsString::from_vec(target.into_bytes()));
+                if target.is_absolute() {
+                    cur = open_top()?;
+                    at = PathBuf::from("/");
+                }
+                for (i, t) in components(&target).enumerate() {
+                    todo.insert(i, t);
+                }
+            }
+            _ => {
+                return Err(DirError::Io(
+                    at.join(&c),
+                    io::Error::from_raw_os_error(libc::ENOTDIR),
+                ))
+            }
+        }
+    }
+    Ok(cur)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("bh-resolve-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        d
+    }
+
+    #[test]
+    fn absolute_symlinks_stay_inside_the_root() {
+        let d = scratch("inroot");
+        std::fs::create_dir_all(d.join("root/run")).unwrap();
+        std::fs::write(d.join("root/inside"), "in").unwrap();
+        std::fs::write(d.join("outside"), "out").unwrap();
+        // /run/x -> /inside within the root; on the host the same link would name
+        // HOST/inside, which does not exist.
+        std::os::unix::fs::symlink("/inside", d.join("root/run/x")).unwrap();
+        std::os::unix::fs::symlink(d.join("outside"), d.join("root/run/host")).unwrap();
+        std::os::unix::fs::symlink("../../../../../../outside", d.join("root/run/up")).unwrap();
+        let root = open_root(&d.join("root")).unwrap();
+        let x = open_in_root(root.as_fd(), Path::new("/run/x")).unwrap();
+        assert_eq!(std::fs::read_to_string(fd_path(x.as_fd())).unwrap(), "in");
+        for escape in ["/run/host", "/run/up"] {
+            assert!(
+                open_in_root(root.as_fd(), Path::new(escape)).is_err(),
+                "{escape} left the root"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn directories_others_can_write_are_not_trusted() {
+        let d = scratch("trust");
+        std::fs::create_dir(d.join("open")).unwrap();
+        std::fs::set_permissions(d.join("open"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::create_dir(d.join("sticky")).unwrap();
+        std::fs::set_permissions(d.join("sticky"), std::fs::Permissions::from_mode(0o1777))
+            .unwrap();
+        std::fs::create_dir(d.join("group")).unwrap();
+        std::fs::set_permissions(d.join("group"), std::fs::Permissions::from_mode(0o775)).unwrap();
+        std::os::unix::fs::symlink("sticky", d.join("link")).unwrap();
+        assert!(open_trusted_dir(&d.join("sticky")).is_ok());
+        assert!(open_trusted_dir(&d.join("link")).is_ok());
+        for (p, want) in [
+            ("open", "writable by others"),
+            ("group", "writable by its group"),
+        ] {
+            match open_trusted_dir(&d.join(p)) {
+                Err(DirError::Untrusted { path, why }) => {
+                    assert_eq!(path, d.join(p));
+                    assert!(why.contains(want), "{why}");
+                }
+                other => panic!("{p}: {other:?}"),
+            }
+        }
+        // Below an untrusted directory nothing is trusted, whatever its own mode.
+        std::fs::create_dir(d.join("open/inner")).unwrap();
+        assert!(matches!(
+            open_trusted_dir(&d.join("open/inner")),
+            Err(DirError::Untrusted { .. })
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
