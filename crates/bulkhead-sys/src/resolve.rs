@@ -73,7 +73,7 @@ impl std::fmt::Display for DirError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DirError::Io(p, e) => write!(f, "{}: {e}", p.display()),
-            DirError::Untrusted { path, why } => write!(f, "{}: {why}", path.display()),
+            DirError::Untrusted { path, why } => write!(f, "{} {why}", path.display()),
         }
     }
 }
@@ -84,17 +84,17 @@ impl std::fmt::Display for DirError {
 pub fn untrusted_dir(st: &Stat, me: u32) -> Option<String> {
     let mode = st.st_mode & 0o7777;
     if st.st_uid != 0 && st.st_uid != me {
-        return Some(format!("owned by UID {}", st.st_uid));
+        return Some(format!("is owned by UID {}, not root", st.st_uid));
     }
     if mode & 0o1000 == 0 {
         if mode & 0o002 != 0 {
             return Some(format!(
-                "mode {mode:04o}: writable by others, without the sticky bit"
+                "is writable by others and not sticky (mode {mode:04o})"
             ));
         }
         if mode & 0o020 != 0 {
             return Some(format!(
-                "mode {mode:04o}: writable by its group (GID {}), without the sticky bit",
+                "is writable by its group (GID {}) and not sticky (mode {mode:04o})",
                 st.st_gid
             ));
         }
@@ -157,7 +157,7 @@ pub fn open_trusted_dir(dir: &Path) -> Result<OwnedFd, DirError> {
                 if st.st_uid != 0 && st.st_uid != me {
                     return Err(DirError::Untrusted {
                         path: link,
-                        why: format!("a symlink owned by UID {}", st.st_uid),
+                        why: format!("is a symlink owned by UID {}, not root", st.st_uid),
                     });
                 }
                 hops += 1;

@@ -1,8 +1,11 @@
-//! Binding the plan's listen addresses, before anything else starts: an address in use or a
-//! unix path in a missing directory is an error that names the plan line.
+//! Binding the plan's listen addresses, before anything else starts: an address in use, a
+//! unix path in a missing directory or in one others can change is an error that names the
+//! plan line.
 
+use super::sockfile;
 use bulkhead_plan::socket::{Endpoint, SocketSpec};
 use bulkhead_sys::error::{errno_text, Diagnostic, Error, Result};
+use bulkhead_sys::resolve::DirError;
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -23,7 +26,37 @@ impl Drop for Listener {
     }
 }
 
-fn bind_error(spec: &SocketSpec, at: &str, ep: &Endpoint, e: std::io::Error) -> Error {
+/// Why an address could not be bound.
+enum Fail {
+    Io(std::io::Error),
+    /// The unix socket's directory (or one above it) can be changed by others.
+    Dir(DirError),
+}
+
+impl From<std::io::Error> for Fail {
+    fn from(e: std::io::Error) -> Fail {
+        Fail::Io(e)
+    }
+}
+
+fn bind_error(spec: &SocketSpec, at: &str, ep: &Endpoint, e: Fail) -> Error {
+    let e = match e {
+        Fail::Io(e) | Fail::Dir(DirError::Io(_, e)) => e,
+        Fail::Dir(DirError::Untrusted { path, why }) => {
+            return Error::invalid(
+                Diagnostic::error(format!(
+                    "cannot listen on {ep}: the directory {} {why}",
+                    path.display()
+                ))
+                .at(at.to_string())
+                .context(format!("[socket.{}] listen", spec.name))
+                .hint(format!(
+                    "someone else could swap the socket file while root sets its owner and mode: use a directory only root can change (such as /run/bulkhead), or take write access from group and others (chmod go-w {}); a sticky directory owned by root, like /tmp, is accepted",
+                    path.display()
+                )),
+            )
+        }
+    };
     let hint = match (e.raw_os_error(), ep) {
         (Some(libc::EADDRINUSE), Endpoint::Unix(_)) => {
             "another process listens on this socket; stop it or pick another path".to_string()
@@ -63,8 +96,8 @@ pub fn bind_all(spec: &SocketSpec) -> Result<Vec<Listener>> {
     Ok(out)
 }
 
-fn bind(spec: &SocketSpec, ep: &Endpoint) -> std::io::Result<Listener> {
-    let (sock, addr, created) = match ep {
+fn bind(spec: &SocketSpec, ep: &Endpoint) -> std::result::Result<Listener, Fail> {
+    let (sock, place, created) = match ep {
         Endpoint::Tcp(a) | Endpoint::Udp(a) => {
             let ty = if matches!(ep, Endpoint::Tcp(_)) {
                 Type::STREAM
@@ -76,25 +109,27 @@ fn bind(spec: &SocketSpec, ep: &Endpoint) -> std::io::Result<Listener> {
             if a.is_ipv6() {
                 s.set_only_v6(false)?;
             }
-            (s, SockAddr::from(*a), None)
+            s.bind(&SockAddr::from(*a))?;
+            (s, None, None)
         }
         Endpoint::Unix(p) => {
+            let place = sockfile::place(p).map_err(Fail::Dir)?;
             clear_stale(p)?;
             let s = Socket::new(Domain::UNIX, Type::STREAM.cloexec(), None)?;
-            (s, SockAddr::unix(p)?, Some(p.clone()))
+            sockfile::bind(&s, p, spec.socket_mode)?;
+            (s, Some(place), Some(p.clone()))
         }
     };
-    sock.bind(&addr)?;
     // From here the file is ours: the Listener removes it if anything below fails.
     let l = Listener {
         endpoint: ep.clone(),
         fd: sock.into(),
         created,
     };
-    let sock = socket2::SockRef::from(&l.fd);
-    if let Endpoint::Unix(p) = ep {
-        set_owner(spec, p)?;
+    if let Some(place) = &place {
+        set_owner(spec, place)?;
     }
+    let sock = socket2::SockRef::from(&l.fd);
     if ep.is_stream() {
         sock.listen(spec.backlog as i32)?;
     }
@@ -119,11 +154,8 @@ fn clear_stale(p: &Path) -> std::io::Result<()> {
     }
 }
 
-fn set_owner(spec: &SocketSpec, p: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    if let Some(m) = spec.socket_mode {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m))?;
-    }
+/// systemd's SocketUser= and SocketGroup= (SocketMode= was set at bind).
+fn set_owner(spec: &SocketSpec, place: &sockfile::Place) -> std::io::Result<()> {
     let uid = match &spec.socket_user {
         Some(u) => Some(lookup_user(u)?),
         None => None,
@@ -132,10 +164,7 @@ fn set_owner(spec: &SocketSpec, p: &Path) -> std::io::Result<()> {
         Some(g) => Some(lookup_group(g)?),
         None => None,
     };
-    if uid.is_some() || gid.is_some() {
-        std::os::unix::fs::chown(p, uid, gid)?;
-    }
-    Ok(())
+    sockfile::chown(place, uid, gid)
 }
 
 fn lookup_user(u: &str) -> std::io::Result<u32> {

@@ -13,6 +13,7 @@ pub mod launch;
 pub mod listen;
 pub mod proxy;
 pub mod proxyproto;
+pub mod sockfile;
 pub mod state;
 pub mod target;
 
