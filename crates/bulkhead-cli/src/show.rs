@@ -235,6 +235,11 @@ pub fn sockets_table(socks: &[bulkhead::activate::state::SocketStatus]) -> Strin
         if let Some(e) = &s.last_error {
             let _ = writeln!(out, "  {}: last failed start: {e}", s.name);
         }
+        let hit = s.limits.hit();
+        if !hit.is_empty() {
+            let list: Vec<String> = hit.iter().map(|(k, n)| format!("{k} {n}x")).collect();
+            let _ = writeln!(out, "  {}: limits hit: {}", s.name, list.join(", "));
+        }
     }
     out
 }

@@ -42,6 +42,17 @@ pub fn parse_stat_start(stat: &str) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Field 4 (the parent's PID) of a /proc/PID/stat text.
+pub fn parse_stat_ppid(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The parent of a process, as this process's PID namespace numbers it.
+pub fn parent(pid: u32) -> Option<u32> {
+    parse_stat_ppid(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
 #[cfg(test)]
 mod stat_tests {
     #[test]
@@ -49,6 +60,11 @@ mod stat_tests {
         let stat = "42 (a b) c) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1 0 999 0 0";
         assert_eq!(super::parse_stat_cpu(stat), Some(12));
         assert_eq!(super::parse_stat_start(stat), Some(999));
+        assert_eq!(super::parse_stat_ppid(stat), Some(1));
+        assert_eq!(
+            super::parent(std::process::id()),
+            Some(std::os::unix::process::parent_id())
+        );
     }
 }
 

@@ -57,6 +57,8 @@ impl Launcher {
                 let mut b = d.as_os_str().to_os_string();
                 b.push(":");
                 b.push(NOTIFY_IN_SANDBOX);
+                // Read-only: the sandbox can send to the socket, not change the host's /run.
+                b.push(":ro");
                 a.extend(["--bind".into(), b]);
                 env.push((
                     "NOTIFY_SOCKET".into(),

@@ -10,7 +10,9 @@
 
 pub mod dial;
 pub mod launch;
+pub mod limits;
 pub mod listen;
+pub mod notify;
 pub mod proxy;
 pub mod proxyproto;
 pub mod sockfile;

@@ -1,7 +1,9 @@
 //! What `bulkhead status` shows about served sockets: one JSON file per socket under
 //! /run/bulkhead/sockets, written by the `serve` process that owns it.
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 
 /// A socket's state and counters.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
@@ -26,6 +28,9 @@ pub struct SocketStatus {
     pub last_start_ms: Option<f64>,
     pub failed_starts: u64,
     pub last_error: Option<String>,
+    /// How often each limit was hit.
+    #[serde(default)]
+    pub limits: super::limits::LimitsStatus,
 }
 
 pub fn dir() -> PathBuf {
@@ -40,19 +45,48 @@ fn alive(pid: u32) -> bool {
     pid > 0 && bulkhead_sys::process::alive(pid)
 }
 
+/// Read a state file; a symlink in its place is not followed.
+fn read_file(p: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(p)?;
+    let mut text = String::new();
+    f.read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// The socket another live `serve` already owns under this name.
 pub fn owner(name: &str) -> Option<u32> {
-    let text = std::fs::read_to_string(path(name)).ok()?;
+    let text = read_file(&path(name)).ok()?;
     let s: SocketStatus = serde_json::from_str(&text).ok()?;
     (alive(s.pid) && s.pid != std::process::id()).then_some(s.pid)
 }
 
-/// Write atomically (a reader never sees half a file).
+/// Write atomically (a reader never sees half a file): a new temporary file (O_EXCL and
+/// O_NOFOLLOW, so nothing planted under its name is written through), then a rename over
+/// the old one.
 pub fn write(s: &SocketStatus) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir())?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir())?;
     let p = path(&s.name);
     let tmp = p.with_extension(format!("json.{}", std::process::id()));
-    std::fs::write(&tmp, serde_json::to_vec(s).map_err(std::io::Error::other)?)?;
+    let _ = std::fs::remove_file(&tmp);
+    let text = serde_json::to_vec(s).map_err(std::io::Error::other)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)?;
+    if let Err(e) = f.write_all(&text) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    drop(f);
     std::fs::rename(&tmp, &p)
 }
 
@@ -71,7 +105,7 @@ pub fn read_all() -> Vec<SocketStatus> {
         if p.extension().is_none_or(|x| x != "json") {
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(&p) else {
+        let Ok(text) = read_file(&p) else {
             continue;
         };
         match serde_json::from_str::<SocketStatus>(&text) {

@@ -6,9 +6,12 @@
 
 use super::dial::{dialer_for, Dialer};
 use super::launch::{start_process, Launcher};
+use super::limits::Hits;
+use super::notify::{self, NotifySocket, Sender};
 use bulkhead_plan::socket::{Mode, Ready, SocketSpec};
 use std::io;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -62,6 +65,8 @@ pub struct Activator {
     /// state change are not woken by it).
     pub conns_changed: watch::Sender<u64>,
     pub counters: super::proxy::Counters,
+    /// How often each limit was hit.
+    pub hits: Hits,
     pub notify_dir: Option<PathBuf>,
     pub log: super::Log,
     /// Set when `serve` stops: loops that own a target process stop it and return.
@@ -106,6 +111,7 @@ impl Activator {
             changed: watch::channel(0).0,
             conns_changed: watch::channel(0).0,
             counters: Default::default(),
+            hits: Default::default(),
             notify_dir,
             log,
             stopping: watch::channel(false).0,
@@ -290,9 +296,8 @@ impl Activator {
                 Ready::Notify => {
                     if let Some(sock) = &notify {
                         let got = tokio::time::timeout(pause, sock.recv(&mut notify_buf)).await;
-                        if let Ok(Ok(n)) = got {
-                            let text = String::from_utf8_lossy(&notify_buf[..n]);
-                            if text.lines().any(|l| l == "READY=1") {
+                        if let Ok(Ok((n, sender))) = got {
+                            if self.notify_says_ready(&notify_buf[..n], sender, pid) {
                                 if dialer.is_none() {
                                     dialer = dialer_for(&self.spec, pid).ok().flatten();
                                 }
@@ -461,20 +466,35 @@ impl Activator {
     }
 
     /// A fresh notify socket for one start (READY=1 from an earlier run does not count).
-    fn open_notify(&self) -> io::Result<Option<tokio::net::UnixDatagram>> {
-        let Some(dir) = &self.notify_dir else {
-            return Ok(None);
-        };
-        if self.spec.ready != Ready::Notify {
-            return Ok(None);
+    fn open_notify(&self) -> io::Result<Option<NotifySocket>> {
+        match &self.notify_dir {
+            Some(dir) if self.spec.ready == Ready::Notify => NotifySocket::open(dir).map(Some),
+            _ => Ok(None),
         }
-        std::fs::create_dir_all(dir)?;
-        let path = dir.join("notify");
-        let _ = std::fs::remove_file(&path);
-        let s = tokio::net::UnixDatagram::bind(&path)?;
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
-        Ok(Some(s))
+    }
+
+    /// Whether a datagram on the notify socket says READY=1 from the target `pid` or its
+    /// descendants. Anyone else's READY=1 is counted and logged, and changes nothing.
+    fn notify_says_ready(&self, msg: &[u8], sender: Option<Sender>, pid: u32) -> bool {
+        let text = String::from_utf8_lossy(msg);
+        if !text.lines().any(|l| l == "READY=1") {
+            return false;
+        }
+        if sender.is_some_and(|s| notify::in_tree(s.pid, pid)) {
+            return true;
+        }
+        let first = self.hits.notify_refused.fetch_add(1, Relaxed) == 0;
+        if first {
+            self.log.line(&format!(
+                "[{}] ignored READY=1 from {}: not the target's process (further ones are counted in status)",
+                self.spec.name,
+                sender.map_or("an unknown sender".into(), |s| format!(
+                    "PID {} (UID {})",
+                    s.pid, s.uid
+                ))
+            ));
+        }
+        false
     }
 
     pub fn status(&self) -> super::state::SocketStatus {
@@ -510,6 +530,7 @@ impl Activator {
             last_start_ms: g.last_start.map(|d| d.as_secs_f64() * 1e3),
             failed_starts: g.failed_starts,
             last_error: g.last_error.clone(),
+            limits: self.hits.snapshot(),
         }
     }
 
