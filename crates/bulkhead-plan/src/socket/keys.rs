@@ -24,7 +24,10 @@ pub(super) struct Draft {
     pub stop_timeout: Duration,
     pub connect_timeout: Duration,
     pub max_connections: Option<u64>,
-    pub connection_idle_timeout: Option<Duration>,
+    pub max_connections_per_source: Option<u64>,
+    /// None: not written (the default depends on the listener); Some(None): infinity.
+    pub connection_idle_timeout: Option<Option<Duration>>,
+    pub proxy_header_timeout: Duration,
     pub pipe_size: Option<u64>,
     pub backlog: u32,
     pub proxy_protocol: Option<ProxyVersion>,
@@ -50,7 +53,9 @@ impl Draft {
             stop_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_millis(250),
             max_connections: None,
+            max_connections_per_source: None,
             connection_idle_timeout: None,
+            proxy_header_timeout: Duration::from_secs(5),
             // As systemd-socket-proxyd's.
             pipe_size: Some(256 << 10),
             backlog: 4096,
@@ -76,8 +81,11 @@ impl Draft {
             | "connection_idle_timeout"
             | "start_timeout"
             | "stop_timeout"
-            | "connect_timeout" => self.timeouts(c, key, kloc, val),
-            "max_connections" | "backlog" | "pipe_size" => self.limits(c, key, kloc, val),
+            | "connect_timeout"
+            | "proxy_header_timeout" => self.timeouts(c, key, kloc, val),
+            "max_connections" | "max_connections_per_source" | "backlog" | "pipe_size" => {
+                self.limits(c, key, kloc, val)
+            }
             "proxy_protocol" | "accept_proxy_protocol" => self.proxy(c, key, kloc, val),
             "socket_mode" | "socket_user" | "socket_group" => self.unix(c, key, kloc, val),
             "target" => self.target = super::target::parse(c, kloc, val),
@@ -141,10 +149,20 @@ impl Draft {
         };
         match (key, d) {
             ("idle_timeout", d) => self.idle_timeout = d,
-            ("connection_idle_timeout", d) => self.connection_idle_timeout = d,
+            ("connection_idle_timeout", None) => self.connection_idle_timeout = Some(None),
+            ("connection_idle_timeout", Some(d)) if !d.is_zero() => {
+                self.connection_idle_timeout = Some(Some(d))
+            }
+            ("proxy_header_timeout", Some(d)) if !d.is_zero() => self.proxy_header_timeout = d,
             ("start_timeout", Some(d)) if !d.is_zero() => self.start_timeout = d,
             ("stop_timeout", Some(d)) if !d.is_zero() => self.stop_timeout = d,
             ("connect_timeout", Some(d)) if !d.is_zero() => self.connect_timeout = d,
+            ("connection_idle_timeout", _) => c.err(
+                kloc,
+                key,
+                format!("{key} must be a time span above 0, or \"infinity\""),
+                "write e.g. \"1h\"; \"infinity\" keeps idle connections open for ever",
+            ),
             _ => c.err(
                 kloc,
                 key,
@@ -157,6 +175,9 @@ impl Draft {
     fn limits(&mut self, c: &mut Ctx<'_>, key: &str, kloc: Loc, val: &DeValue<'_>) {
         match key {
             "max_connections" => self.max_connections = c.count(kloc, key, val, 1, 1 << 20),
+            "max_connections_per_source" => {
+                self.max_connections_per_source = c.count(kloc, key, val, 1, 1 << 20)
+            }
             "backlog" => {
                 if let Some(n) = c.count(kloc, key, val, 1, 65535) {
                     self.backlog = n as u32
@@ -229,12 +250,31 @@ impl Draft {
         }
     }
 
-    /// The checked socket (None when the target is missing; that was said already).
-    pub fn finish(self) -> Option<SocketSpec> {
-        let max_connections = self.max_connections.unwrap_or(match self.mode {
+    /// max_connections, written or by default (64 per-connection sandboxes, 1024 else).
+    pub fn max_connections(&self) -> u64 {
+        self.max_connections.unwrap_or(match self.mode {
             Mode::PerConnection => 64,
             _ => 1024,
-        }) as u32;
+        })
+    }
+
+    /// max_connections_per_source, written or by default: a quarter of max_connections, so
+    /// that one client (address, IPv6 /64 or local user) cannot take every slot.
+    pub fn max_connections_per_source(&self) -> u64 {
+        self.max_connections_per_source
+            .unwrap_or((self.max_connections() / 4).max(1))
+    }
+
+    /// The checked socket (None when the target is missing; that was said already).
+    pub fn finish(self) -> Option<SocketSpec> {
+        let max_connections = self.max_connections() as u32;
+        let max_connections_per_source = self.max_connections_per_source() as u32;
+        // A UDP flow has no end of its own: it is forgotten after 30 s without datagrams,
+        // as conntrack's UDP timeout; a stream connection after an hour.
+        let udp = self.listen.iter().any(|(e, _)| !e.is_stream());
+        let connection_idle_timeout = self
+            .connection_idle_timeout
+            .unwrap_or(Some(Duration::from_secs(if udp { 30 } else { 3600 })));
         Some(SocketSpec {
             name: self.name,
             loc: self.loc,
@@ -247,7 +287,9 @@ impl Draft {
             stop_timeout: self.stop_timeout,
             connect_timeout: self.connect_timeout,
             max_connections,
-            connection_idle_timeout: self.connection_idle_timeout,
+            max_connections_per_source,
+            connection_idle_timeout,
+            proxy_header_timeout: self.proxy_header_timeout,
             pipe_size: self.pipe_size,
             backlog: self.backlog,
             proxy_protocol: self.proxy_protocol,

@@ -164,9 +164,18 @@ pub struct SocketSpec {
     /// A connect to the backend that takes longer is abandoned and tried again (a full accept
     /// queue drops SYNs silently, and the kernel would retry only after 1 s, 3 s, 7 s...).
     pub connect_timeout: Duration,
+    /// Connections at once (for a UDP listener: flows; the least recently used one is
+    /// dropped for a new one).
     pub max_connections: u32,
-    /// Close a proxied connection with no traffic either way for this long.
+    /// Connections at once from one client (systemd's MaxConnectionsPerSource=): an IPv4
+    /// address, an IPv6 /64 or, on a unix socket, a user. More are closed at once.
+    pub max_connections_per_source: u32,
+    /// Close a proxied connection (or forget a UDP flow) with no traffic either way for this
+    /// long; None: never.
     pub connection_idle_timeout: Option<Duration>,
+    /// With accept_proxy_protocol: close a connection whose PROXY header is not complete
+    /// after this long.
+    pub proxy_header_timeout: Duration,
     /// The splice pipe's size in bytes (F_SETPIPE_SZ; 256K by default, as socket-proxyd's).
     pub pipe_size: Option<u64>,
     pub backlog: u32,
@@ -189,7 +198,9 @@ pub(crate) const KEYS: &[&str] = &[
     "stop_timeout",
     "connect_timeout",
     "max_connections",
+    "max_connections_per_source",
     "connection_idle_timeout",
+    "proxy_header_timeout",
     "pipe_size",
     "backlog",
     "proxy_protocol",
@@ -318,6 +329,54 @@ environment = { PYTHONUNBUFFERED = "1" }
             s.target.environment,
             vec![("PYTHONUNBUFFERED".into(), "1".into())]
         );
+    }
+
+    #[test]
+    fn connection_limits_have_safe_defaults_and_are_checked() {
+        let t = "[socket.a.target]\ncommand = [\"/bin/true\"]\n";
+        let parse = |head: &str| {
+            Plan::parse(&format!("[socket.a]\n{head}\n{t}"), None)
+                .unwrap()
+                .sockets["a"]
+                .clone()
+        };
+        let s = parse("listen = [\"1234\"]\nbackend = \"127.0.0.1:1\"");
+        assert_eq!(
+            (s.max_connections, s.max_connections_per_source),
+            (1024, 256)
+        );
+        assert_eq!(s.connection_idle_timeout, Some(Duration::from_secs(3600)));
+        assert_eq!(s.proxy_header_timeout, Duration::from_secs(5));
+        let s = parse(
+            "listen = [\"udp:127.0.0.1:53\"]\nbackend = \"udp:127.0.0.1:5353\"\nready = \"notify\"",
+        );
+        assert_eq!(s.connection_idle_timeout, Some(Duration::from_secs(30)));
+        let s = parse("listen = [\"1234\"]\nmode = \"per-connection\"");
+        assert_eq!((s.max_connections, s.max_connections_per_source), (64, 16));
+        let s = parse("listen = [\"1234\"]\nbackend = \"127.0.0.1:1\"\nmax_connections = 10\nmax_connections_per_source = 10\nconnection_idle_timeout = \"infinity\"\naccept_proxy_protocol = true\nproxy_header_timeout = \"2s\"");
+        assert_eq!(s.max_connections_per_source, 10);
+        assert_eq!(s.connection_idle_timeout, None);
+        assert_eq!(s.proxy_header_timeout, Duration::from_secs(2));
+        let e = errors(&format!("[socket.a]\nlisten = [\"1234\"]\nbackend = \"127.0.0.1:1\"\nmax_connections = 8\nmax_connections_per_source = 9\nproxy_header_timeout = \"1s\"\nconnection_idle_timeout = \"0s\"\n{t}"));
+        assert!(
+            e.contains("p.toml:5:1")
+                && e.contains("max_connections_per_source (9) is more than max_connections (8)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("p.toml:6:1")
+                && e.contains("proxy_header_timeout applies only with accept_proxy_protocol"),
+            "{e}"
+        );
+        assert!(
+            e.contains("p.toml:7:1")
+                && e.contains("connection_idle_timeout must be a time span above 0"),
+            "{e}"
+        );
+        let e = errors(&format!(
+            "[socket.a]\nlisten = [\"1234\"]\nmode = \"pass\"\nmax_connections_per_source = 2\n{t}"
+        ));
+        assert!(e.contains("in pass mode the target accepts them"), "{e}");
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub(super) fn check(c: &mut Ctx<'_>, d: &Draft) {
             "use mode = \"pass\" to hand a UDP socket to the target",
         );
     }
+    limits(c, d);
     if d.accept_proxy_protocol && d.mode != Mode::Proxy {
         c.err(
             d.at("accept_proxy_protocol"),
@@ -91,6 +92,39 @@ fn mode_and_backend(c: &mut Ctx<'_>, d: &Draft) {
             "backend",
             "a UDP listener needs a UDP backend, and a stream listener a stream backend".into(),
             "proxy UDP to udp:HOST:PORT and TCP or unix listeners to a TCP or unix backend; use two sockets for both",
+        );
+    }
+}
+
+/// The connection limits: a per-source cap within the total, only where bulkhead accepts,
+/// and a PROXY header timeout only where a header is read.
+fn limits(c: &mut Ctx<'_>, d: &Draft) {
+    if let Some(per) = d.max_connections_per_source {
+        if d.mode == Mode::Pass {
+            c.err(
+                d.at("max_connections_per_source"),
+                "max_connections_per_source",
+                "max_connections_per_source applies to connections bulkhead accepts, and in pass mode the target accepts them".into(),
+                "remove it (limit connections in the target), or use mode = \"proxy\"",
+            );
+        } else if per > d.max_connections() {
+            c.err(
+                d.at("max_connections_per_source"),
+                "max_connections_per_source",
+                format!(
+                    "max_connections_per_source ({per}) is more than max_connections ({})",
+                    d.max_connections()
+                ),
+                "lower max_connections_per_source, or raise max_connections",
+            );
+        }
+    }
+    if d.seen.contains_key("proxy_header_timeout") && !d.accept_proxy_protocol {
+        c.err(
+            d.at("proxy_header_timeout"),
+            "proxy_header_timeout",
+            "proxy_header_timeout applies only with accept_proxy_protocol = true".into(),
+            "remove it, or set accept_proxy_protocol = true",
         );
     }
 }
