@@ -51,14 +51,20 @@ impl Conn {
         }
         Ok(())
     }
-    /// Peek at what has arrived, without consuming it.
-    pub async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+    /// Peek at what has arrived, without consuming it, once more than `have` bytes are
+    /// there (0 at EOF). While no more came, the readiness is cleared, so the task sleeps
+    /// until the kernel reports new data: no polling.
+    pub async fn peek_more(&self, buf: &mut [u8], have: usize) -> io::Result<usize> {
         loop {
             self.ready(Interest::READABLE).await?;
             match self.try_io(Interest::READABLE, || {
-                rustix::net::recv(self.fd(), &mut *buf, RecvFlags::PEEK).map_err(io::Error::from)
+                let (n, _) = rustix::net::recv(self.fd(), &mut *buf, RecvFlags::PEEK)?;
+                if n > 0 && n <= have {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(n)
             }) {
-                Ok((n, _)) => return Ok(n),
+                Ok(n) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }
