@@ -282,6 +282,41 @@ pub fn pass_fds_before_exec(cmd: &mut std::process::Command, fds: &[OwnedFd], pd
     }
 }
 
+/// RLIMIT_NOFILE: (soft, hard); u64::MAX for unlimited.
+pub fn nofile_limit() -> (u64, u64) {
+    let l = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    (l.current.unwrap_or(u64::MAX), l.maximum.unwrap_or(u64::MAX))
+}
+
+/// Set RLIMIT_NOFILE (raising the hard limit needs CAP_SYS_RESOURCE, and the kernel caps it
+/// at /proc/sys/fs/nr_open).
+pub fn set_nofile_limit(soft: u64, hard: u64) -> std::io::Result<()> {
+    rustix::process::setrlimit(
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: Some(soft),
+            maximum: Some(hard),
+        },
+    )
+    .map_err(Into::into)
+}
+
+/// Before `cmd` execs: the soft RLIMIT_NOFILE back to `soft` (a process that raised its own
+/// limit gives its children the usual one; select(2) cannot handle descriptors above 1023).
+pub fn nofile_soft_before_exec(cmd: &mut std::process::Command, soft: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure makes two system calls (getrlimit, setrlimit), which are
+    // async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut l = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+            l.current = Some(soft.min(l.maximum.unwrap_or(u64::MAX)));
+            rustix::process::setrlimit(rustix::process::Resource::Nofile, l)?;
+            Ok(())
+        });
+    }
+}
+
 /// process_madvise(MADV_COLLAPSE) of `len` bytes at `start` in the process of `pidfd`
 /// (Linux 6.1+): how many bytes were advised.
 pub fn madvise_collapse(

@@ -126,6 +126,9 @@ pub fn start_process(
         .map(|fd| bulkhead_sys::fd::dup_above(fd, 100))
         .collect::<io::Result<_>>()?;
     bulkhead_sys::process::pass_fds_before_exec(cmd.as_std_mut(), &high, libc::SIGTERM);
+    if let Some(soft) = super::fds::target_soft() {
+        bulkhead_sys::process::nofile_soft_before_exec(cmd.as_std_mut(), soft);
+    }
     let child = cmd.spawn();
     drop(high);
     child

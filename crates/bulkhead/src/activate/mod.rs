@@ -9,6 +9,8 @@
 //! a [`target::Activator`] per socket.
 
 pub mod dial;
+pub mod fds;
+pub mod flows;
 pub mod launch;
 pub mod limits;
 pub mod listen;
@@ -17,6 +19,7 @@ pub mod pass;
 pub mod proxy;
 pub mod proxyproto;
 pub mod sockfile;
+pub mod sources;
 pub mod state;
 pub mod stream;
 pub mod target;
@@ -243,6 +246,7 @@ fn notify_dir(name: &str) -> PathBuf {
 /// Bind everything, then serve until SIGTERM or SIGINT. Returns once every target stopped.
 pub fn serve(plan: &Plan, specs: Vec<SocketSpec>, launcher: Launcher, log: Log) -> Result<()> {
     check(plan, &specs)?;
+    fds::ensure(plan, &specs)?;
     let mut bound = Vec::new();
     for s in specs {
         let l = listen::bind_all(&s)?;

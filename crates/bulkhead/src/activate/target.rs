@@ -11,7 +11,7 @@ use super::notify::{self, NotifySocket, Sender};
 use bulkhead_plan::socket::{Mode, Ready, SocketSpec};
 use std::io;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -483,22 +483,30 @@ impl Activator {
         if sender.is_some_and(|s| notify::in_tree(s.pid, pid)) {
             return true;
         }
-        let first = self.hits.notify_refused.fetch_add(1, Relaxed) == 0;
-        if first {
-            self.log.line(&format!(
-                "[{}] ignored READY=1 from {}: not the target's process (further ones are counted in status)",
-                self.spec.name,
+        self.hit(&self.hits.notify_refused, || {
+            format!(
+                "ignored READY=1 from {}: not the target's process",
                 sender.map_or("an unknown sender".into(), |s| format!(
                     "PID {} (UID {})",
                     s.pid, s.uid
                 ))
-            ));
-        }
+            )
+        });
         false
     }
 
+    /// Count a limit hit, and log it the 1st, 2nd, 4th, 8th... time.
+    pub fn hit(&self, counter: &AtomicU64, msg: impl FnOnce() -> String) {
+        if let Some(n) = Hits::add(counter) {
+            self.log.line(&format!(
+                "[{}] {} ({n} so far; `bulkhead status` counts them)",
+                self.spec.name,
+                msg()
+            ));
+        }
+    }
+
     pub fn status(&self) -> super::state::SocketStatus {
-        use std::sync::atomic::Ordering::Relaxed;
         let g = self.inner.lock().unwrap();
         let state = match (g.state, g.backoff_until) {
             (State::Idle, Some(u)) if Instant::now() < u => "backoff",
