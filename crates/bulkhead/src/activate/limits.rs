@@ -12,6 +12,7 @@ pub struct Hits {
     pub proxy_header_timeouts: AtomicU64,
     pub proxy_header_invalid: AtomicU64,
     pub udp_flows_evicted: AtomicU64,
+    pub udp_dropped: AtomicU64,
     pub accept_errors: AtomicU64,
     pub notify_refused: AtomicU64,
 }
@@ -31,6 +32,7 @@ impl Hits {
             proxy_header_timeouts: self.proxy_header_timeouts.load(Relaxed),
             proxy_header_invalid: self.proxy_header_invalid.load(Relaxed),
             udp_flows_evicted: self.udp_flows_evicted.load(Relaxed),
+            udp_dropped: self.udp_dropped.load(Relaxed),
             accept_errors: self.accept_errors.load(Relaxed),
             notify_refused: self.notify_refused.load(Relaxed),
         }
@@ -45,7 +47,8 @@ pub struct LimitsStatus {
     pub max_connections: u64,
     /// Connections closed at once: their client already had max_connections_per_source.
     pub per_source: u64,
-    /// Connections closed (UDP flows forgotten) after connection_idle_timeout without traffic.
+    /// Stream connections closed after connection_idle_timeout without traffic (a UDP flow
+    /// that idles out is its normal end, not counted).
     pub idle_closed: u64,
     /// Connections closed without a complete PROXY header within proxy_header_timeout.
     pub proxy_header_timeouts: u64,
@@ -54,6 +57,9 @@ pub struct LimitsStatus {
     /// UDP flows dropped for a new one (the table was full, or their client had
     /// max_connections_per_source flows).
     pub udp_flows_evicted: u64,
+    /// Datagrams dropped because their flow's queue (256) or all queues (16 MiB) were full
+    /// while the target started or the backend was slow.
+    pub udp_dropped: u64,
     /// accept(2) failures (EMFILE, ENFILE, ENOBUFS: out of descriptors or memory).
     pub accept_errors: u64,
     /// Datagrams with READY=1 on the notify socket from a process outside the target's tree.
@@ -70,6 +76,7 @@ impl LimitsStatus {
             ("proxy_header_timeout", self.proxy_header_timeouts),
             ("invalid PROXY header", self.proxy_header_invalid),
             ("UDP flows evicted", self.udp_flows_evicted),
+            ("UDP datagrams dropped (queues full)", self.udp_dropped),
             ("accept failed", self.accept_errors),
             ("READY=1 from outside the target", self.notify_refused),
         ]

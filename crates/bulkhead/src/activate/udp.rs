@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 /// Datagrams waiting in one flow's queue.
-const FLOW_QUEUE: usize = 64;
+const FLOW_QUEUE: usize = 256;
 /// Bytes waiting in all of a socket's flow queues; a datagram beyond is dropped (as a full
 /// socket buffer would).
 const QUEUED_BYTES: usize = 16 << 20;
@@ -61,6 +61,7 @@ pub async fn udp_loop(act: Arc<Activator>, fd: OwnedFd) {
         };
         if budget.fetch_add(n, Relaxed) + n > QUEUED_BYTES {
             budget.fetch_sub(n, Relaxed);
+            dropped(&act);
             continue;
         }
         let d = Datagram {
@@ -70,8 +71,12 @@ pub async fn udp_loop(act: Arc<Activator>, fd: OwnedFd) {
         let existing = table.lock().unwrap().get(&peer).map(|h| h.tx.clone());
         let d = match existing {
             Some(tx) => match tx.try_send(d) {
+                Ok(()) => continue,
                 // A full queue drops the datagram.
-                Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => continue,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    dropped(&act);
+                    continue;
+                }
                 // The flow just ended: a new one takes the datagram.
                 Err(mpsc::error::TrySendError::Closed(d)) => d,
             },
@@ -79,6 +84,12 @@ pub async fn udp_loop(act: Arc<Activator>, fd: OwnedFd) {
         };
         new_flow(&act, &sock, &table, peer, d);
     }
+}
+
+fn dropped(act: &Activator) {
+    act.hit(&act.hits.udp_dropped, || {
+        format!("dropped a datagram: the flow queues are full ({FLOW_QUEUE} datagrams per flow, {} MiB in all)", QUEUED_BYTES >> 20)
+    });
 }
 
 /// Start a flow for `peer` with its first datagram, pushing out another if the table says so.
