@@ -653,3 +653,25 @@ fn guard_acts_through_runtime_properties() {
     assert_eq!(c.show("db-helper.slice", "CPUWeight"), "100");
     c.sh("systemctl stop spin-db-server spin-db-helper");
 }
+
+/// `serve` hands a plain pass-mode target its sockets through `run --listen-fds`. A service
+/// cannot be given descriptors (issue 14 item 14): `run` refuses and says what to do, and
+/// `--scope` (what `serve` uses with this backend) passes them.
+#[test]
+fn run_with_listen_fds_through_systemd() {
+    let Some(c) = Container::boot() else { return };
+    let o = c.bulkhead(&["-q", "apply"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let o = c.sh("exec 3</dev/null; bulkhead run --listen-fds 1 --slice db-helper -- true");
+    assert_eq!(o.status.code(), Some(125), "{}", err(&o));
+    assert!(err(&o).contains("add --scope"), "{}", err(&o));
+    let o = c.sh(
+        "exec 3</dev/null; bulkhead run --scope --listen-fds 1 --slice db-helper -- \
+         sh -c 'echo $LISTEN_FDS $LISTEN_PID $$; test -e /proc/self/fd/3 && echo fd3'",
+    );
+    let text = out(&o);
+    let f: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(f.len(), 4, "{text}\n{}", err(&o));
+    assert_eq!((f[0], f[3]), ("1", "fd3"), "{text}");
+    assert_eq!(f[1], f[2], "LISTEN_PID is not the command's PID: {text}");
+}

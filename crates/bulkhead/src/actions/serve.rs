@@ -3,8 +3,8 @@
 
 use super::Context;
 use crate::activate::{self, Log, TargetLauncher};
-use bulkhead_cgroups::Choice;
-use bulkhead_plan::socket::SocketSpec;
+use bulkhead_cgroups::{Choice, Chosen};
+use bulkhead_plan::socket::{Mode, SocketSpec};
 use bulkhead_plan::Plan;
 use bulkhead_sys::error::{Error, Result};
 use std::ffi::OsString;
@@ -22,12 +22,17 @@ pub fn prepare(cx: &Context, names: &[String]) -> Result<Served> {
     let sockets = activate::select(&plan, names)?;
     let exe = std::env::current_exe()
         .map_err(|e| Error::failed(format!("cannot find bulkhead's own binary: {e}")))?;
+    // Only a plain target in pass mode is given sockets through `run`.
+    let passes_to_run = sockets
+        .iter()
+        .any(|s| s.mode == Mode::Pass && s.target.rootfs.is_none());
     Ok(Served {
         plan,
         sockets,
         launcher: TargetLauncher {
             exe,
             global_args: global_args(cx),
+            scope_for_fds: passes_to_run && matches!(cx.choose(), Ok(Chosen::Systemd(_))),
         },
     })
 }

@@ -13,6 +13,9 @@ pub struct Launcher {
     pub exe: PathBuf,
     /// e.g. `--cgroup-root /x -c plan.toml`, placed before the subcommand.
     pub global_args: Vec<OsString>,
+    /// The backend is systemd: a plain target that is passed sockets runs with `run
+    /// --scope` (a service cannot be given file descriptors).
+    pub scope_for_fds: bool,
 }
 
 /// Where the notify socket is seen from inside a sandbox.
@@ -67,6 +70,9 @@ impl Launcher {
             }
         } else {
             a.push("run".into());
+            if listen_fds > 0 && self.scope_for_fds {
+                a.push("--scope".into());
+            }
             if let Some(u) = &t.user {
                 a.extend(["--uid".into(), u.into()]);
             }
@@ -132,4 +138,38 @@ pub fn start_process(
     let child = cmd.spawn();
     drop(high);
     child
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_target_given_sockets_on_systemd_runs_in_a_scope() {
+        let plan = bulkhead_plan::Plan::parse(
+            "[socket.p]\nlisten = [\"1\"]\nmode = \"pass\"\n[socket.p.target]\ncommand = [\"/bin/srv\"]\n",
+            None,
+        )
+        .unwrap();
+        let spec = &plan.sockets["p"];
+        let argv = |scope_for_fds: bool, fds: u32| {
+            let l = Launcher {
+                exe: "/usr/bin/bulkhead".into(),
+                global_args: Vec::new(),
+                scope_for_fds,
+            };
+            l.command(spec, fds, None, &[])
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert!(
+            argv(true, 1).starts_with("/usr/bin/bulkhead run --scope --listen-fds 1"),
+            "{}",
+            argv(true, 1)
+        );
+        assert!(!argv(false, 1).contains("--scope"));
+        assert!(!argv(true, 0).contains("--scope"));
+    }
 }

@@ -72,12 +72,32 @@ pub struct ServiceExit {
     pub note: Option<Diagnostic>,
 }
 
+/// `--listen-fds` cannot work in a service: StartTransientUnit (like systemd-run) gives the
+/// service only standard input, output and error, so the command would start without its
+/// sockets and without `LISTEN_FDS`. Refuse it, and say what works.
+pub fn check_listen_fds(spec: &RunSpec) -> Result<(), RunError> {
+    if spec.listen_fds == 0 {
+        return Ok(());
+    }
+    Err(RunError::with_code(
+        EXIT_RUN_FAILED,
+        Error::invalid(
+            Diagnostic::error(format!(
+                "--listen-fds {}: a systemd service cannot be given bulkhead's file descriptors (StartTransientUnit, like systemd-run, passes only standard input, output and error), so the command would start without its sockets",
+                spec.listen_fds
+            ))
+            .hint("add --scope (bulkhead moves itself into a transient scope in the slice and execs the command with fds 3.. and LISTEN_FDS, LISTEN_PID), or use --backend cgroupfs"),
+        ),
+    ))
+}
+
 /// Run the command as a transient service in its slice and wait for it.
 pub fn run_service(
     sd: &Systemd,
     spec: &RunSpec,
     opts: ServiceOptions,
 ) -> Result<ServiceExit, RunError> {
+    check_listen_fds(spec)?;
     let Some(prog) = spec.argv.first() else {
         return Err(RunError::with_code(
             EXIT_RUN_FAILED,
@@ -430,5 +450,25 @@ impl PtyIo {
         // command left behind may still hold it, so do not wait for long.
         let _ = self.output_done.recv_timeout(Duration::from_secs(2));
         drop(self.raw);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_fds_are_refused_for_a_service_with_what_to_do() {
+        let mut spec = RunSpec {
+            argv: vec!["/bin/true".into()],
+            ..RunSpec::default()
+        };
+        assert!(check_listen_fds(&spec).is_ok());
+        spec.listen_fds = 2;
+        let e = check_listen_fds(&spec).unwrap_err();
+        assert_eq!(e.code, EXIT_RUN_FAILED);
+        let text = e.error.to_string();
+        assert!(text.contains("--listen-fds 2"), "{text}");
+        assert!(text.contains("add --scope"), "{text}");
     }
 }
