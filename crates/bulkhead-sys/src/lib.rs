@@ -21,11 +21,11 @@ pub mod process;
 pub mod psi;
 pub mod pty;
 pub mod remove;
-pub mod resolve;
 pub mod sched;
 pub mod signals;
 pub mod statfs;
 pub mod tree;
+pub mod trusted;
 pub mod units;
 pub mod xattr;
 

@@ -538,7 +538,7 @@ command = ["{PY}", "{script}"]
     );
     let mut cmd = std::process::Command::new("sh");
     cmd.args(["-c", "ulimit -S -n 1024 && exec \"$@\"", "sh"])
-        .arg(env!("CARGO_BIN_EXE_bulkhead"))
+        .arg(crate::common::serve::bin())
         .arg("-c")
         .arg(&plan)
         .arg("serve")

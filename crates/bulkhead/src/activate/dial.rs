@@ -3,7 +3,7 @@
 
 use super::proxy::Conn;
 use bulkhead_plan::socket::{Endpoint, SocketSpec};
-use bulkhead_sys::resolve;
+use bulkhead_sys::inroot;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
@@ -96,11 +96,11 @@ impl Dialer {
             (Dialer::Host, Endpoint::Unix(p)) => Ok(Conn::Unix(UnixStream::connect(p).await?)),
             (Dialer::Sandbox { root, .. }, Endpoint::Unix(p)) => {
                 // Resolved as the sandbox sees it: its symlinks cannot name a host path.
-                let sock = resolve::open_in_root(root.as_fd(), p)?;
-                if !resolve::is_socket(sock.as_fd())? {
+                let sock = inroot::open_in_root(root.as_fd(), p)?;
+                if !inroot::is_socket(sock.as_fd())? {
                     return Err(io::Error::from_raw_os_error(libc::ECONNREFUSED));
                 }
-                let path = resolve::fd_path(sock.as_fd());
+                let path = inroot::fd_path(sock.as_fd());
                 Ok(Conn::Unix(UnixStream::connect(path).await?))
             }
             (_, Endpoint::Udp(_)) => Err(io::Error::other("a UDP backend is not a stream")),
@@ -139,9 +139,9 @@ pub fn dialer_for(spec: &SocketSpec, pid: u32) -> io::Result<Option<Dialer>> {
     let Some(init) = sandbox_init(pid) else {
         return Ok(None);
     };
-    let root = resolve::open_root(Path::new(&format!("/proc/{init}/root")))?;
+    let root = inroot::open_root(Path::new(&format!("/proc/{init}/root")))?;
     // Until the sandbox has pivoted into its own root, /proc/PID/root is the host's.
-    if resolve::same_file(root.as_fd(), resolve::open_root(Path::new("/"))?.as_fd())? {
+    if inroot::same_file(root.as_fd(), inroot::open_root(Path::new("/"))?.as_fd())? {
         return Ok(None);
     }
     let netns = if spec.target.network.as_deref() == Some("host") {

@@ -5,7 +5,7 @@
 use super::sockfile;
 use bulkhead_plan::socket::{Endpoint, SocketSpec};
 use bulkhead_sys::error::{errno_text, Diagnostic, Error, Result};
-use bulkhead_sys::resolve::DirError;
+use bulkhead_sys::trusted::DirError;
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};

@@ -1,9 +1,9 @@
 //! Unix socket files `serve` makes as root (listeners, notify sockets). They are made only in
-//! a directory nobody but root can change ([`resolve::open_trusted_dir`]), their mode is set
+//! a directory nobody but root can change ([`trusted::open_trusted_dir`]), their mode is set
 //! through the umask at bind time (the file never exists with a wider mode, and nothing is
 //! changed by path afterwards), and their owner is set without following a symlink.
 
-use bulkhead_sys::resolve::{self, DirError};
+use bulkhead_sys::trusted::{self, DirError};
 use rustix::fs::{AtFlags, Mode};
 use socket2::{SockAddr, Socket};
 use std::ffi::OsString;
@@ -26,7 +26,7 @@ pub fn place(path: &Path) -> Result<Place, DirError> {
         ));
     };
     Ok(Place {
-        dir: resolve::open_trusted_dir(parent)?,
+        dir: trusted::open_trusted_dir(parent)?,
         name: name.to_os_string(),
     })
 }

@@ -1,62 +1,14 @@
-//! Paths looked up where bulkhead means them: inside another root (a sandbox's, with
-//! openat2's RESOLVE_IN_ROOT, so the sandbox's symlinks cannot point at the host), or through
-//! directories that nobody but root can change (where root makes files others can see).
+//! Directories root can trust to make files in (unix socket files that others then connect
+//! to): nobody but root can change what any component of their path names.
 
-use rustix::fs::{FileType, Mode, OFlags, ResolveFlags, Stat};
+use crate::inroot::open_root;
+use rustix::fs::{FileType, Mode, OFlags, Stat};
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Component, Path, PathBuf};
-
-/// A directory opened as a handle for lookups (O_PATH), following symlinks: for a path
-/// bulkhead chose, such as /proc/PID/root.
-pub fn open_root(p: &Path) -> io::Result<OwnedFd> {
-    rustix::fs::open(
-        p,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(Into::into)
-}
-
-/// Whether two handles are on the same file (device and inode).
-pub fn same_file(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> io::Result<bool> {
-    let (x, y) = (rustix::fs::fstat(a)?, rustix::fs::fstat(b)?);
-    Ok(x.st_dev == y.st_dev && x.st_ino == y.st_ino)
-}
-
-/// `path` looked up inside `root` as if `root` were `/`: absolute symlinks, `..` and mount
-/// points all stay inside it, and /proc magic links are refused. Returns an O_PATH handle.
-pub fn open_in_root(root: BorrowedFd<'_>, path: &Path) -> io::Result<OwnedFd> {
-    let mut tries = 0;
-    loop {
-        match rustix::fs::openat2(
-            root,
-            path,
-            OFlags::PATH | OFlags::CLOEXEC,
-            Mode::empty(),
-            ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
-        ) {
-            // A rename inside the root raced with the lookup: the kernel asks to try again.
-            Err(rustix::io::Errno::AGAIN) if tries < 8 => tries += 1,
-            r => return r.map_err(Into::into),
-        }
-    }
-}
-
-/// Whether a handle is on a socket file.
-pub fn is_socket(fd: BorrowedFd<'_>) -> io::Result<bool> {
-    let st = rustix::fs::fstat(fd)?;
-    Ok(FileType::from_raw_mode(st.st_mode) == FileType::Socket)
-}
-
-/// The /proc/self/fd path through which this process reaches what `fd` is open on, for calls
-/// that only take a path (connect(2) to a unix socket).
-pub fn fd_path(fd: BorrowedFd<'_>) -> PathBuf {
-    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-}
 
 /// Why a directory cannot be trusted, or could not be opened.
 #[derive(Debug)]
@@ -194,34 +146,11 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn scratch(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("bh-resolve-{tag}-{}", std::process::id()));
+        let d = std::env::temp_dir().join(format!("bh-trusted-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
         d
-    }
-
-    #[test]
-    fn absolute_symlinks_stay_inside_the_root() {
-        let d = scratch("inroot");
-        std::fs::create_dir_all(d.join("root/run")).unwrap();
-        std::fs::write(d.join("root/inside"), "in").unwrap();
-        std::fs::write(d.join("outside"), "out").unwrap();
-        // /run/x -> /inside within the root; on the host the same link would name
-        // HOST/inside, which does not exist.
-        std::os::unix::fs::symlink("/inside", d.join("root/run/x")).unwrap();
-        std::os::unix::fs::symlink(d.join("outside"), d.join("root/run/host")).unwrap();
-        std::os::unix::fs::symlink("../../../../../../outside", d.join("root/run/up")).unwrap();
-        let root = open_root(&d.join("root")).unwrap();
-        let x = open_in_root(root.as_fd(), Path::new("/run/x")).unwrap();
-        assert_eq!(std::fs::read_to_string(fd_path(x.as_fd())).unwrap(), "in");
-        for escape in ["/run/host", "/run/up"] {
-            assert!(
-                open_in_root(root.as_fd(), Path::new(escape)).is_err(),
-                "{escape} left the root"
-            );
-        }
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
