@@ -350,13 +350,15 @@ stops the targets and exits.",
     after_help = "Plan keys of [socket.NAME]: listen (list: HOST:PORT, [V6]:PORT, PORT, \
 udp:HOST:PORT, unix:/PATH), mode (proxy | pass | per-connection), backend, ready (connect | \
 notify), idle_timeout (30s; \"infinity\"), start_timeout (10s), stop_timeout (10s), \
-max_connections (1024; 64 per-connection), connection_idle_timeout, pipe_size, backlog, \
-proxy_protocol (\"v1\" | \"v2\", sent to the target), accept_proxy_protocol (read from a load \
-balancer), socket_mode, socket_user, socket_group. [socket.NAME.target]: command, rootfs, \
+max_connections (1024; 64 per-connection; UDP: flows), max_connections_per_source (a quarter \
+of max_connections, per address, IPv6 /64 or unix user), connection_idle_timeout (1h; UDP \
+30s; \"infinity\"), pipe_size, backlog, proxy_protocol (\"v1\" | \"v2\", sent to the target), \
+accept_proxy_protocol (read from a load balancer), proxy_header_timeout (5s), socket_mode, \
+socket_user, socket_group (the socket's directory must be one only root can change). [socket.NAME.target]: command, rootfs, \
 slice, user, group, working_directory, environment, network, bind, snapshot.\n\nExit status: \
 0 after SIGTERM/SIGINT, 1 when serving failed, 2 for a bad plan or a socket that cannot be \
 bound.\n\nExample:\n  bulkhead serve -c /etc/bulkhead/bulkhead.toml --socket app\n  \
-bulkhead status          # state, connections, bytes, cold starts of each socket"
+bulkhead status          # state, connections, bytes, cold starts, limits hit of each socket"
 )]
 pub struct ServeArgs {
     /// Serve only this socket (repeatable) [default: every socket of the plan]
