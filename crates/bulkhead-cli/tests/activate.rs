@@ -4,169 +4,12 @@
 mod common;
 
 use common::prerequisites;
-use common::rootfs::busybox_root;
+use common::serve::{bulkhead, free_port, python_ok, status, wait_for, Scratch, Serve, PY};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-static N: AtomicUsize = AtomicUsize::new(0);
-const PY: &str = "/usr/bin/python3";
-
-fn python_ok() -> bool {
-    if Path::new(PY).exists() {
-        return true;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
-        panic!("prerequisite missing in CI: {PY} (apt install python3)");
-    }
-    eprintln!("SKIPPED: {PY} is missing");
-    false
-}
-
-/// A scratch directory (plan, busybox root, scripts), removed on drop.
-struct Scratch {
-    dir: PathBuf,
-    tag: String,
-}
-
-impl Scratch {
-    fn new() -> Scratch {
-        let tag = format!(
-            "t{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        );
-        let dir = PathBuf::from(format!("/var/tmp/bulkhead-activate-{tag}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch { dir, tag }
-    }
-    /// A unique socket name.
-    fn name(&self, base: &str) -> String {
-        format!("{base}-{}", self.tag)
-    }
-    fn root(&self) -> PathBuf {
-        let r = self.dir.join("root");
-        if !r.exists() {
-            busybox_root(&r);
-            std::fs::create_dir_all(r.join("www")).unwrap();
-            std::fs::write(r.join("www/index.html"), "hello from the sandbox\n").unwrap();
-        }
-        r
-    }
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A port below the ephemeral range (ip_local_port_range starts at 32768), so that no
-/// outgoing connection takes it as its source port between this check and the bind.
-fn free_port() -> u16 {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    for _ in 0..1000 {
-        let n = NEXT.fetch_add(1, Ordering::SeqCst) as u32;
-        let port = 20000
-            + (std::process::id()
-                .wrapping_mul(7919)
-                .wrapping_add(n.wrapping_mul(104729))
-                % 12000) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port between 20000 and 32000");
-}
-
-fn bulkhead() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_bulkhead"));
-    c.env_remove("BULKHEAD_CONFIG")
-        .env_remove("BULKHEAD_CGROUP_ROOT")
-        .env_remove("NOTIFY_SOCKET");
-    c
-}
-
-/// A running `bulkhead serve`, stopped with SIGTERM on drop (SIGKILL if it hangs).
-struct Serve {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Serve {
-    fn start(plan: &Path, log: PathBuf) -> Serve {
-        let child = bulkhead()
-            .arg("-c")
-            .arg(plan)
-            .arg("serve")
-            .stderr(std::fs::File::create(&log).unwrap())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let s = Serve { child, log };
-        // Listening is announced in the log.
-        let t0 = Instant::now();
-        while !s.log().contains("listening on") {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "serve did not start:\n{}",
-                s.log()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        s
-    }
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-    /// SIGTERM and wait; returns the exit code.
-    fn stop(&mut self) -> Option<i32> {
-        let _ = bulkhead::sys::process::kill(self.child.id() as i32, libc::SIGTERM);
-        let t0 = Instant::now();
-        loop {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                return st.code();
-            }
-            if t0.elapsed() > Duration::from_secs(30) {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("serve did not stop within 30 s:\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.stop();
-        }
-    }
-}
-
-fn status(name: &str) -> serde_json::Value {
-    let p = format!("/run/bulkhead/sockets/{name}.json");
-    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"));
-    serde_json::from_str(&text).unwrap()
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn http_get(port: u16) -> std::io::Result<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
@@ -206,7 +49,7 @@ fn first_connection_starts_idle_stops_next_restarts() {
     if !prerequisites() {
         return;
     }
-    let s = Scratch::new();
+    let s = Scratch::new("activate");
     let name = s.name("web");
     let (port, backend) = (free_port(), free_port());
     std::fs::create_dir_all(s.dir.join("www")).unwrap();
@@ -283,7 +126,7 @@ fn dry_run_prints_the_target_and_sd_notify_says_ready() {
     if !prerequisites() {
         return;
     }
-    let s = Scratch::new();
+    let s = Scratch::new("activate");
     let name = s.name("dry");
     let port = free_port();
     let plan = s.write(
@@ -356,7 +199,7 @@ fn hundred_clients_during_a_sandboxed_cold_start_all_get_answers() {
     if !prerequisites() {
         return;
     }
-    let s = Scratch::new();
+    let s = Scratch::new("activate");
     let name = s.name("sb");
     let port = free_port();
     let plan = s.write(
@@ -405,7 +248,7 @@ fn a_crashed_target_is_restarted_by_the_next_connection() {
     if !prerequisites() {
         return;
     }
-    let s = Scratch::new();
+    let s = Scratch::new("activate");
     let name = s.name("crash");
     let (port, backend) = (free_port(), free_port());
     std::fs::create_dir_all(s.dir.join("www")).unwrap();
@@ -443,7 +286,7 @@ fn pass_mode_hands_over_the_listening_socket() {
     if !prerequisites() || !python_ok() {
         return;
     }
-    let s = Scratch::new();
+    let s = Scratch::new("activate");
     let name = s.name("pass");
     let port = free_port();
     // A systemd-style socket-activated server: checks LISTEN_PID and serves on fd 3.
@@ -503,7 +346,7 @@ fn per_connection_mode_gives_each_client_its_own_sandbox() {
     if !prerequisites() {
         return;
     }
-    let s = Scratch::new();
+    let s = Scratch::new("activate");
     let name = s.name("inetd");
     let port = free_port();
     let plan = s.write(
@@ -551,7 +394,7 @@ fn half_close_and_proxy_protocol_pass_through() {
     if !prerequisites() || !python_ok() {
         return;
     }
-    let s = Scratch::new();
+    let s = Scratch::new("activate");
     let name = s.name("half");
     let (port, backend) = (free_port(), free_port());
     // Reads the PROXY line, then everything until EOF, then answers: only possible when the
@@ -627,7 +470,7 @@ fn udp_with_notify_readiness() {
     if !prerequisites() || !python_ok() {
         return;
     }
-    let s = Scratch::new();
+    let s = Scratch::new("activate");
     let name = s.name("udp");
     let (port, backend) = (free_port(), free_port());
     // Sleeps before READY=1: datagrams sent meanwhile must be held, not lost.
@@ -717,7 +560,7 @@ fn bad_input_is_refused_before_anything_listens() {
     if !prerequisites() {
         return;
     }
-    let s = Scratch::new();
+    let s = Scratch::new("activate");
     let name = s.name("bad");
     let busy = TcpListener::bind("127.0.0.1:0").unwrap();
     let busy_port = busy.local_addr().unwrap().port();
@@ -774,7 +617,7 @@ fn a_backend_that_never_listens_fails_the_start_and_closes_clients() {
     if !prerequisites() {
         return;
     }
-    let s = Scratch::new();
+    let s = Scratch::new("activate");
     let name = s.name("never");
     let (port, backend) = (free_port(), free_port());
     let plan = s.write(
