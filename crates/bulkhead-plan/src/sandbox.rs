@@ -68,6 +68,44 @@ impl std::str::FromStr for Bind {
 /// A user namespace: IDs 0..size inside are base..base+size outside.
 pub use bulkhead_sys::launch::IdRange as UserRange;
 
+/// What `--private-users` (or a socket target's `private_users`) asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrivateUsers {
+    /// A free 64K range leased at start.
+    Auto,
+    Range(UserRange),
+}
+
+/// `auto` or `BASE[:SIZE]` (SIZE 65536 by default). The error says what was wrong and what
+/// to write instead.
+pub fn parse_private_users(s: &str) -> Result<PrivateUsers, (String, &'static str)> {
+    if s == "auto" {
+        return Ok(PrivateUsers::Auto);
+    }
+    let bad = || {
+        (
+            format!("'{s}' is not auto or BASE[:SIZE]"),
+            "e.g. auto, or 524288:65536",
+        )
+    };
+    let (b, n) = match s.split_once(':') {
+        Some((b, n)) => (b, Some(n)),
+        None => (s, None),
+    };
+    let base: u32 = b.parse().map_err(|_| bad())?;
+    let size: u32 = match n {
+        Some(n) => n.parse().map_err(|_| bad())?,
+        None => 0x10000,
+    };
+    if base == 0 || size == 0 || base.checked_add(size).is_none() {
+        return Err((
+            format!("'{s}': the range must start above 0 and fit in 32 bits"),
+            "root inside is BASE outside; BASE 0 would be the host's root",
+        ));
+    }
+    Ok(PrivateUsers::Range(UserRange { base, size }))
+}
+
 /// How a snapshot is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Method {

@@ -93,7 +93,7 @@ pub fn subvolume_create(dest: &Path) -> io::Result<()> {
 }
 
 /// Destroy the subvolume `name` in the directory open as `parent` (one ioctl; ENOTEMPTY when
-/// it still holds subvolumes). [`crate::remove::remove_tree`] removes any tree with them.
+/// it still holds subvolumes; the tree remover empties those first).
 pub fn destroy_at(parent: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
     if name.is_empty() || name.len() > 4087 {
         return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));

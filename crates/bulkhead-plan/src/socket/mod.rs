@@ -144,6 +144,8 @@ pub struct TargetSpec {
     pub bind: Vec<String>,
     /// Sandbox only: the snapshot method (auto by default).
     pub snapshot: Option<String>,
+    /// Sandbox only: a user namespace, `auto` or `BASE[:SIZE]` (as `spawn --private-users`).
+    pub private_users: Option<String>,
 }
 
 /// One `[socket.NAME]` section, checked.
@@ -221,6 +223,7 @@ pub(crate) const TARGET_KEYS: &[&str] = &[
     "network",
     "bind",
     "snapshot",
+    "private_users",
 ];
 
 /// A socket name is a plain name: it names files under /run/bulkhead/sockets.
@@ -409,6 +412,16 @@ environment = { PYTHONUNBUFFERED = "1" }
         );
         assert!(
             e.contains("unknown key 'snapshott'") && e.contains("did you mean snapshot?"),
+            "{e}"
+        );
+        let e = errors("[socket.a]\nlisten = [\"1\"]\nbackend = \"127.0.0.1:1\"\n[socket.a.target]\ncommand = [\"x\"]\nrootfs = \"/r\"\nprivate_users = \"0:10\"\n");
+        assert!(
+            e.contains("p.toml:7:1") && e.contains("must start above 0"),
+            "{e}"
+        );
+        let e = errors("[socket.a]\nlisten = [\"1\"]\nbackend = \"127.0.0.1:1\"\n[socket.a.target]\ncommand = [\"x\"]\nprivate_users = \"auto\"\n");
+        assert!(
+            e.contains("private_users only applies to a sandboxed target"),
             "{e}"
         );
         let e = errors("[socket.\"a/b\"]\nlisten = [\"1\"]\n");

@@ -28,6 +28,7 @@ pub(super) fn parse(c: &mut Ctx<'_>, loc: Loc, v: &DeValue<'_>) -> Option<Target
         network: None,
         bind: Vec::new(),
         snapshot: None,
+        private_users: None,
     };
     let mut seen = std::collections::HashMap::new();
     for (k, v) in table.iter() {
@@ -107,6 +108,20 @@ pub(super) fn parse(c: &mut Ctx<'_>, loc: Loc, v: &DeValue<'_>) -> Option<Target
                 ),
                 None => {}
             },
+            "private_users" => {
+                // true means auto, as systemd-nspawn's PrivateUsers=yes picks a range.
+                let text = match val {
+                    DeValue::Boolean(true) => Some("auto".to_string()),
+                    DeValue::Boolean(false) => None,
+                    _ => c.string(kloc, &tkey, val),
+                };
+                if let Some(s) = text {
+                    match crate::sandbox::parse_private_users(&s) {
+                        Ok(_) => t.private_users = Some(s),
+                        Err((msg, hint)) => c.err(kloc, &tkey, msg, hint),
+                    }
+                }
+            }
             other => {
                 let hint = match crate::directives::suggest(other, TARGET_KEYS) {
                     Some(s) => format!("did you mean {s}?"),
@@ -137,7 +152,7 @@ pub(super) fn parse(c: &mut Ctx<'_>, loc: Loc, v: &DeValue<'_>) -> Option<Target
         );
     }
     if t.rootfs.is_none() {
-        for k in ["network", "bind", "snapshot"] {
+        for k in ["network", "bind", "snapshot", "private_users"] {
             if let Some(l) = seen.get(k) {
                 c.err(
                     *l,

@@ -5,8 +5,9 @@
 use super::slices::{parse_slice, require_slice};
 use super::Context;
 use crate::run::{RunError, EXIT_RUN_FAILED};
-use crate::sandbox::{self, Choice, Outcome, SandboxSpec, UserRange};
+use crate::sandbox::{self, Choice, Outcome, SandboxSpec};
 use bulkhead_cgroups::{CgroupFs, Choice as BackendChoice, Layout};
+use bulkhead_plan::sandbox::{parse_private_users, PrivateUsers};
 use bulkhead_sys::error::{Diagnostic, Error};
 
 /// What the user asked for: the sandbox, with the root, user range and slice as given.
@@ -30,14 +31,12 @@ fn start(e: Error) -> RunError {
 pub fn resolve(req: &SpawnRequest) -> Result<SandboxSpec, RunError> {
     let mut spec = req.spec.clone();
     spec.rootfs = crate::image::resolve_image(&req.directory).map_err(start)?;
-    spec.private_users_auto = req.private_users.as_deref() == Some("auto");
-    spec.private_users = req
-        .private_users
-        .as_deref()
-        .filter(|s| *s != "auto")
-        .map(parse_users)
-        .transpose()
-        .map_err(start)?;
+    match req.private_users.as_deref().map(parse_users).transpose() {
+        Ok(None) => {}
+        Ok(Some(PrivateUsers::Auto)) => spec.private_users_auto = true,
+        Ok(Some(PrivateUsers::Range(r))) => spec.private_users = Some(r),
+        Err(e) => return Err(start(e)),
+    }
     spec.slice = req
         .slice
         .as_deref()
@@ -112,30 +111,9 @@ fn systemd_owns_slices(cx: &Context) -> bool {
     }
 }
 
-/// `--private-users=BASE[:SIZE]` (`auto` is leased at start: [`crate::sandbox::userns`]).
-fn parse_users(s: &str) -> Result<UserRange, Error> {
-    let bad = || {
-        Error::invalid(
-            Diagnostic::error(format!("--private-users={s}: not auto or BASE[:SIZE]"))
-                .hint("e.g. --private-users=auto, or --private-users=524288:65536"),
-        )
-    };
-    let (b, n) = match s.split_once(':') {
-        Some((b, n)) => (b, Some(n)),
-        None => (s, None),
-    };
-    let base: u32 = b.parse().map_err(|_| bad())?;
-    let size: u32 = match n {
-        Some(n) => n.parse().map_err(|_| bad())?,
-        None => 0x10000,
-    };
-    if base == 0 || size == 0 || base.checked_add(size).is_none() {
-        return Err(Error::invalid(
-            Diagnostic::error(format!(
-                "--private-users={s}: the range must start above 0 and fit in 32 bits"
-            ))
-            .hint("root inside is BASE outside; BASE 0 would be the host's root"),
-        ));
-    }
-    Ok(UserRange { base, size })
+/// `--private-users=auto|BASE[:SIZE]` (`auto` is leased at start: [`crate::sandbox::userns`]).
+fn parse_users(s: &str) -> Result<PrivateUsers, Error> {
+    parse_private_users(s).map_err(|(msg, hint)| {
+        Error::invalid(Diagnostic::error(format!("--private-users={msg}")).hint(hint))
+    })
 }

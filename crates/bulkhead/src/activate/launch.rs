@@ -45,6 +45,9 @@ impl Launcher {
             if let Some(s) = &t.snapshot {
                 a.extend(["--snapshot".into(), s.into()]);
             }
+            if let Some(u) = &t.private_users {
+                a.push(format!("--private-users={u}").into());
+            }
             if let Some(n) = &t.network {
                 a.extend(["--net".into(), n.into()]);
             }
@@ -171,5 +174,28 @@ mod tests {
         );
         assert!(!argv(false, 1).contains("--scope"));
         assert!(!argv(true, 0).contains("--scope"));
+    }
+
+    #[test]
+    fn a_sandboxed_target_can_ask_for_a_user_namespace() {
+        let plan = bulkhead_plan::Plan::parse(
+            "[socket.p]\nlisten = [\"1\"]\nbackend = \"127.0.0.1:2\"\n[socket.p.target]\ncommand = [\"/bin/srv\"]\nrootfs = \"/srv/root\"\nprivate_users = true\n",
+            None,
+        )
+        .unwrap();
+        let l = Launcher {
+            exe: "/usr/bin/bulkhead".into(),
+            global_args: Vec::new(),
+            scope_for_fds: false,
+        };
+        let argv: Vec<String> = l
+            .command(&plan.sockets["p"], 0, None, &[])
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            argv.contains(&"--private-users=auto".to_string()),
+            "{argv:?}"
+        );
     }
 }
