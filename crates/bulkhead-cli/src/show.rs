@@ -30,7 +30,7 @@ pub fn plan_toml(p: &ResolvedPlan) -> String {
     );
     for s in &p.slices {
         let _ = writeln!(out);
-        let header = format!("[slice.{}]", s.name());
+        let header = format!("[slice.{}] ", s.name().toml_key());
         let mut note = format!("# {}", s.cgroup_path);
         if s.implicit {
             note.push_str(" (not in the plan: created as a parent)");

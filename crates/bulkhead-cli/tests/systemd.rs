@@ -675,3 +675,51 @@ fn run_with_listen_fds_through_systemd() {
     assert_eq!((f[0], f[3]), ("1", "fd3"), "{text}");
     assert_eq!(f[1], f[2], "LISTEN_PID is not the command's PID: {text}");
 }
+
+/// systemd's own unit names: a '-' inside one level is written \x2d (systemd-escape). The
+/// container's /lib/systemd/system/*.slice import, and a plan slice with an escaped level is
+/// applied, joined and shown under the very unit name systemd uses.
+#[test]
+fn escaped_unit_names_agree_with_systemd() {
+    let Some(c) = Container::boot() else { return };
+    let o = c.sh("bulkhead import /lib/systemd/system/*.slice");
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(
+        out(&o).contains("[slice.'system-systemd\\x2dcryptsetup']"),
+        "{}",
+        out(&o)
+    );
+    // systemd-escape agrees on how the level is written.
+    let o = c.cmd(&["systemd-escape", "pg-backup"]).output().unwrap();
+    assert_eq!(out(&o).trim(), "pg\\x2dbackup");
+    c.write(
+        "/root/escaped.toml",
+        "[slice.db]\n[slice.'db-pg\\x2dbackup']\nCPUWeight = 50\n",
+    );
+    let o = c.bulkhead(&["-c", "/root/escaped.toml", "apply"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let unit = "db-pg\\x2dbackup.slice";
+    assert_eq!(c.show(unit, "CPUWeight"), "50");
+    assert_eq!(
+        c.show(unit, "ControlGroup"),
+        "/db.slice/db-pg\\x2dbackup.slice"
+    );
+    let o = c.bulkhead(&[
+        "-c",
+        "/root/escaped.toml",
+        "run",
+        "--slice",
+        "db-pg\\x2dbackup",
+        "--",
+        "cat",
+        "/proc/self/cgroup",
+    ]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(
+        out(&o).contains("/db.slice/db-pg\\x2dbackup.slice/"),
+        "{}",
+        out(&o)
+    );
+    let o = c.bulkhead(&["-c", "/root/escaped.toml", "destroy"]);
+    assert!(o.status.success(), "{}", err(&o));
+}

@@ -230,7 +230,7 @@ pub fn import(files: &[PathBuf]) -> Result<String> {
         for c in &unit.comments {
             let _ = writeln!(out, "# dropped {c}");
         }
-        let _ = writeln!(out, "[slice.{name}]");
+        let _ = writeln!(out, "[slice.{}]", name.toml_key());
         if let Some(d) = &unit.description {
             let _ = writeln!(out, "Description = {}", toml_string(d));
         }
@@ -313,6 +313,37 @@ mod tests {
             crate::Value::CpuWeight(crate::CpuWeight::Weight(10)),
             "CPUWeight wins over the legacy CPUShares"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Debian 12's own slice units, as `bulkhead import /lib/systemd/system/*.slice` reads
+    /// them: systemd writes a '-' inside one level as \x2d.
+    #[test]
+    fn systemds_escaped_unit_names_import_and_parse() {
+        let dir = std::env::temp_dir().join(format!("bulkhead-import-esc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let names = [
+            "system-systemd\\x2dcryptsetup.slice",
+            "machine.slice",
+            "user.slice",
+        ];
+        for n in names {
+            std::fs::write(
+                dir.join(n),
+                "[Unit]\nDescription=x\nDefaultDependencies=no\n",
+            )
+            .unwrap();
+        }
+        let files: Vec<_> = names.iter().map(|n| dir.join(n)).collect();
+        let toml = import(&files).unwrap();
+        assert!(
+            toml.contains("[slice.'system-systemd\\x2dcryptsetup']"),
+            "{toml}"
+        );
+        let plan = crate::Plan::parse(&toml, None).unwrap();
+        let n = SliceName::parse("system-systemd\\x2dcryptsetup").unwrap();
+        assert!(plan.slices.contains_key(&n), "{toml}");
+        assert_eq!(n.parent().unwrap().as_str(), "system");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

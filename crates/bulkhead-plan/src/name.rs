@@ -40,10 +40,15 @@ impl SliceName {
         }
         if let Some(c) = bare
             .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.')))
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.' | '\\')))
         {
             return Err(format!(
-                "'{s}' contains '{c}': slice names may use letters, digits, '-', '_', ':' and '.'"
+                "'{s}' contains '{c}': slice names may use letters, digits, '-', '_', ':', '.' and systemd's \\xNN escapes"
+            ));
+        }
+        if !escapes_are_well_formed(bare) {
+            return Err(format!(
+                "'{s}' has a '\\' that is not a systemd escape: write \\x followed by two hex digits (a '-' inside one level is \\x2d, as systemd-escape writes it)"
             ));
         }
         if bare.len() + ".slice".len() > 255 {
@@ -61,6 +66,20 @@ impl SliceName {
     /// The systemd unit name, `db-server.slice`.
     pub fn unit(&self) -> String {
         format!("{}.slice", self.0)
+    }
+
+    /// The name as a TOML key: bare (`db-server`), or a literal string when it has a `.`,
+    /// `:` or an escape (`'system-systemd\x2dcryptsetup'`: the backslash stays as written).
+    pub fn toml_key(&self) -> String {
+        if self
+            .0
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            self.0.clone()
+        } else {
+            format!("'{}'", self.0)
+        }
     }
 
     /// The parent slice (`db` for `db-server`), `None` for a top-level slice.
@@ -90,6 +109,28 @@ impl SliceName {
     pub fn cgroup_path(&self) -> PathBuf {
         self.lineage().iter().map(|n| n.unit()).collect()
     }
+}
+
+/// Every `\` starts a `\xNN` escape (systemd-escape's form: `\x2d` is a `-` inside one
+/// level, so `system-systemd\x2dcryptsetup` is a child of `system`).
+fn escapes_are_well_formed(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' {
+            let ok = b.len() >= i + 4
+                && b[i + 1] == b'x'
+                && b[i + 2].is_ascii_hexdigit()
+                && b[i + 3].is_ascii_hexdigit();
+            if !ok {
+                return false;
+            }
+            i += 4;
+        } else {
+            i += 1;
+        }
+    }
+    true
 }
 
 impl fmt::Display for SliceName {
@@ -130,5 +171,23 @@ mod tests {
             assert!(SliceName::parse(bad).is_err(), "{bad} should be refused");
         }
         assert!(SliceName::parse("db-helper").is_ok());
+        for bad in ["a\\b", "a\\x2", "a\\x2g", "a\\"] {
+            assert!(SliceName::parse(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn systemd_escapes_stay_inside_one_level() {
+        // systemd's own unit: a '-' inside a level is \x2d, so only real dashes nest.
+        let n = SliceName::parse("system-systemd\\x2dcryptsetup.slice").unwrap();
+        assert_eq!(n.parent().unwrap().as_str(), "system");
+        assert_eq!(n.depth(), 1);
+        assert_eq!(
+            n.cgroup_path(),
+            PathBuf::from("system.slice/system-systemd\\x2dcryptsetup.slice")
+        );
+        assert_eq!(n.unit(), "system-systemd\\x2dcryptsetup.slice");
+        assert_eq!(n.toml_key(), "'system-systemd\\x2dcryptsetup'");
+        assert_eq!(SliceName::parse("db-a_b").unwrap().toml_key(), "db-a_b");
     }
 }
