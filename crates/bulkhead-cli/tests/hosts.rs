@@ -1,0 +1,52 @@
+//! The host suite (issue 15): what each directive *does* on the host the test runs on, not
+//! only which file it wrote. It runs here (hybrid, no systemd, cgroupfs under a test root) and
+//! inside the `scripts/vmhost` guests: pure v2, v1 and hybrid, each with systemd (slices made
+//! by systemd over D-Bus, as users get them) and without (cgroupfs). Every check prints one
+//! line `hosts: <layout> <backend> | <directive>: <what was measured>`, which is what
+//! README's per-layout table is made from.
+//!
+//! The checks run one at a time ([`serial`]): they share CPUs and disks and measure them.
+//! Busy loops, allocations and huge page maps are this test binary itself, run again with
+//! `BH_CHILD=...` set (see `child.rs`), so the guests need nothing but the binary.
+
+mod common;
+
+#[path = "hosts/child.rs"]
+mod child;
+#[path = "hosts/cpu.rs"]
+mod cpu;
+#[path = "hosts/host.rs"]
+mod host;
+#[path = "hosts/io.rs"]
+mod io;
+#[path = "hosts/limits.rs"]
+mod limits;
+#[path = "hosts/memory.rs"]
+mod memory;
+#[path = "hosts/systemd.rs"]
+mod systemd;
+
+/// The bulkhead binary: `BULKHEAD_UNDER_TEST`, else this build's, else the one beside this
+/// test binary (in a guest the build's absolute path does not exist, the target dir is
+/// mounted at /mnt/target).
+pub fn bin() -> std::ffi::OsString {
+    if let Some(b) = std::env::var_os("BULKHEAD_UNDER_TEST") {
+        return b;
+    }
+    let built = std::path::Path::new(env!("CARGO_BIN_EXE_bulkhead"));
+    if built.exists() {
+        return built.into();
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|e| Some(e.parent()?.parent()?.join("bulkhead")))
+        .filter(|p| p.exists())
+        .map(Into::into)
+        .unwrap_or_else(|| built.into())
+}
+
+/// One check at a time: they measure shared CPUs and disks.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
