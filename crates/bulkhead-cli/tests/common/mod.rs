@@ -61,7 +61,8 @@ impl TestRoot {
         for h in layout.v1.iter().chain(layout.unified.iter()) {
             let d = h.mount.join(&name);
             std::fs::create_dir(&d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
-            if h.has("cpuset") {
+            // v1 cpuset starts a new cgroup with no CPUs; v2 inherits them.
+            if h.has("cpuset") && h.version == bulkhead::cgroup::Version::V1 {
                 for f in ["cpuset.cpus", "cpuset.mems"] {
                     let v = std::fs::read_to_string(h.mount.join(f)).unwrap();
                     std::fs::write(d.join(f), v.trim()).unwrap();

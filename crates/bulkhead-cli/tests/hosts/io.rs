@@ -43,6 +43,8 @@ impl Loop {
             &format!("count={mib}"),
             "status=none",
         ]);
+        // Without udev nothing loads the loop driver on first use.
+        let _ = Command::new("modprobe").args(["-q", "loop"]).status();
         // Direct I/O to the backing file: reads reach the disk below, not the page cache.
         let dev = sh(&["losetup", "--find", "--show", "--direct-io=on", f]);
         let name = dev.trim_start_matches("/dev/").to_string();

@@ -50,7 +50,11 @@ fn memory_max_kills_inside_the_slice_only() {
         "a 200 MiB process in a 64M slice: {}",
         ended(&st)
     );
-    assert!(kills >= 1, "no oom_kill counted in the slice");
+    // v1 counts a kill only in the victim's own cgroup: under systemd that is the scope
+    // `run --scope` made in the slice, gone by now. v2's memory.events is hierarchical.
+    if h.v2("memory") || !h.systemd {
+        assert!(kills >= 1, "no oom_kill counted in the slice");
+    }
     assert!(out.success(), "outside the slice: {}", ended(&out));
 }
 
@@ -61,7 +65,11 @@ fn memory_high_reclaims_on_v2() {
     let said = h.apply(&[("high", "MemoryHigh = \"32M\"")]);
     if !h.v2("memory") {
         h.report("MemoryHigh", "not on v1: apply warns, nothing is enforced");
-        assert!(said.contains("has no memory.high"), "apply said: {said}");
+        assert!(
+            said.contains("has no memory.high")
+                || said.contains("MemoryHigh is recorded but not enforced"),
+            "apply said: {said}"
+        );
         return;
     }
     let scratch = h.tmp().to_path_buf();
@@ -126,6 +134,14 @@ fn memory_swap_max_keeps_a_slice_out_of_swap() {
         ("noswap", "MemoryMax = \"64M\"\nMemorySwapMax = 0"),
         ("swap", "MemoryMax = \"64M\"\nMemorySwapMax = \"512M\""),
     ]);
+    if said.contains("MemorySwapMax is recorded but not enforced") {
+        h.report(
+            "MemorySwapMax",
+            "not enforced by systemd with memory on v1: apply warns",
+        );
+        assert!(h.systemd && !h.v2("memory"), "apply said: {said}");
+        return;
+    }
     if said.contains("swap accounting is off") {
         h.report(
             "MemorySwapMax",
