@@ -90,6 +90,11 @@ impl Host {
 
     /// Write the plan (see `apply`) without applying it.
     pub fn write_plan(&self, slices: &[(&str, &str)]) {
+        self.write_plan_with(slices, "");
+    }
+
+    /// Write the plan with more TOML after the slices (sockets, say).
+    pub fn write_plan_with(&self, slices: &[(&str, &str)], more: &str) {
         let mut text = format!(
             "[slice.{}]\nDescription = \"bulkhead host suite\"\n",
             self.parent
@@ -97,7 +102,35 @@ impl Host {
         for (name, body) in slices {
             text.push_str(&format!("\n[slice.{}]\n{body}\n", self.slice(name)));
         }
+        text.push_str(more);
         std::fs::write(&self.plan, text).unwrap();
+    }
+
+    /// The processes in the slice and every cgroup below it, by cgroup path (relative to
+    /// the slice): where spawn's and serve's sandboxes landed.
+    pub fn processes_below(&self, name: &str) -> Vec<(String, u32)> {
+        let Some(h) = self.layout.primary() else {
+            return vec![];
+        };
+        let top = self.dir_in(&h.mount, name);
+        let mut out = Vec::new();
+        let mut stack = vec![top.clone()];
+        while let Some(d) = stack.pop() {
+            let rel = d.strip_prefix(&top).unwrap().display().to_string();
+            let rel = if rel.is_empty() { ".".to_string() } else { rel };
+            for pid in std::fs::read_to_string(d.join("cgroup.procs"))
+                .unwrap_or_default()
+                .lines()
+            {
+                if let Ok(p) = pid.trim().parse() {
+                    out.push((rel.clone(), p));
+                }
+            }
+            if let Ok(rd) = std::fs::read_dir(&d) {
+                stack.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+            }
+        }
+        out
     }
 
     /// `bulkhead -c PLAN ARGS...` with this host's backend and root.
