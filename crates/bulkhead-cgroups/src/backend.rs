@@ -81,6 +81,39 @@ impl fmt::Display for PlaceError {
     }
 }
 
+/// Who joins a slice, for a backend that gives the joining process a unit of its own
+/// (systemd: the transient scope `PREFIX-PID.scope` in the slice; cgroupfs needs none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Joiner {
+    /// The scope's name before `-PID.scope`.
+    pub prefix: &'static str,
+    /// The scope's Description=.
+    pub description: String,
+    /// Delegate=yes: the processes may manage the cgroups below the scope themselves (a
+    /// sandbox, the root of its own cgroup namespace), as systemd-nspawn's scopes do.
+    pub delegate: bool,
+}
+
+impl Joiner {
+    /// `run` (`--scope` with systemd): bulkhead joins, then execs the command.
+    pub fn run(slice: &SliceName) -> Joiner {
+        Joiner {
+            prefix: "bulkhead-run",
+            description: format!("bulkhead run --scope in {}", slice.unit()),
+            delegate: false,
+        }
+    }
+
+    /// `spawn --slice`: bulkhead joins, then starts the sandbox `what` there.
+    pub fn spawn(what: &str) -> Joiner {
+        Joiner {
+            prefix: "bulkhead-spawn",
+            description: format!("bulkhead spawn: sandbox {what}"),
+            delegate: true,
+        }
+    }
+}
+
 /// Putting processes into slices: what `run`, `move`, `spawn` and the guard need.
 pub trait Placement {
     /// `cgroupfs` or `systemd`.
@@ -91,8 +124,10 @@ pub trait Placement {
     fn slice_exists(&self, slice: &SliceName) -> bool {
         self.slices().contains(slice)
     }
-    /// Move the calling process into a slice (for `run`: join, then exec).
-    fn join(&self, slice: &SliceName) -> std::result::Result<(), PlaceError>;
+    /// Move the calling process into a slice (`run`: join, then exec; `spawn`: join, then
+    /// start the sandbox), as `who` (the name and settings of a scope, where the backend
+    /// makes one).
+    fn join(&self, slice: &SliceName, who: &Joiner) -> std::result::Result<(), PlaceError>;
     /// Move one whole process into a slice; on failure it is left where it was.
     fn move_pid(&self, slice: &SliceName, pid: i32) -> std::result::Result<(), String>;
 }

@@ -1,7 +1,7 @@
 //! The backend for this host: `--backend auto|systemd|cgroupfs`, and [`Chosen`], which is
 //! itself a [`Backend`] so callers never match on which one it is.
 
-use crate::backend::{ApplyOptions, Backend, Changes, Outcome, PlaceError, Placement};
+use crate::backend::{ApplyOptions, Backend, Changes, Joiner, Outcome, PlaceError, Placement};
 use crate::fs::{self, CgroupFs};
 use crate::layout::Layout;
 use crate::systemd::{self, Systemd};
@@ -215,8 +215,8 @@ impl Placement for Chosen {
     fn slice_exists(&self, slice: &SliceName) -> bool {
         self.placement().slice_exists(slice)
     }
-    fn join(&self, slice: &SliceName) -> std::result::Result<(), PlaceError> {
-        self.placement().join(slice)
+    fn join(&self, slice: &SliceName, who: &Joiner) -> std::result::Result<(), PlaceError> {
+        self.placement().join(slice, who)
     }
     fn move_pid(&self, slice: &SliceName, pid: i32) -> std::result::Result<(), String> {
         self.placement().move_pid(slice, pid)

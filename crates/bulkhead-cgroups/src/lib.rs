@@ -17,7 +17,7 @@ pub mod stats;
 pub mod systemd;
 pub mod throttle;
 
-pub use backend::{ApplyOptions, Backend, Changes, Outcome, PlaceError, Placement};
+pub use backend::{ApplyOptions, Backend, Changes, Joiner, Outcome, PlaceError, Placement};
 pub use chosen::{choose, choose_here, Choice, Chosen, ChosenOp};
 pub use fs::CgroupFs;
 pub use layout::{Hierarchy, Layout, Version};

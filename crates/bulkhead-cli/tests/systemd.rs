@@ -723,3 +723,75 @@ fn escaped_unit_names_agree_with_systemd() {
     let o = c.bulkhead(&["-c", "/root/escaped.toml", "destroy"]);
     assert!(o.status.success(), "{}", err(&o));
 }
+
+/// `spawn --slice` through systemd, as systemd-nspawn places its containers: bulkhead joins a
+/// delegated transient scope in the slice, `bulkhead-spawn-PID.scope`, the sandbox starts
+/// there, and the scope is gone once the sandbox has exited.
+#[test]
+fn spawn_in_a_slice_through_a_delegated_scope() {
+    if let Err(e) = common::rootfs::static_busybox() {
+        eprintln!("SKIPPED: {e}");
+        return;
+    }
+    let Some(c) = Container::boot() else { return };
+    let o = c.bulkhead(&["-q", "apply"]);
+    assert!(o.status.success(), "{}", err(&o));
+    common::rootfs::busybox_root(&c.path("/srv/sandbox"));
+    // The sandbox's processes are looked at from the container (inside the sandbox its own
+    // cgroup namespace makes the scope "/").
+    let o = c.sh("bulkhead spawn -v --slice db-helper -D /srv/sandbox -- \
+           sh -c 'cat /proc/self/cgroup; sleep 2; exit 6' >/tmp/inside & pid=$!
+         for i in $(seq 100); do
+           init=$(cat /proc/$pid/task/$pid/children 2>/dev/null | tr -d ' ')
+           [ -n \"$init\" ] && cmd=$(cat /proc/$init/task/$init/children 2>/dev/null | tr -d ' ')
+           [ -n \"$cmd\" ] && break
+           sleep 0.1
+         done
+         echo \"pid $pid\"
+         echo \"bulkhead $(grep '^0::' /proc/$pid/cgroup)\"
+         echo \"sandbox $(grep '^0::' /proc/$cmd/cgroup)\"
+         systemctl show -p Slice -p Delegate -p Description bulkhead-spawn-$pid.scope
+         echo \"listed $(systemctl list-units --plain --no-legend 'bulkhead-spawn-*' | awk '{print $1, $3}')\"
+         wait $pid; echo \"exit $?\"
+         echo \"inside $(grep '^0::' /tmp/inside)\"
+         for i in $(seq 100); do
+           left=$(systemctl list-units --all --plain --no-legend 'bulkhead-spawn-*')
+           [ -z \"$left\" ] && break
+           sleep 0.1
+         done
+         echo \"left [$left]\"");
+    let text = out(&o);
+    let pid = text
+        .lines()
+        .find_map(|l| l.strip_prefix("pid "))
+        .unwrap_or_else(|| panic!("{text}\n{}", err(&o)));
+    let scope = format!("0::/db.slice/db-helper.slice/bulkhead-spawn-{pid}.scope");
+    for (what, line) in [
+        ("bulkhead", format!("bulkhead {scope}")),
+        ("the sandbox's command", format!("sandbox {scope}")),
+        (
+            "the listed unit",
+            format!("listed bulkhead-spawn-{pid}.scope active"),
+        ),
+        ("exit code", "exit 6".into()),
+        ("the scope's slice", "Slice=db-helper.slice".into()),
+        ("delegation", "Delegate=yes".into()),
+        (
+            "the description",
+            "Description=bulkhead spawn: sandbox /srv/sandbox (sh)".into(),
+        ),
+        ("its own cgroup namespace", "inside 0::/".into()),
+        ("nothing left behind", "left []".into()),
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{what}: no line {line:?} in\n{text}\n{}",
+            err(&o)
+        );
+    }
+    assert!(
+        err(&o).contains("slice db-helper: systemd backend"),
+        "{}",
+        err(&o)
+    );
+}

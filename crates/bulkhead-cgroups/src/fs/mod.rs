@@ -17,7 +17,7 @@ mod throttle;
 pub use op::{remove_trees, Op};
 pub use place::original_path;
 
-use crate::backend::{ApplyOptions, Backend, Changes, Outcome, PlaceError, Placement};
+use crate::backend::{ApplyOptions, Backend, Changes, Joiner, Outcome, PlaceError, Placement};
 use crate::layout::{self, Hierarchy, Layout};
 use bulkhead_plan::{ResolvedPlan, SliceName};
 use bulkhead_sys::error::{Diagnostic, Error, Result};
@@ -184,7 +184,7 @@ impl Placement for CgroupFs {
         !self.existing_dirs(slice).is_empty()
     }
 
-    fn join(&self, slice: &SliceName) -> std::result::Result<(), PlaceError> {
+    fn join(&self, slice: &SliceName, _who: &Joiner) -> std::result::Result<(), PlaceError> {
         self.join_fs(slice)
     }
 

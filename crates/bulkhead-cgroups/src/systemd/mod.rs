@@ -30,7 +30,7 @@ pub mod versions;
 pub use call::{refused, Call};
 pub use place::move_scope;
 
-use crate::backend::{ApplyOptions, Backend, Changes, Outcome, PlaceError, Placement};
+use crate::backend::{ApplyOptions, Backend, Changes, Joiner, Outcome, PlaceError, Placement};
 use crate::fs::CgroupFs;
 use crate::layout::Layout;
 use bulkhead_plan::{ResolvedPlan, SliceName};
@@ -154,9 +154,10 @@ impl Placement for Systemd {
                 .is_some_and(|st| self.is_transient_ours(&unit, &st))
     }
 
-    /// `run --scope`: move this process into a new transient scope in the slice.
-    fn join(&self, slice: &SliceName) -> std::result::Result<(), PlaceError> {
-        self.join_scope(slice)
+    /// `run --scope`, `spawn --slice`: move this process into a new transient scope in the
+    /// slice.
+    fn join(&self, slice: &SliceName, who: &Joiner) -> std::result::Result<(), PlaceError> {
+        self.join_scope(slice, who)
     }
 
     fn move_pid(&self, slice: &SliceName, pid: i32) -> std::result::Result<(), String> {

@@ -1,14 +1,40 @@
-//! Placing processes through systemd: `run --scope` moves bulkhead itself into a new
-//! transient scope in the slice; `move` attaches processes to the slice's delegated scope.
+//! Placing processes through systemd: `run --scope` and `spawn --slice` move bulkhead itself
+//! into a new transient scope in the slice (named and described by a [`Joiner`]: a sandbox's
+//! scope is delegated, as systemd-nspawn's are); `move` attaches processes to the slice's
+//! delegated scope.
 
 use super::bus::{call_failed, short};
 use super::props::{Prop, PropValue};
 use super::versions;
 use super::Systemd;
-use crate::backend::{PlaceError, Placement};
+use crate::backend::{Joiner, PlaceError, Placement};
 use bulkhead_plan::SliceName;
 use bulkhead_sys::error::{Error, Result};
 use std::time::Duration;
+
+/// The properties of the transient scope `who` joins `slice` in, for systemd `version`.
+fn scope_properties(
+    slice: &SliceName,
+    who: &Joiner,
+    pid: u32,
+    version: versions::Version,
+) -> Vec<Prop> {
+    let mut properties = vec![
+        Prop::new("Description", PropValue::Str(who.description.clone())),
+        Prop::new("Slice", PropValue::Str(slice.unit())),
+        Prop::new("PIDs", PropValue::Pids(vec![pid])),
+    ];
+    if who.delegate && version >= versions::DELEGATE_SINCE {
+        properties.push(Prop::new("Delegate", PropValue::Bool(true)));
+    }
+    if version >= versions::COLLECT_MODE_SINCE {
+        properties.push(Prop::new(
+            "CollectMode",
+            PropValue::Str("inactive-or-failed".into()),
+        ));
+    }
+    properties
+}
 
 /// The delegated scope `move` puts processes in.
 pub fn move_scope(slice: &SliceName) -> String {
@@ -16,26 +42,17 @@ pub fn move_scope(slice: &SliceName) -> String {
 }
 
 impl Systemd {
-    pub(super) fn join_scope(&self, slice: &SliceName) -> std::result::Result<(), PlaceError> {
+    pub(super) fn join_scope(
+        &self,
+        slice: &SliceName,
+        who: &Joiner,
+    ) -> std::result::Result<(), PlaceError> {
         if !self.slice_exists(slice) {
             return Err(PlaceError::MissingSlice(slice.clone()));
         }
         let pid = std::process::id();
-        let unit = format!("bulkhead-run-{pid}.scope");
-        let mut properties = vec![
-            Prop::new(
-                "Description",
-                PropValue::Str(format!("bulkhead run --scope in {}", slice.unit())),
-            ),
-            Prop::new("Slice", PropValue::Str(slice.unit())),
-            Prop::new("PIDs", PropValue::Pids(vec![pid])),
-        ];
-        if self.version() >= versions::COLLECT_MODE_SINCE {
-            properties.push(Prop::new(
-                "CollectMode",
-                PropValue::Str("inactive-or-failed".into()),
-            ));
-        }
+        let unit = format!("{}-{pid}.scope", who.prefix);
+        let properties = scope_properties(slice, who, pid, self.version());
         self.start_run_scope(&unit, slice, &properties)
             .map_err(PlaceError::Failed)
     }
@@ -114,5 +131,39 @@ impl Systemd {
             )),
             Err(e) => Err(e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(props: &[Prop]) -> Vec<&str> {
+        props.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_sandbox_scope_is_delegated_a_run_scope_is_not() {
+        let slice = SliceName::parse("db-helper").unwrap();
+        let run = scope_properties(&slice, &Joiner::run(&slice), 42, 252);
+        assert_eq!(
+            names(&run),
+            ["Description", "Slice", "PIDs", "CollectMode"],
+            "{run:?}"
+        );
+        assert_eq!(
+            run[0].value,
+            PropValue::Str("bulkhead run --scope in db-helper.slice".into())
+        );
+        let spawn = scope_properties(&slice, &Joiner::spawn("/srv/root (sh)"), 42, 252);
+        assert_eq!(
+            names(&spawn),
+            ["Description", "Slice", "PIDs", "Delegate", "CollectMode"]
+        );
+        assert_eq!(spawn[1].value, PropValue::Str("db-helper.slice".into()));
+        assert_eq!(spawn[2].value, PropValue::Pids(vec![42]));
+        // Before CollectMode= (236) and Delegate= (218) systemd would refuse the properties.
+        let old = scope_properties(&slice, &Joiner::spawn("x"), 42, 217);
+        assert_eq!(names(&old), ["Description", "Slice", "PIDs"]);
     }
 }

@@ -53,6 +53,9 @@ pub const ATTACH_SINCE: Version = 238;
 pub const RUN_SERVICE_SINCE: Version = 240;
 /// CollectMode=, so failed transient units are not left behind.
 pub const COLLECT_MODE_SINCE: Version = 236;
+/// Delegate= on services and scopes (`spawn --slice`'s scope; a list of controllers came in
+/// 236, the boolean bulkhead sets in 218).
+pub const DELEGATE_SINCE: Version = 218;
 
 /// How a directive is written for one systemd version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,12 +1,14 @@
 //! `spawn`: a command in a sandbox, optionally in a slice. The start path stays lean: the
-//! cgroup layout is read only when a slice is to be joined, the plan only to explain a slice
-//! that is missing, and systemd is asked only when it might own the slice.
+//! backend is chosen (the cgroup layout read, systemd asked over D-Bus) only when a slice is
+//! to be joined, and the plan read only to explain a slice that is missing. With systemd,
+//! bulkhead joins a delegated transient scope in the slice, `bulkhead-spawn-PID.scope`, as
+//! systemd-nspawn does; with cgroupfs, the slice's directories.
 
 use super::slices::{parse_slice, require_slice};
 use super::Context;
 use crate::run::{RunError, EXIT_RUN_FAILED};
 use crate::sandbox::{self, Choice, Outcome, SandboxSpec};
-use bulkhead_cgroups::{CgroupFs, Choice as BackendChoice, Layout};
+use bulkhead_cgroups::Placement;
 use bulkhead_plan::sandbox::{parse_private_users, PrivateUsers};
 use bulkhead_sys::error::{Diagnostic, Error};
 
@@ -69,46 +71,19 @@ pub fn spawn(
     spec: &SandboxSpec,
     note: &mut dyn FnMut(&str),
 ) -> Result<Outcome, RunError> {
-    let fs = match &spec.slice {
+    let chosen = match &spec.slice {
         None => None,
         Some(s) => {
-            if systemd_owns_slices(cx) {
-                return Err(start(Error::invalid(
-                    Diagnostic::error("spawn --slice cannot join systemd's slices yet: it works with the cgroupfs backend")
-                        .hint("start it with bulkhead run --slice S -- bulkhead spawn ..., or pass --backend cgroupfs with a delegated --cgroup-root"),
-                )));
-            }
-            let layout = Layout::detect().map_err(|e| {
-                start(Error::failed(format!(
-                    "cannot read /proc/self/mountinfo: {e}"
-                )))
-            })?;
-            let fs = CgroupFs::new(layout, cx.root()).map_err(start)?;
-            require_slice(cx, &fs, s).map_err(start)?;
+            let chosen = cx.choose().map_err(start)?;
+            require_slice(cx, &chosen, s).map_err(start)?;
+            note(&format!("slice {s}: {} backend", chosen.name()));
             if let Some(w) = crate::tasks::set_on_self(s) {
                 note(&w);
             }
-            Some(fs)
+            Some(chosen)
         }
     };
-    sandbox::spawn(
-        fs.as_ref().map(|f| f as &dyn bulkhead_cgroups::Placement),
-        spec,
-        note,
-    )
-}
-
-/// Whether `--slice` would meet systemd's slices, which spawn cannot join yet.
-fn systemd_owns_slices(cx: &Context) -> bool {
-    match cx.backend {
-        BackendChoice::Cgroupfs => false,
-        BackendChoice::Systemd => true,
-        BackendChoice::Auto => {
-            cx.default_root()
-                && bulkhead_sys::host::pid1_is_systemd()
-                && bulkhead_cgroups::systemd::bus::Bus::connect().is_ok()
-        }
-    }
+    sandbox::spawn(chosen.as_ref().map(|c| c as &dyn Placement), spec, note)
 }
 
 /// `--private-users=auto|BASE[:SIZE]` (`auto` is leased at start: [`crate::sandbox::userns`]).

@@ -4,7 +4,7 @@
 
 pub mod service;
 
-use bulkhead_cgroups::{PlaceError, Placement};
+use bulkhead_cgroups::{Joiner, PlaceError, Placement};
 use bulkhead_plan::SliceName;
 use bulkhead_sys::error::{errno_text, Diagnostic, Error};
 use std::ffi::OsString;
@@ -247,7 +247,9 @@ fn prepare_and_exec(
         .map(|(_, v)| v.as_str());
     let program = find_program(prog, path_override)?;
     if let Some(slice) = &spec.slice {
-        backend.join(slice).map_err(RunError::place)?;
+        backend
+            .join(slice, &Joiner::run(slice))
+            .map_err(RunError::place)?;
     }
     // No fork: drop privileges in this very process, then exec.
     let fail = |what: &str, e: nix::Error| {

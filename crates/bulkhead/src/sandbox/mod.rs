@@ -19,7 +19,7 @@ pub mod userns;
 
 use crate::run::{RunError, EXIT_RUN_FAILED};
 use crate::snapshot::{self, Snapshot};
-use bulkhead_cgroups::Placement;
+use bulkhead_cgroups::{Joiner, Placement};
 pub use bulkhead_plan::sandbox::{Bind, Choice, Net, UserRange};
 use bulkhead_plan::SliceName;
 use bulkhead_sys::error::{errno_text, Diagnostic, Error};
@@ -282,7 +282,19 @@ pub fn spawn(
                 "no cgroup backend to join the slice {slice} with"
             ))));
         };
-        backend.join(slice).map_err(RunError::place)?;
+        // With systemd: the scope bulkhead-spawn-PID.scope, delegated (the sandbox is the
+        // root of its own cgroup namespace), as systemd-nspawn's scopes are.
+        let what = format!(
+            "{} ({})",
+            rootfs.display(),
+            spec.argv
+                .first()
+                .map(|a| a.to_string_lossy())
+                .unwrap_or_default()
+        );
+        backend
+            .join(slice, &Joiner::spawn(&what))
+            .map_err(RunError::place)?;
     }
     let relay = if spec.pty {
         let r = terminal::Relay::start().map_err(failed)?;
