@@ -48,6 +48,20 @@ pub fn fs_name(magic: u32) -> String {
     .to_string()
 }
 
+/// Whether the kernel knows the file system type `name` (`overlay`): listed in
+/// /proc/filesystems, or loadable. A module such as overlay is loaded on the first mount that
+/// names it, so a fresh host does not list it yet; `fsopen(2)` asks for it the same way
+/// (the kernel's request_module) without mounting anything.
+pub fn filesystem_available(name: &str) -> bool {
+    let listed = || {
+        std::fs::read_to_string("/proc/filesystems")
+            .is_ok_and(|t| t.lines().any(|l| l.split_whitespace().last() == Some(name)))
+    };
+    listed()
+        || (rustix::mount::fsopen(name, rustix::mount::FsOpenFlags::FSOPEN_CLOEXEC).is_ok()
+            && listed())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

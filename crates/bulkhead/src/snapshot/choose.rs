@@ -175,7 +175,7 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
             if !overlay_available() {
                 return Ok(Err(Refusal::new(
                     "overlayfs is not available",
-                    "overlayfs is not available: it is not in /proc/filesystems".into(),
+                    "overlayfs is not available: it is not in /proc/filesystems and its module did not load".into(),
                     "load it with modprobe overlay, or use --snapshot copy",
                 )));
             }
@@ -331,18 +331,14 @@ fn no_reflink(src: &Source, e: io::Error) -> Refusal {
 
 static OVERLAY_SEEN: AtomicBool = AtomicBool::new(false);
 
-/// overlay is in /proc/filesystems (a yes is remembered; a no is asked again, as the module
-/// may be loaded meanwhile).
+/// The kernel has overlay: listed in /proc/filesystems, or its module loads on request (a
+/// fresh host lists it only after the first overlay mount). A yes is remembered; a no is asked
+/// again, as the module may be loaded meanwhile.
 fn overlay_available() -> bool {
     if OVERLAY_SEEN.load(Ordering::Relaxed) {
         return true;
     }
-    let yes = std::fs::read_to_string("/proc/filesystems")
-        .map(|t| {
-            t.lines()
-                .any(|l| l.split_whitespace().last() == Some("overlay"))
-        })
-        .unwrap_or(false);
+    let yes = bulkhead_sys::statfs::filesystem_available("overlay");
     if yes {
         OVERLAY_SEEN.store(true, Ordering::Relaxed);
     }
