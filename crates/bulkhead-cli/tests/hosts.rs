@@ -23,6 +23,8 @@ mod io;
 mod limits;
 #[path = "hosts/memory.rs"]
 mod memory;
+#[path = "hosts/placement.rs"]
+mod placement;
 #[path = "hosts/sandbox.rs"]
 mod sandbox;
 #[path = "hosts/systemd.rs"]
