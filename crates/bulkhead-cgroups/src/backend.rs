@@ -128,6 +128,13 @@ pub trait Placement {
     /// start the sandbox), as `who` (the name and settings of a scope, where the backend
     /// makes one).
     fn join(&self, slice: &SliceName, who: &Joiner) -> std::result::Result<(), PlaceError>;
+    /// The slice's directory when the slice is that one cgroup2 directory and nothing else
+    /// (pure v2, cgroupfs backend): a child can be cloned straight into it
+    /// (CLONE_INTO_CGROUP). None where joining takes more: v1 or hybrid hierarchies, or a
+    /// systemd scope.
+    fn cgroup2_dir(&self, _slice: &SliceName) -> Option<std::path::PathBuf> {
+        None
+    }
     /// Move one whole process into a slice; on failure it is left where it was.
     fn move_pid(&self, slice: &SliceName, pid: i32) -> std::result::Result<(), String>;
 }

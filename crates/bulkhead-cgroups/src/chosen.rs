@@ -218,6 +218,9 @@ impl Placement for Chosen {
     fn join(&self, slice: &SliceName, who: &Joiner) -> std::result::Result<(), PlaceError> {
         self.placement().join(slice, who)
     }
+    fn cgroup2_dir(&self, slice: &SliceName) -> Option<std::path::PathBuf> {
+        self.placement().cgroup2_dir(slice)
+    }
     fn move_pid(&self, slice: &SliceName, pid: i32) -> std::result::Result<(), String> {
         self.placement().move_pid(slice, pid)
     }

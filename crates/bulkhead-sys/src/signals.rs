@@ -1,5 +1,5 @@
-//! Signals: the self-pipe for forwarding what bulkhead receives, dispositions, and the
-//! blocked-signal waits of a supervising parent.
+//! Signals: the self-pipe for forwarding what bulkhead receives, dispositions, the
+//! blocked-signal waits of a supervising parent, and ending like a child did.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -133,4 +133,32 @@ impl Drop for Relay {
             set_handler(s, libc::SIG_DFL);
         }
     }
+}
+
+/// End this process the way a child ended, given its wait status: killed by the same signal
+/// (its default action, unblocked, without a core file of bulkhead's own), as sudo and
+/// timeout(1) do, so whoever waits for bulkhead sees what it would have seen had the command
+/// been exec'd in place (a shell's `$?` is 128+N either way; systemd's Result= and Restart=
+/// tell a signal from an exit code). Returns the exit code to exit with otherwise: the
+/// child's code, or 128+N if the signal did not end this process.
+pub fn end_like(status: i32) -> i32 {
+    let code = crate::process::exit_code(status, crate::exit::RUN_FAILED);
+    if !libc::WIFSIGNALED(status) {
+        return code;
+    }
+    let sig = libc::WTERMSIG(status);
+    let mut core = rustix::process::getrlimit(rustix::process::Resource::Core);
+    core.current = Some(0);
+    let _ = rustix::process::setrlimit(rustix::process::Resource::Core, core);
+    set_handler(sig, libc::SIG_DFL);
+    // SAFETY: sigset operations on a local set, then raise(3) of a signal whose disposition
+    // is now the default.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    code
 }

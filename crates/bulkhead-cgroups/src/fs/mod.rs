@@ -188,6 +188,10 @@ impl Placement for CgroupFs {
         self.join_fs(slice)
     }
 
+    fn cgroup2_dir(&self, slice: &SliceName) -> Option<PathBuf> {
+        self.single_cgroup2_dir(slice)
+    }
+
     fn move_pid(&self, slice: &SliceName, pid: i32) -> std::result::Result<(), String> {
         self.move_pid_fs(slice, pid)
     }

@@ -1,5 +1,6 @@
 //! Placing processes on cgroupfs: the caller itself (`run`: join, then exec) or a running
-//! process with all its threads (`move`), in every hierarchy the slice exists in.
+//! process with all its threads (`move`), in every hierarchy the slice exists in; and the one
+//! directory a child can be cloned into where the slice is a single cgroup2 directory.
 
 use super::CgroupFs;
 use crate::backend::PlaceError;
@@ -8,6 +9,7 @@ use bulkhead_plan::SliceName;
 use bulkhead_sys::cgroupfs::write_file;
 use bulkhead_sys::error::{errno_text, Diagnostic, Error};
 use std::fs;
+use std::path::PathBuf;
 
 impl CgroupFs {
     pub(super) fn join_fs(&self, slice: &SliceName) -> Result<(), PlaceError> {
@@ -32,6 +34,15 @@ impl CgroupFs {
             })?;
         }
         Ok(())
+    }
+
+    /// The slice's directory if it exists in exactly one hierarchy and that one is cgroup2
+    /// (pure v2; on hybrid and v1 hosts the slice has v1 directories too).
+    pub(super) fn single_cgroup2_dir(&self, slice: &SliceName) -> Option<PathBuf> {
+        match self.existing_dirs(slice).as_slice() {
+            [(h, d)] if h.version == Version::V2 => Some(d.clone()),
+            _ => None,
+        }
     }
 
     pub(super) fn move_pid_fs(&self, slice: &SliceName, pid: i32) -> Result<(), String> {

@@ -265,6 +265,10 @@ pub struct RunArgs {
     /// systemd backend: give the command a pseudo-terminal (like systemd-run --pty)
     #[arg(long, short = 't', conflicts_with = "scope")]
     pub pty: bool,
+    /// Say how the command was put into its slice: cloned straight into it
+    /// (clone3 CLONE_INTO_CGROUP, pure cgroup v2), or joined and exec'd in place
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,

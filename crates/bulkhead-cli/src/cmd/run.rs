@@ -30,6 +30,8 @@ pub fn run(cli: &Cli, a: &RunArgs) -> i32 {
         RunEvent::Note(_) => {}
         RunEvent::Hugepages(line) if !quiet => eprintln!("bulkhead: {line}"),
         RunEvent::Hugepages(_) => {}
+        RunEvent::Placed(how) if a.verbose && !quiet => eprintln!("bulkhead run: {how}"),
+        RunEvent::Placed(_) => {}
     };
     match run::run(&cli.context(), req, &mut on) {
         Ok(code) => code,

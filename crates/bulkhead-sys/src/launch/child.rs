@@ -1,7 +1,7 @@
 //! The child's side of a sandbox start: everything between clone and exec. System calls on
 //! data the parent prepared; a message is formatted only on the way out after a failure.
 
-use super::{signal_set, Create, Op, Program, Target};
+use super::{listen_pid_var, signal_set, Create, Op, Program, Target};
 use crate::exit::{NOT_EXECUTABLE, NOT_FOUND, RUN_FAILED};
 use std::ffi::{CStr, CString};
 use std::io::Write;
@@ -360,23 +360,7 @@ fn exec_command(p: &Program, err_w: RawFd) -> ! {
             }
         }
         // LISTEN_PID=<this process's PID in the sandbox>, formatted without allocating.
-        let mut listen_pid = *b"LISTEN_PID=\0\0\0\0\0\0\0\0\0\0\0\0";
-        if p.listen_fds > 0 {
-            let mut n = libc::getpid() as u32;
-            let mut digits = [0u8; 10];
-            let mut len = 0;
-            loop {
-                digits[len] = b'0' + (n % 10) as u8;
-                len += 1;
-                n /= 10;
-                if n == 0 {
-                    break;
-                }
-            }
-            for i in 0..len {
-                listen_pid[11 + i] = digits[len - 1 - i];
-            }
-        }
+        let listen_pid = listen_pid_var(libc::getpid() as u32);
         let mut argv: [*const libc::c_char; 256] = [null(); 256];
         let mut envp: [*const libc::c_char; 256] = [null(); 256];
         let av: Vec<*const libc::c_char>;

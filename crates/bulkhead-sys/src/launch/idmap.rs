@@ -14,7 +14,7 @@ fn userns_fd(range: IdRange) -> Result<OwnedFd, Failure> {
     let (r, w) = pipe()?;
     // SAFETY: a fork-like clone from a single-threaded caller; the child only blocks on a
     // read and exits.
-    let pid = unsafe { clone3(libc::CLONE_NEWUSER as u64) };
+    let pid = unsafe { clone3(libc::CLONE_NEWUSER as u64, None) };
     if pid == 0 {
         close(w);
         let mut b = [0u8; 1];

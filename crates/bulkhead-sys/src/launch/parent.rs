@@ -4,7 +4,8 @@
 //! The parent blocks the signals it forwards and SIGCHLD before the clone and waits with
 //! sigtimedwait, so a timeout, a forwarded signal and the child's exit are one loop without
 //! handlers. The child reports a failure before exec through a close-on-exec pipe: EOF
-//! without a message means the command is running.
+//! without a message means the command is running. A plain command's start
+//! ([`super::command`]) waits with the same loop and the same mask.
 
 use super::idmap::write_id_maps;
 use super::{child, clone3, close, pipe, signal_set, Failure, Program};
@@ -38,7 +39,7 @@ pub fn run(
     };
     // SAFETY: clone3 without CLONE_VM is a fork of this single-threaded process; the child
     // runs `child::main`, which never returns.
-    let pid = unsafe { clone3(p.clone_flags) };
+    let pid = unsafe { clone3(p.clone_flags, None) };
     if pid < 0 {
         let e = std::io::Error::last_os_error();
         for fd in [pipes.err, pipes.life, pipes.go] {
@@ -107,9 +108,9 @@ fn clone_failed(e: &std::io::Error) -> Failure {
     )
 }
 
-/// Wait for the sandbox's PID 1, forwarding signals and enforcing the timeouts. Returns its
-/// wait status and whether `timeout` killed it.
-fn wait_loop(
+/// Wait for the sandbox's PID 1 (or a plain command), forwarding signals and enforcing the
+/// timeouts. Returns its wait status and whether `timeout` killed it.
+pub(super) fn wait_loop(
     pid: libc::pid_t,
     set: &libc::sigset_t,
     timeout: Option<Duration>,
@@ -136,15 +137,26 @@ fn wait_loop(
             }
             continue;
         }
-        // Forward what was sent to bulkhead; a terminal's ^C already reached the sandbox's
-        // processes in the same process group.
-        if info.si_code != libc::SI_KERNEL {
+        // Forward what was sent to bulkhead: not what the kernel sent (a terminal's ^C
+        // already reached the processes of its foreground process group), nor what the child
+        // sent itself (kill(0, ...) would come back to it twice).
+        if forwarded(&info, pid) {
             let _ = crate::process::kill(pid, sig);
         }
         if let (Some(t), None, libc::SIGTERM | libc::SIGINT) = (stop_timeout, stop_deadline, sig) {
             stop_deadline = Some(Instant::now() + t);
         }
     }
+}
+
+/// Whether a signal bulkhead received is passed on to its child `pid`.
+fn forwarded(info: &libc::siginfo_t, pid: libc::pid_t) -> bool {
+    if info.si_code == libc::SI_KERNEL {
+        return false;
+    }
+    // SAFETY: si_pid is the sender's PID for signals sent with kill(2) (SI_USER), which is
+    // the only case it is read in.
+    info.si_code != libc::SI_USER || unsafe { info.si_pid() } != pid
 }
 
 /// The next blocked signal of `set`, waiting at most until `deadline`; -1 (EAGAIN) at the
@@ -188,10 +200,10 @@ fn report_diagnostic(msg: &[u8]) -> Diagnostic {
 
 /// The signal mask before the start; restored (after draining the reaped child's SIGCHLD)
 /// on drop.
-struct Restore(libc::sigset_t);
+pub(super) struct Restore(libc::sigset_t);
 
 impl Restore {
-    fn block(set: &libc::sigset_t) -> Restore {
+    pub(super) fn block(set: &libc::sigset_t) -> Restore {
         // SAFETY: a zeroed sigset_t is valid; sigprocmask reads `set` and fills `old`.
         unsafe {
             let mut old: libc::sigset_t = std::mem::zeroed();

@@ -1,7 +1,9 @@
-//! `run`: a command in a slice. On cgroupfs bulkhead joins the slice and execs the command
-//! (or, with `--hugepages`, stays its parent to check that it got huge pages); through
-//! systemd the command becomes a transient service (or `--scope`: bulkhead moves itself into
-//! a transient scope and execs).
+//! `run`: a command in a slice. On cgroupfs the command is cloned straight into the slice
+//! where that is one cgroup2 directory (pure v2: CLONE_INTO_CGROUP, bulkhead waits outside),
+//! else bulkhead joins the slice and execs the command (see [`crate::run`]); with
+//! `--hugepages` bulkhead joins, forks and stays the parent to check that the command got
+//! huge pages. Through systemd the command becomes a transient service (or `--scope`:
+//! bulkhead moves itself into a transient scope and execs).
 
 use super::slices::{missing_slice, parse_slice};
 use super::Context;
@@ -34,11 +36,15 @@ pub enum RunEvent<'a> {
     Note(Diagnostic),
     /// A line about huge pages (what was set, what the command got).
     Hugepages(&'a str),
+    /// How the command was put into its slice (cloned into it, or joined then exec'd): for
+    /// `run -v`.
+    Placed(&'a str),
 }
 
 /// Run the command; returns its exit code (0..=255, 128+N for a signal), or why it did not
 /// start with the exit code to give (125, 126, 127). Returns only when the command ran as a
-/// child or a service, or failed to start: a plain run execs in place.
+/// child (cloned into a pure v2 slice, `--hugepages`) or a service, or failed to start: a
+/// run that joins its slice execs in place.
 pub fn run(cx: &Context, req: RunRequest, on: &mut dyn FnMut(RunEvent)) -> Result<i32, RunError> {
     let start = |e: Error| RunError::with_code(EXIT_RUN_FAILED, e);
     let chosen = cx.choose().map_err(start)?;
@@ -97,7 +103,7 @@ fn run_plain(
                 .hint("with the cgroupfs backend the command runs in bulkhead's own process and terminal; leave the option out"),
             ),
         )),
-        c => Err(exec(c.placement(), spec)),
+        c => crate::run::run(c.placement(), spec, &mut |m| on(RunEvent::Placed(m))),
     }
 }
 

@@ -1,15 +1,25 @@
-//! Putting commands into slices: `run` joins the slice and then execs the command, so the
-//! command is in the slice before it executes a single instruction of its own, gets every
-//! signal directly, and its exit code is bulkhead's.
+//! Putting commands into slices, so the command is in the slice before it executes a single
+//! instruction of its own. Where the slice is one cgroup2 directory (pure v2, cgroupfs
+//! backend), the command starts as a child that clone3 puts straight into it
+//! (CLONE_INTO_CGROUP, [`into_cgroup`]): bulkhead itself never enters the slice, waits,
+//! forwards signals and ends as the command ended. Elsewhere (v1 and hybrid hierarchies, a
+//! systemd scope, an old kernel) bulkhead joins the slice and then execs the command in
+//! place, so it gets every signal directly and its exit status is bulkhead's. Both ways do
+//! the same work first ([`prepare`]) and the same system calls from the privilege drop to
+//! exec (`bulkhead_sys::launch::command`). [`service`]: `run` as a systemd service.
 
+mod into_cgroup;
+mod prepare;
 pub mod service;
 
 use bulkhead_cgroups::{Joiner, PlaceError, Placement};
 use bulkhead_plan::SliceName;
-use bulkhead_sys::error::{errno_text, Diagnostic, Error};
+use bulkhead_sys::error::{Diagnostic, Error};
+use into_cgroup::Cloned;
+pub(crate) use prepare::{find_program, resolve_ids};
+use prepare::{prepare, start_failure, Prepared};
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Exit codes of `run` when the command itself never started (podman's convention).
 pub use bulkhead_sys::exit::{
@@ -65,241 +75,61 @@ impl RunError {
             PlaceError::Failed(e) => RunError::with_code(EXIT_RUN_FAILED, e),
         }
     }
-    fn new(code: i32, d: Diagnostic) -> RunError {
+    pub(crate) fn new(code: i32, d: Diagnostic) -> RunError {
         RunError::with_code(code, Error::failed_with(d))
     }
 }
 
-pub(crate) struct Ids {
-    pub uid: Option<u32>,
-    pub gid: Option<u32>,
-    groups: Option<Vec<nix::unistd::Gid>>,
-}
-
-pub(crate) fn resolve_ids(spec: &RunSpec) -> std::result::Result<Ids, RunError> {
-    use nix::unistd::{Group, Uid, User};
-    let bad = |m: String, h: &str| {
-        RunError::with_code(
-            EXIT_RUN_FAILED,
-            Error::invalid(Diagnostic::error(m).hint(h)),
-        )
-    };
-    let user = match &spec.uid {
-        None => None,
-        Some(u) => {
-            let found = match u.parse::<u32>() {
-                Ok(n) => User::from_uid(Uid::from_raw(n))
-                    .ok()
-                    .flatten()
-                    .map(Ok)
-                    .unwrap_or(Err(n)),
-                Err(_) => match User::from_name(u) {
-                    Ok(Some(user)) => Ok(user),
-                    _ => {
-                        return Err(bad(
-                            format!("--uid {u}: no such user"),
-                            "give a user name or a numeric UID",
-                        ))
-                    }
-                },
-            };
-            Some(found)
-        }
-    };
-    let gid = match &spec.gid {
-        Some(g) => Some(match g.parse::<u32>() {
-            Ok(n) => n,
-            Err(_) => match Group::from_name(g) {
-                Ok(Some(gr)) => gr.gid.as_raw(),
-                _ => {
-                    return Err(bad(
-                        format!("--gid {g}: no such group"),
-                        "give a group name or a numeric GID",
-                    ))
-                }
-            },
-        }),
-        None => match &user {
-            Some(Ok(u)) => Some(u.gid.as_raw()),
-            Some(Err(_)) => {
-                return Err(bad(
-                    "--uid names a UID with no user entry, so --gid is needed".into(),
-                    "add --gid GID",
-                ))
-            }
-            None => None,
-        },
-    };
-    let uid = user.as_ref().map(|u| match u {
-        Ok(u) => u.uid.as_raw(),
-        Err(n) => *n,
-    });
-    // Supplementary groups: the user's, as systemd-run --uid gives them.
-    let groups = match (&user, gid) {
-        (Some(Ok(u)), Some(g)) => {
-            let name = std::ffi::CString::new(u.name.clone()).unwrap_or_default();
-            Some(
-                nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(g))
-                    .unwrap_or_else(|_| vec![nix::unistd::Gid::from_raw(g)]),
-            )
-        }
-        (_, Some(g)) => Some(vec![nix::unistd::Gid::from_raw(g)]),
-        _ => None,
-    };
-    Ok(Ids { uid, gid, groups })
-}
-
-/// Find the program the way execvp(3) would, so a missing command is reported before the
-/// process joins the slice.
-pub(crate) fn find_program(
-    prog: &OsString,
-    path_var: Option<&str>,
-) -> std::result::Result<PathBuf, RunError> {
-    use std::os::unix::fs::PermissionsExt;
-    let p = Path::new(prog);
-    let check = |c: &Path| -> Option<std::result::Result<PathBuf, i32>> {
-        let m = std::fs::metadata(c).ok()?;
-        if m.is_file() && m.permissions().mode() & 0o111 != 0 {
-            Some(Ok(c.to_path_buf()))
-        } else {
-            Some(Err(EXIT_NOT_EXECUTABLE))
-        }
-    };
-    let not_found = |what: String| {
-        RunError::new(
-            EXIT_NOT_FOUND,
-            Diagnostic::error(format!("{what}: command not found"))
-                .hint("give the full path, or check PATH"),
-        )
-    };
-    let not_exec = |c: &Path| {
-        RunError::new(
-            EXIT_NOT_EXECUTABLE,
-            Diagnostic::error(format!("{}: not an executable file", c.display()))
-                .hint("check the file's mode (chmod +x) and type"),
-        )
-    };
-    if p.as_os_str().to_string_lossy().contains('/') {
-        return match check(p) {
-            Some(Ok(c)) => Ok(c),
-            Some(Err(_)) => Err(not_exec(p)),
-            None => Err(not_found(p.display().to_string())),
-        };
-    }
-    let path_var = path_var
-        .map(String::from)
-        .or_else(|| std::env::var("PATH").ok())
-        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
-    let mut seen_nonexec = None;
-    for dir in path_var.split(':').filter(|d| !d.is_empty()) {
-        let c = Path::new(dir).join(p);
-        match check(&c) {
-            Some(Ok(c)) => return Ok(c),
-            Some(Err(_)) => seen_nonexec = Some(c),
-            None => {}
-        }
-    }
-    match seen_nonexec {
-        Some(c) => Err(not_exec(&c)),
-        None => Err(not_found(p.display().to_string())),
-    }
-}
-
-/// Join the slice and exec the command. Returns only on failure.
+/// Join the slice and exec the command in place (`--hugepages`, which keeps this path: its
+/// verified runs fork first). Returns only on failure.
 pub fn exec(backend: &dyn Placement, spec: &RunSpec) -> RunError {
-    match prepare_and_exec(backend, spec) {
-        Ok(never) => match never {},
+    match prepare(spec) {
+        Ok(p) => join_and_exec(backend, spec, &p, &mut |_| {}),
         Err(e) => e,
     }
 }
 
-fn prepare_and_exec(
+/// Start the command in its slice: cloned straight into the slice where that is one cgroup2
+/// directory (bulkhead waits outside the slice, forwards signals, and ends as the command
+/// ended: see [`into_cgroup`]), else join the slice and exec in place (never returns then).
+/// `how` hears which way was taken (`run -v`). Returns the command's exit code, or why it
+/// did not start with the exit code to give.
+pub fn run(
     backend: &dyn Placement,
     spec: &RunSpec,
-) -> std::result::Result<std::convert::Infallible, RunError> {
-    let Some(prog) = spec.argv.first() else {
-        return Err(RunError::with_code(EXIT_RUN_FAILED, Error::invalid(Diagnostic::error("no command given").hint("write the command after --, e.g. bulkhead run --slice db-helper -- /usr/bin/backup"))));
-    };
-    let ids = resolve_ids(spec)?;
-    let mut env: Vec<(String, String)> = Vec::new();
-    for f in &spec.env_files {
-        env.extend(
-            bulkhead_plan::env::read_env_file(f)
-                .map_err(|error| RunError::with_code(EXIT_RUN_FAILED, error))?,
-        );
-    }
-    env.extend(spec.env.iter().cloned());
-    if let Some(cwd) = &spec.cwd {
-        if !cwd.is_dir() {
-            return Err(RunError::with_code(
-                EXIT_RUN_FAILED,
-                Error::invalid(Diagnostic::error(format!(
-                    "--cwd {}: not a directory",
-                    cwd.display()
-                ))),
-            ));
+    how: &mut dyn FnMut(&str),
+) -> Result<i32, RunError> {
+    let p = prepare(spec)?;
+    if let Some(dir) = spec.slice.as_ref().and_then(|s| backend.cgroup2_dir(s)) {
+        match into_cgroup::run_in(&dir, &p, how)? {
+            Cloned::Exited(code) => return Ok(code),
+            Cloned::NotHere(why) => how(&format!("{why}; joining the slice instead")),
         }
     }
-    let path_override = env
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.as_str());
-    let program = find_program(prog, path_override)?;
-    if let Some(slice) = &spec.slice {
-        backend
-            .join(slice, &Joiner::run(slice))
-            .map_err(RunError::place)?;
+    Err(join_and_exec(backend, spec, &p, how))
+}
+
+/// Join `spec.slice` (if any), then drop privileges and exec in this process.
+fn join_and_exec(
+    backend: &dyn Placement,
+    spec: &RunSpec,
+    p: &Prepared,
+    how: &mut dyn FnMut(&str),
+) -> RunError {
+    match &spec.slice {
+        Some(slice) => {
+            if let Err(e) = backend.join(slice, &Joiner::run(slice)) {
+                return RunError::place(e);
+            }
+            how(&format!(
+                "joined slice {slice} ({} backend), exec in place",
+                backend.name()
+            ));
+        }
+        None => how("no slice: exec in place"),
     }
-    // No fork: drop privileges in this very process, then exec.
-    let fail = |what: &str, e: nix::Error| {
-        RunError::new(
-            EXIT_RUN_FAILED,
-            Diagnostic::error(format!("{what}: {}", e.desc())),
-        )
-    };
-    if let Some(groups) = &ids.groups {
-        nix::unistd::setgroups(groups).map_err(|e| fail("setgroups", e))?;
-    }
-    if let Some(g) = ids.gid {
-        nix::unistd::setgid(nix::unistd::Gid::from_raw(g)).map_err(|e| fail("setgid", e))?;
-    }
-    if let Some(u) = ids.uid {
-        nix::unistd::setuid(nix::unistd::Uid::from_raw(u)).map_err(|e| fail("setuid", e))?;
-    }
-    if let Some(cwd) = &spec.cwd {
-        // As the target user, like systemd's WorkingDirectory=.
-        std::env::set_current_dir(cwd).map_err(|e| {
-            RunError::new(
-                EXIT_RUN_FAILED,
-                Diagnostic::error(format!("--cwd {}: {}", cwd.display(), errno_text(&e))),
-            )
-        })?;
-    }
-    let mut cmd = std::process::Command::new(&program);
-    cmd.arg0(prog).args(&spec.argv[1..]);
-    for (k, v) in &env {
-        cmd.env(k, v);
-    }
-    if spec.listen_fds > 0 {
-        // exec keeps the PID, so the command's PID is this one.
-        cmd.env("LISTEN_FDS", spec.listen_fds.to_string())
-            .env("LISTEN_PID", std::process::id().to_string());
-    }
-    let e = cmd.exec();
-    let code = match e.raw_os_error() {
-        Some(libc::ENOENT) => EXIT_NOT_FOUND,
-        Some(libc::EACCES) | Some(libc::ENOEXEC) => EXIT_NOT_EXECUTABLE,
-        _ => EXIT_RUN_FAILED,
-    };
-    Err(RunError::new(
-        code,
-        Diagnostic::error(format!(
-            "cannot execute {}: {}",
-            program.display(),
-            errno_text(&e)
-        )),
-    ))
+    // No fork: this very process becomes the command.
+    start_failure(p, bulkhead_sys::launch::exec_here(&p.exec))
 }
 
 /// Spawn `cmd` as a child that joins the cgroups whose `cgroup.procs` files are given before
