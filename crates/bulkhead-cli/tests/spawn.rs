@@ -270,6 +270,46 @@ fn exit_codes_signals_and_missing_commands() {
     assert_eq!(st.code(), Some(143));
 }
 
+/// The sandbox has a session of its own (no TIOCSTI on the caller's terminal), so a
+/// terminal's ^C reaches only bulkhead, which must pass it on: under `script`, a ^C typed
+/// into the terminal ends `sleep 30` at once with 130.
+#[test]
+fn ctrl_c_on_the_terminal_stops_the_sandbox() {
+    if !prerequisites() {
+        return;
+    }
+    let r = Root::new();
+    let cmd = format!(
+        "{} spawn -D {} -- sleep 30",
+        env!("CARGO_BIN_EXE_bulkhead"),
+        r.path()
+    );
+    let mut c = Command::new("script")
+        .args(["-qefc", &cmd, "/dev/null"])
+        .env_remove("BULKHEAD_CONFIG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("script (util-linux)");
+    std::thread::sleep(Duration::from_millis(1500));
+    let t = Instant::now();
+    use std::io::Write;
+    c.stdin.as_mut().unwrap().write_all(b"\x03").unwrap();
+    let status = loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(15) {
+            let _ = c.kill();
+            panic!("^C did not stop the sandbox in 15 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!("^C: the sandbox ended in {:?} with {status}", t.elapsed());
+    assert_eq!(status.code(), Some(130), "^C: {status}");
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
 #[test]
 fn timeout_kills_the_whole_sandbox() {
     if !prerequisites() {

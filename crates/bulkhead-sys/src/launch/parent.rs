@@ -72,7 +72,7 @@ pub fn run(
     // SAFETY: one byte from a static buffer to our own pipe.
     unsafe { libc::write(pipes.go.1, b"g".as_ptr().cast(), 1) };
     close(pipes.go.1);
-    let (status, timed_out) = wait_loop(pid, &set, timeout, stop_timeout);
+    let (status, timed_out) = wait_loop(pid, &set, timeout, stop_timeout, true);
     close(pipes.life.1);
     let msg = read_report(pipes.err.0);
     drop(restore);
@@ -109,12 +109,15 @@ fn clone_failed(e: &std::io::Error) -> Failure {
 }
 
 /// Wait for the sandbox's PID 1 (or a plain command), forwarding signals and enforcing the
-/// timeouts. Returns its wait status and whether `timeout` killed it.
+/// timeouts. `own_session`: the child is in a session of its own (a sandbox), so a terminal's
+/// ^C reaches only bulkhead and is passed on too. Returns its wait status and whether
+/// `timeout` killed it.
 pub(super) fn wait_loop(
     pid: libc::pid_t,
     set: &libc::sigset_t,
     timeout: Option<Duration>,
     stop_timeout: Option<Duration>,
+    own_session: bool,
 ) -> (i32, bool) {
     let deadline = timeout.map(|t| Instant::now() + t);
     // Set when bulkhead is asked to stop: the sandbox gets stop_timeout to exit by itself.
@@ -137,10 +140,10 @@ pub(super) fn wait_loop(
             }
             continue;
         }
-        // Forward what was sent to bulkhead: not what the kernel sent (a terminal's ^C
-        // already reached the processes of its foreground process group), nor what the child
+        // Forward what was sent to bulkhead: not what the kernel sent when the child shares
+        // bulkhead's process group (a terminal's ^C already reached it), nor what the child
         // sent itself (kill(0, ...) would come back to it twice).
-        if forwarded(&info, pid) {
+        if forwarded(&info, pid, own_session) {
             let _ = crate::process::kill(pid, sig);
         }
         if let (Some(t), None, libc::SIGTERM | libc::SIGINT) = (stop_timeout, stop_deadline, sig) {
@@ -150,9 +153,9 @@ pub(super) fn wait_loop(
 }
 
 /// Whether a signal bulkhead received is passed on to its child `pid`.
-fn forwarded(info: &libc::siginfo_t, pid: libc::pid_t) -> bool {
+fn forwarded(info: &libc::siginfo_t, pid: libc::pid_t, own_session: bool) -> bool {
     if info.si_code == libc::SI_KERNEL {
-        return false;
+        return own_session;
     }
     // SAFETY: si_pid is the sender's PID for signals sent with kill(2) (SI_USER), which is
     // the only case it is read in.
