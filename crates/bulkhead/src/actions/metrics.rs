@@ -47,12 +47,12 @@ pub struct Exporter {
 
 /// Bind `addr` (e.g. 127.0.0.1:9649; port 0 picks a free one).
 pub fn exporter(cx: &Context, addr: &str) -> Result<Exporter> {
-    let scraper = scraper(cx)?;
     let parsed: SocketAddr = addr.parse().map_err(|e| {
         Error::invalid(bulkhead_sys::Diagnostic::error(format!(
             "--listen {addr}: not an address:port ({e})"
         )))
     })?;
+    let scraper = scraper(cx)?;
     let listener = std::net::TcpListener::bind(parsed)
         .map_err(|e| Error::failed(format!("cannot listen on {addr}: {e}")))?;
     listener
