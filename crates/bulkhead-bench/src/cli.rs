@@ -43,6 +43,8 @@ Defaults are sized for a few minutes on 2 CPUs and need about 3x --size of free 
 both pools)."
     )]
     Tlb(TlbBench),
+    /// What one Prometheus scrape costs: read N slices' cgroup files and render the exposition
+    Metrics(MetricsBench),
     /// The RESP load generator alone (the isolation bench runs it in its own slice)
     #[command(hide = true)]
     Loadgen(LoadgenArgs),
@@ -61,6 +63,19 @@ fn duration(s: &str) -> std::result::Result<Duration, String> {
 fn count(s: &str) -> std::result::Result<u64, String> {
     // 1M keys means a million, as in redis-benchmark.
     bulkhead::units::parse_size(s, 1000)
+}
+
+#[derive(Args)]
+pub struct MetricsBench {
+    /// Slices created under the bench's own cgroup root (removed at the end)
+    #[arg(long, default_value_t = 50)]
+    slices: usize,
+    /// Scrapes timed
+    #[arg(long, default_value_t = 500)]
+    scrapes: usize,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -471,10 +486,28 @@ pub fn dispatch(cli: &Cli, b: &BenchCmd) -> Result<i32> {
         BenchCmd::Spawn(a) => spawn_bench(cli, a),
         BenchCmd::Activation(a) => activation_bench(cli, a),
         BenchCmd::Tlb(a) => tlb_bench(cli, a),
+        BenchCmd::Metrics(a) => metrics_bench(a),
         BenchCmd::Loadgen(a) => loadgen(a),
         BenchCmd::Hog(h) => hog(h),
         BenchCmd::Backend(a) => backend_server(a),
     }
+}
+
+fn metrics_bench(a: &MetricsBench) -> Result<i32> {
+    let r = bulkhead_bench::metrics::run(&bulkhead_bench::metrics::Spec {
+        slices: a.slices,
+        scrapes: a.scrapes,
+    })
+    .map_err(Error::failed)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r).unwrap_or_default());
+    } else {
+        println!(
+            "scrape of {} slices ({} series, {} bytes), {} times: median {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+            r.slices, r.series, r.bytes, r.scrapes, r.median_ms, r.p99_ms, r.max_ms
+        );
+    }
+    Ok(0)
 }
 
 fn bad(msg: impl Into<String>) -> Error {

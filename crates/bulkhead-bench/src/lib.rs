@@ -59,6 +59,7 @@ pub mod activation;
 pub mod env;
 pub mod hog;
 pub mod isolation;
+pub mod metrics;
 pub mod redis;
 pub mod report;
 pub mod spawn;

@@ -77,8 +77,22 @@ pub struct Status {
     pub slices: Vec<SliceStatus>,
 }
 
+/// A control file's text. Read in chunks without `fs::read_to_string`'s stat for a size
+/// hint (control files report 0 or 4096): one system call less per file, per scrape.
 fn read(p: &Path) -> Option<String> {
-    fs::read_to_string(p).ok()
+    use std::io::Read;
+    let mut f = fs::File::open(p).ok()?;
+    let mut text = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match f.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => text.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    String::from_utf8(text).ok()
 }
 
 fn read_u64(p: &Path) -> Option<u64> {

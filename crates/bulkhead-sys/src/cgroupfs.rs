@@ -43,7 +43,8 @@ pub fn count_procs(dir: &Path) -> usize {
     let children: usize = fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok())
-                .filter(|e| e.path().is_dir())
+                // The entry's type from the directory read (d_type): no stat per control file.
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
                 .map(|e| count_procs(&e.path()))
                 .sum()
         })

@@ -3,7 +3,8 @@
 //!
 //! Data flows one way: a plan file is parsed and validated ([`plan`]), resolved against the
 //! host ([`host`]), and turned into backend operations ([`cgroup`]) that can be printed as a
-//! dry run or applied. [`run`] puts commands into slices and [`metrics`] reads what they use.
+//! dry run or applied. [`run`] puts commands into slices and [`metrics`] reads what they use;
+//! [`exposition`] renders that for Prometheus.
 //! [`sandbox`] starts commands in namespaces and a root file system; [`snapshot`] makes the writable root copies of ephemeral sandboxes, from images kept by
 //! [`image`].
 //! [`hugepages`] reserves and checks huge page pools, THP and hugetlbfs mounts.
@@ -13,6 +14,7 @@
 pub mod actions;
 pub mod activate;
 pub mod context;
+pub mod exposition;
 pub mod guard;
 pub mod hugepages;
 pub mod image;

@@ -135,6 +135,14 @@ pub enum Command {
     Move(MoveArgs),
     /// Show what each slice uses and how much it stalls
     Status(StatusArgs),
+    /// Serve the slices' metrics for Prometheus: GET /metrics over HTTP
+    #[command(
+        long_about = "Serve what `status` knows as Prometheus text exposition: GET /metrics over \
+HTTP (HEAD too; every other path is 404). Each scrape reads the slices under the cgroup root \
+afresh. Metrics a hierarchy cannot give are left out, never reported as 0. Requests are limited \
+(8 connections, 8 KiB heads, 10 s); listen on loopback or a private address."
+    )]
+    Exporter(ExporterArgs),
     /// Remove the plan's slices, children first
     Destroy(DestroyArgs),
     /// Keep the protected slice at full speed: throttle its sideloads when it stalls
@@ -289,15 +297,33 @@ pub struct MoveArgs {
 
 #[derive(Args)]
 pub struct StatusArgs {
-    /// Print JSON (one object; with --watch, one per line)
-    #[arg(long)]
+    /// Print JSON (one object; with --watch, one per line); the same as --format json
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// table, json, or prometheus (the text exposition, for node_exporter's textfile
+    /// collector: one reading, no --interval wait)
+    #[arg(long, value_enum, default_value_t = StatusFormat::Table)]
+    pub format: StatusFormat,
     /// Refresh every SECONDS until interrupted
     #[arg(long, short = 'w', value_name = "SECONDS")]
     pub watch: Option<f64>,
     /// The interval CPU shares are measured over, in seconds
     #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
     pub interval: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatusFormat {
+    Table,
+    Json,
+    Prometheus,
+}
+
+#[derive(Args)]
+pub struct ExporterArgs {
+    /// Address and port to serve GET /metrics on (port 0: a free one, printed at start)
+    #[arg(long, default_value = "127.0.0.1:9649", value_name = "ADDR:PORT")]
+    pub listen: String,
 }
 
 #[derive(Args)]

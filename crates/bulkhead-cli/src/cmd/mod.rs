@@ -4,6 +4,7 @@ mod apply;
 mod bench;
 mod destroy;
 mod export;
+mod exporter;
 mod guard;
 mod hugepages;
 mod image;
@@ -24,6 +25,7 @@ pub fn dispatch(cli: &Cli) -> Result<i32> {
         Command::Run(a) => Ok(run::run(cli, a)),
         Command::Move(a) => moves::move_pids(cli, a),
         Command::Status(a) => status::status(cli, a),
+        Command::Exporter(a) => exporter::exporter(cli, a),
         Command::Serve(a) => serve::serve(cli, a),
         Command::Destroy(a) => destroy::destroy(cli, a),
         Command::Guard(a) => guard::guard(cli, a),

@@ -8,10 +8,12 @@
 //! - [`spawn`]: a command in a sandbox.
 //! - [`serve`]: socket activation.
 //! - [`export`]: the plan as systemd unit files.
+//! - [`metrics`]: the Prometheus exposition of the slices, once or served over HTTP.
 
 pub mod apply;
 pub mod destroy;
 pub mod export;
+pub mod metrics;
 pub mod moves;
 pub mod run;
 pub mod serve;

@@ -1,0 +1,271 @@
+//! The Prometheus exposition against this machine's real cgroups: `status --format
+//! prometheus` and a running `bulkhead exporter` scraped over TCP, values checked against
+//! the cgroup files, the text checked by `promtool check metrics`.
+
+mod common;
+
+use bulkhead::plan::EMBEDDED_DEFAULT;
+use common::{prerequisites, stderr, stdout, TestRoot};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const HELPER: &str = "db.slice/db-helper.slice";
+
+/// Samples by series (`name{labels}`).
+fn parse(text: &str) -> HashMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (series, v) = l.rsplit_once(' ').unwrap_or_else(|| panic!("line {l:?}"));
+            (
+                series.to_string(),
+                v.parse().unwrap_or_else(|_| panic!("value in {l:?}")),
+            )
+        })
+        .collect()
+}
+
+fn sample(m: &HashMap<String, f64>, series: &str) -> f64 {
+    *m.get(series)
+        .unwrap_or_else(|| panic!("no {series} in {:?}", m.keys().collect::<Vec<_>>()))
+}
+
+/// `promtool check metrics` on the text; a missing promtool fails in CI, skips elsewhere.
+fn promtool(text: &str) {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let Ok(mut c) = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    else {
+        assert!(
+            !ci,
+            "prerequisite missing in CI: promtool (Debian package prometheus)"
+        );
+        eprintln!("SKIPPED: promtool check (no promtool; Debian package prometheus)");
+        return;
+    };
+    c.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let o = c.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "promtool: {}{}\n{text}",
+        stdout(&o),
+        stderr(&o)
+    );
+}
+
+/// The slice's directory in a hierarchy of this machine.
+fn dir_in(t: &TestRoot, mount: &std::path::Path) -> PathBuf {
+    mount.join(t.cgroup.trim_start_matches('/')).join(HELPER)
+}
+
+/// CPU seconds of the helper slice as the kernel counts them: the unified cpu.stat where it
+/// has usage_usec, else v1 cpuacct.usage.
+fn cpu_seconds(t: &TestRoot) -> f64 {
+    let unified = t.layout.unified.as_ref().and_then(|u| {
+        let text = std::fs::read_to_string(dir_in(t, &u.mount).join("cpu.stat")).ok()?;
+        let us: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(us as f64 / 1e6)
+    });
+    unified.unwrap_or_else(|| {
+        let h = t.layout.cpuacct().expect("a cpuacct or unified hierarchy");
+        let ns: u64 = common::read(&dir_in(t, &h.mount).join("cpuacct.usage"))
+            .parse()
+            .unwrap();
+        ns as f64 / 1e9
+    })
+}
+
+fn file_u64(t: &TestRoot, ctrl: &str, file: &str) -> Option<u64> {
+    let h = t.layout.hierarchy(ctrl)?;
+    std::fs::read_to_string(dir_in(t, &h.mount).join(file))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Check one exposition of the test root with the busy helper; `before` and `after` are
+/// the kernel's CPU seconds read around the scrape.
+fn check(t: &TestRoot, text: &str, before: f64, after: f64) {
+    promtool(text);
+    let m = parse(text);
+    let s = |name: &str| format!("{name}{{slice=\"db-helper\"}}");
+    let cpu = sample(&m, &s("bulkhead_slice_cpu_usage_seconds_total"));
+    assert!(
+        cpu >= before - 0.001 && cpu <= after + 0.001,
+        "cpu {cpu} s not within the kernel's {before}..{after}"
+    );
+    assert!(cpu > 0.05, "a busy loop used CPU: {cpu}");
+    assert_eq!(sample(&m, &s("bulkhead_slice_processes")), 1.0);
+    if let Some(tasks) = file_u64(t, "pids", "pids.current") {
+        assert_eq!(sample(&m, &s("bulkhead_slice_tasks")), tasks as f64);
+    }
+    assert_eq!(
+        sample(&m, &s("bulkhead_slice_memory_max_bytes")),
+        (1400u64 << 20) as f64
+    );
+    // Families of every HELP line once.
+    for l in text.lines().filter(|l| l.starts_with("# HELP ")) {
+        let name = l.split(' ').nth(2).unwrap();
+        assert_eq!(
+            text.matches(&format!("# HELP {name} ")).count(),
+            1,
+            "{name}"
+        );
+    }
+    // What the layout cannot give is absent, not 0.
+    let v2_memory = t
+        .layout
+        .hierarchy("memory")
+        .is_some_and(|h| h.version == bulkhead::cgroup::Version::V2);
+    assert_eq!(text.contains("event=\"high\""), v2_memory, "{text}");
+    let psi = t
+        .layout
+        .unified
+        .as_ref()
+        .is_some_and(|u| dir_in(t, &u.mount).join("cpu.pressure").exists());
+    assert_eq!(
+        m.contains_key(
+            "bulkhead_slice_pressure_seconds_total{slice=\"db-helper\",resource=\"cpu\",kind=\"some\"}"
+        ),
+        psi,
+        "{text}"
+    );
+    if !psi {
+        assert!(!text.contains("bulkhead_slice_pressure_seconds_total"));
+    }
+}
+
+/// A process killed and reaped however the test ends.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One HTTP exchange: the whole response as text.
+fn http(addr: SocketAddr, request: &[u8]) -> String {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(request).unwrap();
+    let mut out = Vec::new();
+    c.read_to_end(&mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn status_prometheus_and_exporter_match_the_cgroup_files() {
+    if !prerequisites() {
+        return;
+    }
+    let t = TestRoot::new();
+    // A weight, not the default's idle: the busy loop must get CPU on a busy CI machine.
+    let plan = t.plan(&EMBEDDED_DEFAULT.replace("CPUWeight = \"idle\"\n", "CPUWeight = 100\n"));
+    let p = plan.to_str().unwrap();
+    assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
+    let _busy = Killed(t.sh_in("db-helper", "while :; do :; done").spawn().unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+
+    // (a) one-shot, for the textfile collector.
+    let before = cpu_seconds(&t);
+    let o = t.run(&["status", "--format", "prometheus"]);
+    let after = cpu_seconds(&t);
+    assert!(o.status.success(), "{}", stderr(&o));
+    check(&t, &stdout(&o), before, after);
+
+    // (b) a real exporter process, scraped over TCP.
+    let mut child = t
+        .cmd()
+        .args(["exporter", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let exporter = Killed(child);
+    let addr: SocketAddr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .and_then(|r| r.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("first line {line:?}"))
+        .parse()
+        .unwrap();
+    let before = cpu_seconds(&t);
+    let r = http(addr, b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n");
+    let after = cpu_seconds(&t);
+    let (head, body) = r.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(
+        head.contains("Content-Type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    assert!(
+        head.contains(&format!("Content-Length: {}\r\n", body.len())),
+        "{head}"
+    );
+    check(&t, body, before, after);
+    // The counter goes on: a second scrape reads afresh.
+    let again = parse(
+        http(addr, b"GET /metrics HTTP/1.0\r\n\r\n")
+            .split_once("\r\n\r\n")
+            .unwrap()
+            .1,
+    );
+    let series = "bulkhead_slice_cpu_usage_seconds_total{slice=\"db-helper\"}";
+    assert!(sample(&again, series) > sample(&parse(body), series));
+
+    let head_only = http(addr, b"HEAD /metrics HTTP/1.1\r\n\r\n");
+    assert!(
+        head_only.starts_with("HTTP/1.1 200") && head_only.ends_with("\r\n\r\n"),
+        "{head_only}"
+    );
+    assert!(http(addr, b"GET / HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+    assert!(http(addr, b"GET /metricsx HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+    assert!(http(addr, b"POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
+    assert!(http(addr, b"\x00\xff garbage\r\n\r\n").starts_with("HTTP/1.1 400"));
+    assert!(http(addr, &[b'a'; 9000]).starts_with("HTTP/1.1 431"));
+    // Still serving after all that; SIGTERM ends it with status 0.
+    assert!(http(addr, b"GET /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200"));
+    let mut exporter = exporter;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(exporter.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let st = exporter.0.wait().unwrap();
+    assert!(st.success(), "exporter ended with {st}");
+    drop(_busy);
+    assert!(t
+        .run(&["-c", p, "destroy", "--kill", "-q"])
+        .status
+        .success());
+}
+
+#[test]
+fn exporter_refuses_a_bad_address() {
+    if !prerequisites() {
+        return;
+    }
+    let t = TestRoot::new();
+    let o = t.run(&["exporter", "--listen", "localhost"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("not an address:port"), "{}", stderr(&o));
+}

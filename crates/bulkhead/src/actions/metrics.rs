@@ -1,0 +1,96 @@
+//! `status --format prometheus` and `exporter`: one reading of every slice (no interval: the
+//! counters are the point, rates are Prometheus's job), rendered by
+//! [`crate::exposition::slices::render`], once or for every `GET /metrics`.
+
+use super::Context;
+use crate::exposition::{http, slices};
+use bulkhead_cgroups::stats::{self, SliceStatus};
+use bulkhead_cgroups::{Chosen, Placement};
+use bulkhead_sys::error::{Error, Result};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Reads the slices that exist under the cgroup root, as `status` does.
+pub struct Scraper {
+    chosen: Chosen,
+}
+
+/// Choose the backend once; every scrape then only reads files.
+pub fn scraper(cx: &Context) -> Result<Scraper> {
+    Ok(Scraper {
+        chosen: cx.choose()?,
+    })
+}
+
+impl Scraper {
+    /// One reading of every slice.
+    pub fn read(&self) -> Vec<SliceStatus> {
+        let fs = self.chosen.reader();
+        self.chosen
+            .slices()
+            .iter()
+            .map(|n| stats::read_slice(fs, n))
+            .collect()
+    }
+
+    /// The exposition of one reading.
+    pub fn render(&self) -> String {
+        slices::render(&self.read())
+    }
+}
+
+/// An exporter bound to its address, not yet serving.
+pub struct Exporter {
+    listener: std::net::TcpListener,
+    scraper: Scraper,
+}
+
+/// Bind `addr` (e.g. 127.0.0.1:9649; port 0 picks a free one).
+pub fn exporter(cx: &Context, addr: &str) -> Result<Exporter> {
+    let parsed: SocketAddr = addr.parse().map_err(|e| {
+        Error::invalid(bulkhead_sys::Diagnostic::error(format!(
+            "--listen {addr}: not an address:port ({e})"
+        )))
+    })?;
+    let scraper = scraper(cx)?;
+    let listener = std::net::TcpListener::bind(parsed)
+        .map_err(|e| Error::failed(format!("cannot listen on {addr}: {e}")))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::failed(e.to_string()))?;
+    Ok(Exporter { listener, scraper })
+}
+
+impl Exporter {
+    /// The address it listens on (the real port when 0 was asked for).
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.listener
+            .local_addr()
+            .map_err(|e| Error::failed(e.to_string()))
+    }
+
+    /// Answer `GET /metrics` until SIGTERM or SIGINT.
+    pub fn run(self) -> Result<()> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .max_blocking_threads(http::Limits::default().connections)
+            .build()
+            .map_err(|e| Error::failed(format!("cannot start the event loop: {e}")))?;
+        let scraper = Arc::new(self.scraper);
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(self.listener)
+                .map_err(|e| Error::failed(e.to_string()))?;
+            let fail = |e: std::io::Error| Error::failed(e.to_string());
+            let mut term = signal(SignalKind::terminate()).map_err(fail)?;
+            let mut int = signal(SignalKind::interrupt()).map_err(fail)?;
+            let render = Arc::new(move || scraper.render());
+            tokio::select! {
+                _ = http::serve(listener, http::Limits::default(), render) => {}
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            Ok(())
+        })
+    }
+}
