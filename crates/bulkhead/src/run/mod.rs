@@ -16,7 +16,7 @@ use bulkhead_cgroups::{Joiner, PlaceError, Placement};
 use bulkhead_plan::SliceName;
 use bulkhead_sys::error::{Diagnostic, Error};
 use into_cgroup::Cloned;
-pub(crate) use prepare::{find_program, resolve_ids};
+pub(crate) use prepare::{find_program, find_program_with, resolve_ids};
 use prepare::{prepare, start_failure, Prepared};
 use std::ffi::OsString;
 use std::path::PathBuf;

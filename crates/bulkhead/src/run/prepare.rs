@@ -39,12 +39,7 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Prepared, RunError> {
             ));
         }
     }
-    let path_override = env
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.as_str());
-    let program = find_program(prog, path_override)?;
+    let program = find_program_with(prog, &env)?;
     let mut vars: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let mut set = |k: OsString, v: OsString| match vars.iter_mut().find(|(x, _)| *x == k) {
         Some(slot) => slot.1 = v,
@@ -168,6 +163,20 @@ pub(crate) fn resolve_ids(spec: &RunSpec) -> std::result::Result<Ids, RunError> 
         _ => None,
     };
     Ok(Ids { uid, gid, groups })
+}
+
+/// [`find_program`] with the PATH the command will have: the last `PATH=` of its
+/// environment settings, else bulkhead's own.
+pub(crate) fn find_program_with(
+    prog: &OsString,
+    env: &[(String, String)],
+) -> std::result::Result<PathBuf, RunError> {
+    let path = env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    find_program(prog, path)
 }
 
 /// Find the program the way execvp(3) would, so a missing command is reported before the

@@ -4,7 +4,7 @@
 //! as file descriptors), its environment and working directory, so `bulkhead run` means the
 //! same on both backends; signals bulkhead receives are forwarded to it.
 
-use super::{find_program, resolve_ids, RunError, RunSpec, EXIT_RUN_FAILED};
+use super::{find_program_with, resolve_ids, RunError, RunSpec, EXIT_RUN_FAILED};
 use bulkhead_cgroups::systemd::bus::{call_failed, unit_object_path, Bus, Manager};
 use bulkhead_cgroups::systemd::props::{Prop, PropValue};
 use bulkhead_cgroups::systemd::versions::{COLLECT_MODE_SINCE, RUN_SERVICE_SINCE};
@@ -131,12 +131,7 @@ pub fn run_service(
         Some(c) => std::path::absolute(c).unwrap_or_else(|_| c.clone()),
         None => std::env::current_dir().unwrap_or_else(|_| "/".into()),
     };
-    let path_override = env
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.as_str());
-    let program = find_program(prog, path_override)?;
+    let program = find_program_with(prog, &env)?;
     let program = std::path::absolute(&program).unwrap_or(program);
     if sd.version() < RUN_SERVICE_SINCE {
         return Err(fail(
