@@ -5,6 +5,13 @@
 # then remove everything again.
 set -euo pipefail
 cd "$(dirname "$0")"
+# Root is needed (real cgroups, mounts, namespaces): as root it runs as is; another user gets
+# it through sudo where sudo exists (minimal Debian hosts often have none: then run it as root).
+if [ "$(id -u)" != 0 ]; then
+  if command -v sudo >/dev/null; then exec sudo -E "$PWD/$(basename "$0")" "$@"; fi
+  echo "$(basename "$0"): run as root (there is no sudo here: su -c $0, or log in as root)" >&2
+  exit 1
+fi
 scripts/setup
 cargo build --release --locked -q
 B=target/release/bulkhead

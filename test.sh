@@ -13,8 +13,11 @@ case ${1:-} in
   --all-hosts) modes=("v2" "hybrid" "v1" "v2 --no-systemd" "hybrid --no-systemd" "v1 --no-systemd") ;;
   *) echo "usage: ./test.sh [--all-hosts]" >&2; exit 2 ;;
 esac
+# Root is needed (real cgroups, mounts, namespaces): as root it runs as is; another user gets
+# it through sudo where sudo exists (minimal Debian hosts often have none: then run it as root).
 if [ "$(id -u)" != 0 ]; then
-  echo "test.sh: run as root (the tests create and remove real cgroups)" >&2
+  if command -v sudo >/dev/null; then exec sudo -E "$PWD/$(basename "$0")" "$@"; fi
+  echo "$(basename "$0"): run as root (there is no sudo here: su -c $0, or log in as root)" >&2
   exit 1
 fi
 scripts/setup

@@ -218,6 +218,9 @@ pub struct ApplyArgs {
     /// Print every write apply would make, and make none
     #[arg(long, short = 'n')]
     pub dry_run: bool,
+    /// List every change as it is made (without it, apply prints a summary)
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     /// Treat directives this host cannot honour as errors
     #[arg(long)]
     pub strict: bool,

@@ -35,17 +35,18 @@ pub fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
         eprintln!("bulkhead: {}", p.describe());
         report(&p.notes);
     }
-    print_planned(cli, &p, a.dry_run);
+    print_planned(cli, &p, a.dry_run, a.verbose);
     if a.dry_run {
         return Ok(0);
     }
     let done = p.execute()?;
-    print_done(cli, &p, &done);
+    print_done(cli, &p, &done, a.verbose);
     Ok(0)
 }
 
-fn print_planned(cli: &Cli, p: &ApplyPlan, dry_run: bool) {
-    let show = dry_run || !cli.quiet;
+/// The planned changes: listed one per line with --dry-run or -v, else only counted.
+fn print_planned(cli: &Cli, p: &ApplyPlan, dry_run: bool, verbose: bool) {
+    let show = dry_run || (verbose && !cli.quiet);
     if let Some(c) = &p.hugepages {
         if c.ops.is_empty() {
             if !cli.quiet {
@@ -93,7 +94,7 @@ fn print_planned(cli: &Cli, p: &ApplyPlan, dry_run: bool) {
     }
 }
 
-fn print_done(cli: &Cli, p: &ApplyPlan, done: &ApplyReport) {
+fn print_done(cli: &Cli, p: &ApplyPlan, done: &ApplyReport, verbose: bool) {
     if cli.quiet {
         return;
     }
@@ -118,14 +119,15 @@ fn print_done(cli: &Cli, p: &ApplyPlan, done: &ApplyReport) {
     }
     if let (Some(out), false) = (done.slices, p.changes.is_empty()) {
         println!(
-            "applied: {} slice(s), {} change(s){}",
+            "applied: {} slice(s), {} change(s){}{}",
             p.changes.slices.len(),
             out.done,
             if out.skipped > 0 {
                 format!(", {} default(s) this kernel has no file for", out.skipped)
             } else {
                 String::new()
-            }
+            },
+            if verbose { "" } else { " (-v lists them)" }
         );
     }
 }
