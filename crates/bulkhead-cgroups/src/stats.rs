@@ -64,6 +64,8 @@ pub struct SliceStatus {
     pub memory_events: Option<MemoryEvents>,
     pub io_read_bytes: Option<u64>,
     pub io_write_bytes: Option<u64>,
+    pub io_read_ops: Option<u64>,
+    pub io_write_ops: Option<u64>,
     pub tasks_current: Option<u64>,
     pub tasks_max: Option<u64>,
     pub psi: Option<Psi>,
@@ -140,20 +142,34 @@ pub fn parse_pressure(text: &str) -> Option<Pressure> {
     })
 }
 
-/// Sum rbytes/wbytes over all devices of a v2 io.stat.
-pub fn io_stat_v2(text: &str) -> (u64, u64) {
-    let mut r = 0;
-    let mut w = 0;
+/// Bytes and operations read and written, over all devices.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoTotals {
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub read_ops: u64,
+    pub write_ops: u64,
+}
+
+/// Sum rbytes, wbytes, rios and wios over all devices of a v2 io.stat.
+pub fn io_stat_v2(text: &str) -> IoTotals {
+    let mut t = IoTotals::default();
     for l in text.lines() {
         for kv in l.split_whitespace().skip(1) {
-            match kv.split_once('=') {
-                Some(("rbytes", v)) => r += v.parse::<u64>().unwrap_or(0),
-                Some(("wbytes", v)) => w += v.parse::<u64>().unwrap_or(0),
-                _ => {}
-            }
+            let Some((k, v)) = kv.split_once('=') else {
+                continue;
+            };
+            let field = match k {
+                "rbytes" => &mut t.read_bytes,
+                "wbytes" => &mut t.write_bytes,
+                "rios" => &mut t.read_ops,
+                "wios" => &mut t.write_ops,
+                _ => continue,
+            };
+            *field = field.saturating_add(v.parse::<u64>().unwrap_or(0));
         }
     }
-    (r, w)
+    t
 }
 
 /// Read/Write bytes per device of a v1 blkio.*io_service_bytes* file.
@@ -206,22 +222,47 @@ pub fn cpu_usage_us(fs: &CgroupFs, name: &SliceName) -> Option<u64> {
         })
 }
 
+/// v1's per-device byte counts (throttle, BFQ, CFQ), and operation counts.
+const V1_BYTES: [&str; 3] = [
+    "blkio.throttle.io_service_bytes_recursive",
+    "blkio.bfq.io_service_bytes_recursive",
+    "blkio.io_service_bytes_recursive",
+];
+const V1_OPS: [&str; 3] = [
+    "blkio.throttle.io_serviced_recursive",
+    "blkio.bfq.io_serviced_recursive",
+    "blkio.io_serviced_recursive",
+];
+
+fn io_v1(d: &Path, files: &[&str]) -> Option<(u64, u64)> {
+    let texts: Vec<String> = files.iter().filter_map(|f| read(&d.join(f))).collect();
+    (!texts.is_empty()).then(|| io_stat_v1(&texts))
+}
+
 /// Bytes a slice read and wrote, over all devices.
 pub fn io_bytes(fs: &CgroupFs, name: &SliceName) -> Option<(u64, u64)> {
+    io_totals(fs, name, false).map(|t| (t.read_bytes, t.write_bytes))
+}
+
+/// Bytes (and, with `ops`, operations) a slice read and wrote, over all devices. On v1 the
+/// operations are other files: read only when asked for.
+pub fn io_totals(fs: &CgroupFs, name: &SliceName, ops: bool) -> Option<IoTotals> {
     let h = fs.layout.hierarchy("io")?;
     let d = fs.dir_for("io", name)?;
     match h.version {
         Version::V2 => read(&d.join("io.stat")).map(|t| io_stat_v2(&t)),
         Version::V1 => {
-            let texts: Vec<String> = [
-                "blkio.throttle.io_service_bytes_recursive",
-                "blkio.bfq.io_service_bytes_recursive",
-                "blkio.io_service_bytes_recursive",
-            ]
-            .iter()
-            .filter_map(|f| read(&d.join(f)))
-            .collect();
-            (!texts.is_empty()).then(|| io_stat_v1(&texts))
+            let (read_bytes, write_bytes) = io_v1(&d, &V1_BYTES)?;
+            let (read_ops, write_ops) = match ops {
+                true => io_v1(&d, &V1_OPS).unwrap_or_default(),
+                false => (0, 0),
+            };
+            Some(IoTotals {
+                read_bytes,
+                write_bytes,
+                read_ops,
+                write_ops,
+            })
         }
     }
 }
@@ -287,9 +328,12 @@ pub fn read_slice(fs: &CgroupFs, name: &SliceName) -> SliceStatus {
             }
         }
     }
-    let (r, w) = io_bytes(fs, name).unzip();
-    s.io_read_bytes = r;
-    s.io_write_bytes = w;
+    if let Some(io) = io_totals(fs, name, true) {
+        s.io_read_bytes = Some(io.read_bytes);
+        s.io_write_bytes = Some(io.write_bytes);
+        s.io_read_ops = Some(io.read_ops);
+        s.io_write_ops = Some(io.write_ops);
+    }
     if let Some(d) = fs.dir_for("pids", name) {
         s.tasks_current = read_u64(&d.join("pids.current"));
         s.tasks_max = read_limit(&d.join("pids.max")).flatten();
@@ -348,8 +392,13 @@ mod tests {
         assert_eq!(p.some.total_us, 1234);
         assert!(p.full.is_some());
         assert_eq!(
-            io_stat_v2("254:0 rbytes=10 wbytes=20 rios=1\n7:0 rbytes=5 wbytes=0\n"),
-            (15, 20)
+            io_stat_v2("254:0 rbytes=10 wbytes=20 rios=1 wios=2\n7:0 rbytes=5 wbytes=0 rios=3\n"),
+            IoTotals {
+                read_bytes: 15,
+                write_bytes: 20,
+                read_ops: 4,
+                write_ops: 2
+            }
         );
         let throttle = "254:0 Read 100\n254:0 Write 50\n254:0 Total 150\nTotal 150\n".to_string();
         let bfq = "254:0 Read 100\n254:0 Write 50\n7:0 Read 0\n7:0 Write 4096\n".to_string();

@@ -269,3 +269,179 @@ fn exporter_refuses_a_bad_address() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("not an address:port"), "{}", stderr(&o));
 }
+
+/// Restores a huge page pool's size however the test ends.
+struct Pool {
+    file: PathBuf,
+    was: String,
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.file, &self.was);
+    }
+}
+
+fn sys_u64(p: &str) -> f64 {
+    common::read(std::path::Path::new(p))
+        .parse::<u64>()
+        .unwrap() as f64
+}
+
+/// A served socket's counters, its cold starts' histogram and its refusals, and the huge
+/// page pools, as a running `serve` and sysfs have them.
+#[test]
+fn sockets_and_huge_pages_match_serve_and_sysfs() {
+    use common::serve::{free_port, status, wait_for, Scratch, Serve};
+    if !prerequisites() {
+        return;
+    }
+    let s = Scratch::new("metrics");
+    let (web, broken) = (s.name("web"), s.name("broken"));
+    let (port, backend, port2, backend2) = (free_port(), free_port(), free_port(), free_port());
+    std::fs::create_dir_all(s.dir.join("www")).unwrap();
+    std::fs::write(s.dir.join("www/index.html"), "hello\n").unwrap();
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{web}]
+listen = ["127.0.0.1:{port}"]
+backend = "127.0.0.1:{backend}"
+[socket.{web}.target]
+command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{dir}/www"]
+
+[socket.{broken}]
+listen = ["127.0.0.1:{port2}"]
+backend = "127.0.0.1:{backend2}"
+[socket.{broken}.target]
+command = ["/bin/false"]
+"#,
+            dir = s.dir.display()
+        ),
+    );
+    let _serve = Serve::start(&plan, s.dir.join("serve.log"));
+    for _ in 0..3 {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        c.write_all(b"GET /index.html HTTP/1.0\r\n\r\n").unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        assert!(out.contains("hello"), "{out}");
+    }
+    // The broken target exits at once: the client is closed, and counted as refused.
+    let mut c = TcpStream::connect(("127.0.0.1", port2)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let _ = c.read_to_end(&mut Vec::new());
+    wait_for("the status files", || {
+        status(&web)["connections_total"] == 3
+            && status(&web)["connections_active"] == 0
+            && status(&broken)["connections_refused"] == 1
+    });
+    // Two more pages in the 2 MiB pool than the machine had, put back at the end.
+    let file = PathBuf::from("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages");
+    let pool = Pool {
+        was: common::read(&file),
+        file: file.clone(),
+    };
+    let want = pool.was.trim().parse::<u64>().unwrap() + 2;
+    std::fs::write(&file, want.to_string()).unwrap();
+
+    let o = common::serve::bulkhead()
+        .args(["status", "--format", "prometheus"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    promtool(&text);
+    let m = parse(&text);
+    let st = status(&web);
+    let w = |name: &str| format!("{name}{{socket=\"{web}\"}}");
+    assert_eq!(sample(&m, &w("bulkhead_socket_connections_total")), 3.0);
+    assert_eq!(sample(&m, &w("bulkhead_socket_connections")), 0.0);
+    assert_eq!(sample(&m, &w("bulkhead_socket_cold_starts_total")), 1.0);
+    assert_eq!(
+        sample(&m, &w("bulkhead_socket_received_bytes_total")),
+        st["bytes_in"].as_f64().unwrap()
+    );
+    assert_eq!(
+        sample(&m, &w("bulkhead_socket_sent_bytes_total")),
+        st["bytes_out"].as_f64().unwrap()
+    );
+    assert!(st["bytes_out"].as_u64().unwrap() > 0);
+    assert_eq!(
+        sample(
+            &m,
+            &format!("bulkhead_socket_state{{socket=\"{web}\",state=\"ready\"}}")
+        ),
+        1.0
+    );
+    // The cold start's histogram: one start, its time within the bucket its bound says.
+    assert_eq!(
+        sample(&m, &w("bulkhead_socket_start_duration_seconds_count")),
+        1.0
+    );
+    let took = sample(&m, &w("bulkhead_socket_start_duration_seconds_sum"));
+    let ms = st["last_start_ms"].as_f64().unwrap();
+    assert!((took * 1e3 - ms).abs() < 1e-6, "{took} s vs {ms} ms");
+    let mut last = 0.0;
+    for (series, n) in m.iter().filter(|(k, _)| {
+        k.starts_with(&format!(
+            "bulkhead_socket_start_duration_seconds_bucket{{socket=\"{web}\""
+        ))
+    }) {
+        let le: f64 = series
+            .split("le=\"")
+            .nth(1)
+            .unwrap()
+            .trim_end_matches("\"}")
+            .replace("+Inf", "inf")
+            .parse()
+            .unwrap();
+        assert_eq!(*n, if took <= le { 1.0 } else { 0.0 }, "{series}");
+        last = f64::max(last, *n);
+    }
+    assert_eq!(last, 1.0);
+    let b = |name: &str| format!("{name}{{socket=\"{broken}\"}}");
+    assert_eq!(
+        sample(
+            &m,
+            &format!(
+                "bulkhead_socket_connections_refused_total{{socket=\"{broken}\",reason=\"target_unavailable\"}}"
+            )
+        ),
+        1.0
+    );
+    assert!(sample(&m, &b("bulkhead_socket_failed_starts_total")) >= 1.0);
+    assert_eq!(sample(&m, &b("bulkhead_socket_cold_starts_total")), 0.0);
+
+    // Huge pages: what sysfs says, per size and per node.
+    let dir = "/sys/kernel/mm/hugepages/hugepages-2048kB";
+    for (family, f) in [
+        ("bulkhead_hugepages_pool_pages", "nr_hugepages"),
+        ("bulkhead_hugepages_free_pages", "free_hugepages"),
+        ("bulkhead_hugepages_reserved_pages", "resv_hugepages"),
+        ("bulkhead_hugepages_surplus_pages", "surplus_hugepages"),
+    ] {
+        assert_eq!(
+            sample(&m, &format!("{family}{{size=\"2Mi\"}}")),
+            sys_u64(&format!("{dir}/{f}")),
+            "{family}"
+        );
+    }
+    assert_eq!(
+        sample(&m, "bulkhead_hugepages_pool_pages{size=\"2Mi\"}"),
+        want as f64
+    );
+    let node0 = "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages";
+    if std::path::Path::new(node0).exists() {
+        assert_eq!(
+            sample(
+                &m,
+                "bulkhead_hugepages_node_pool_pages{size=\"2Mi\",node=\"0\"}"
+            ),
+            sys_u64(node0)
+        );
+    }
+    drop(pool);
+}

@@ -1,9 +1,10 @@
-//! `status --format prometheus` and `exporter`: one reading of every slice (no interval: the
-//! counters are the point, rates are Prometheus's job), rendered by
-//! [`crate::exposition::slices::render`], once or for every `GET /metrics`.
+//! `status --format prometheus` and `exporter`: one reading of every slice, served socket,
+//! huge page pool and the guard (no interval: the counters are the point, rates are
+//! Prometheus's job), rendered by [`crate::exposition::render`], once or for every
+//! `GET /metrics`.
 
 use super::Context;
-use crate::exposition::{http, slices};
+use crate::exposition::{self, http, Reading};
 use bulkhead_cgroups::stats::{self, SliceStatus};
 use bulkhead_cgroups::{Chosen, Placement};
 use bulkhead_sys::error::{Error, Result};
@@ -24,7 +25,7 @@ pub fn scraper(cx: &Context) -> Result<Scraper> {
 
 impl Scraper {
     /// One reading of every slice.
-    pub fn read(&self) -> Vec<SliceStatus> {
+    pub fn read_slices(&self) -> Vec<SliceStatus> {
         let fs = self.chosen.reader();
         self.chosen
             .slices()
@@ -33,9 +34,19 @@ impl Scraper {
             .collect()
     }
 
+    /// One reading of everything.
+    pub fn read(&self) -> Reading {
+        Reading {
+            slices: self.read_slices(),
+            sockets: crate::activate::state::read_all(),
+            hugepages: bulkhead_sys::host::hugepages::pools(&Default::default()),
+            guard: crate::guard::status(),
+        }
+    }
+
     /// The exposition of one reading.
     pub fn render(&self) -> String {
-        slices::render(&self.read())
+        exposition::render(&self.read())
     }
 }
 

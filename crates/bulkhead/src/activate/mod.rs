@@ -12,6 +12,7 @@ pub mod dial;
 pub mod fds;
 pub mod flows;
 pub mod inherited;
+pub mod latency;
 pub mod launch;
 pub mod limits;
 pub mod listen;

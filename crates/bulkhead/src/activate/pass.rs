@@ -63,8 +63,7 @@ pub async fn pass_loop(act: Arc<Activator>, fds: Vec<OwnedFd>) {
             let mut g = act.inner.lock().unwrap();
             g.state = target::State::Ready;
             g.pid = child.id();
-            g.cold_starts += 1;
-            g.last_start = Some(t0.elapsed());
+            g.started(t0.elapsed());
         }
         act.changed.send_modify(|v| *v += 1);
         act.log.line(&format!(

@@ -20,12 +20,19 @@ pub struct SocketStatus {
     pub target_pid: Option<u32>,
     pub connections_active: u64,
     pub connections_total: u64,
+    /// Connections closed at once because the target could not be started (or its starts
+    /// failed in a row and serve backs off).
+    #[serde(default)]
+    pub connections_refused: u64,
     /// Client -> target bytes.
     pub bytes_in: u64,
     /// Target -> client bytes.
     pub bytes_out: u64,
     pub cold_starts: u64,
     pub last_start_ms: Option<f64>,
+    /// How long the cold starts took.
+    #[serde(default)]
+    pub start_latency: super::latency::StartLatency,
     pub failed_starts: u64,
     pub last_error: Option<String>,
     /// How often each limit was hit.

@@ -226,6 +226,7 @@ async fn reach_backend(act: &Arc<Activator>, src: Option<SocketAddr>) -> Option<
         let dialer = match act.ensure_ready().await {
             Ok(d) => d,
             Err(m) => {
+                act.refused();
                 act.log.line(&format!(
                     "[{}] closing the connection from {}: {m}",
                     act.spec.name,
@@ -250,6 +251,7 @@ async fn reach_backend(act: &Arc<Activator>, src: Option<SocketAddr>) -> Option<
                 ),
             };
         if tries >= 3 || t0.elapsed() >= act.spec.start_timeout {
+            act.refused();
             act.log.line(&format!(
                 "[{}] closing the connection from {}: cannot reach {backend_ep}: {why}",
                 act.spec.name,
@@ -289,6 +291,7 @@ async fn per_connection(act: &Arc<Activator>, conn: Conn, peer: Option<SocketAdd
     let mut child = match launch::start_process(&argv, &[], Some(fd)) {
         Ok(c) => c,
         Err(e) => {
+            act.refused();
             act.log
                 .line(&format!("[{}] cannot start the target: {e}", act.spec.name));
             return;
@@ -296,8 +299,7 @@ async fn per_connection(act: &Arc<Activator>, conn: Conn, peer: Option<SocketAdd
     };
     {
         let mut g = act.inner.lock().unwrap();
-        g.cold_starts += 1;
-        g.last_start = Some(t0.elapsed());
+        g.started(t0.elapsed());
     }
     act.changed.send_modify(|v| *v += 1);
     let st = tokio::select! {

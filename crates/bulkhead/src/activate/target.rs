@@ -51,8 +51,20 @@ pub struct Inner {
     pub cold_starts: u64,
     pub failed_starts: u64,
     pub last_start: Option<Duration>,
+    pub start_latency: super::latency::StartLatency,
     pub last_error: Option<String>,
     pub total: u64,
+    /// Connections closed because no target could be started.
+    pub refused: u64,
+}
+
+impl Inner {
+    /// A target started: count it and how long it took.
+    pub fn started(&mut self, took: Duration) {
+        self.cold_starts += 1;
+        self.last_start = Some(took);
+        self.start_latency.record(took.as_secs_f64());
+    }
 }
 
 /// One socket's target supervisor, shared by its connection tasks.
@@ -105,8 +117,10 @@ impl Activator {
                 cold_starts: 0,
                 failed_starts: 0,
                 last_start: None,
+                start_latency: Default::default(),
                 last_error: None,
                 total: 0,
+                refused: 0,
             }),
             changed: watch::channel(0).0,
             conns_changed: watch::channel(0).0,
@@ -136,6 +150,11 @@ impl Activator {
         drop(g);
         self.conns_changed.send_modify(|v| *v += 1);
         ConnGuard(self.clone())
+    }
+
+    /// A connection closed at once: no target could serve it.
+    pub fn refused(&self) {
+        self.inner.lock().unwrap().refused += 1;
     }
 
     fn close_conn(self: &Arc<Self>) {
@@ -336,8 +355,7 @@ impl Activator {
             let mut g = self.inner.lock().unwrap();
             g.state = State::Ready;
             g.dialer = dialer.map(Arc::new).or(Some(Arc::new(Dialer::Host)));
-            g.cold_starts += 1;
-            g.last_start = Some(took);
+            g.started(took);
             g.failures_in_row = 0;
             g.backoff_until = None;
             if g.active == 0 {
@@ -532,10 +550,12 @@ impl Activator {
             target_pid: g.pid,
             connections_active: g.active,
             connections_total: g.total,
+            connections_refused: g.refused,
             bytes_in: self.counters.bytes_in.load(Relaxed),
             bytes_out: self.counters.bytes_out.load(Relaxed),
             cold_starts: g.cold_starts,
             last_start_ms: g.last_start.map(|d| d.as_secs_f64() * 1e3),
+            start_latency: g.start_latency.clone(),
             failed_starts: g.failed_starts,
             last_error: g.last_error.clone(),
             limits: self.hits.snapshot(),

@@ -70,9 +70,15 @@ fn pressure(slices: &[SliceStatus]) -> Vec<Sample> {
     out
 }
 
-/// The exposition of these slices.
+/// The exposition of these slices alone.
 pub fn render(slices: &[SliceStatus]) -> String {
     let mut w = Writer::new();
+    write(&mut w, slices);
+    w.finish()
+}
+
+/// Write the slice families.
+pub fn write(w: &mut Writer, slices: &[SliceStatus]) {
     let int = |n: u64| Value::Int(n);
     w.family(
         "bulkhead_slice_cpu_usage_seconds_total",
@@ -129,6 +135,18 @@ pub fn render(slices: &[SliceStatus]) -> String {
         &each(slices, |s| s.io_write_bytes.map(int)),
     );
     w.family(
+        "bulkhead_slice_io_read_operations_total",
+        Kind::Counter,
+        "Read operations the slice issued to block devices.",
+        &each(slices, |s| s.io_read_ops.map(int)),
+    );
+    w.family(
+        "bulkhead_slice_io_write_operations_total",
+        Kind::Counter,
+        "Write operations the slice issued to block devices.",
+        &each(slices, |s| s.io_write_ops.map(int)),
+    );
+    w.family(
         "bulkhead_slice_processes",
         Kind::Gauge,
         "Processes in the slice and its children.",
@@ -152,7 +170,6 @@ pub fn render(slices: &[SliceStatus]) -> String {
         "Pressure stall time (PSI): some = at least one task stalled, full = all stalled.",
         &pressure(slices),
     );
-    w.finish()
 }
 
 #[cfg(test)]

@@ -9,6 +9,10 @@ pub enum Kind {
     Gauge,
 }
 
+/// One histogram series: its labels, (upper bound, cumulative count) per bucket ending with
+/// +Inf, and the sum of the observations.
+pub type HistogramSample = (Vec<(&'static str, String)>, Vec<(f64, u64)>, f64);
+
 /// A sample's value: integers as they are, seconds as decimals.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Value {
@@ -67,22 +71,58 @@ impl Writer {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
         };
+        self.head(name, kind, help);
+        for (labels, v) in samples {
+            self.sample(name, labels, None, *v);
+        }
+    }
+
+    /// Write a histogram family (`_bucket` per bound with `le`, `_sum`, `_count`): nothing
+    /// when `series` is empty.
+    pub fn histogram(&mut self, name: &str, help: &str, series: &[HistogramSample]) {
+        if series.is_empty() {
+            return;
+        }
+        self.head(name, "histogram", help);
+        let bucket = format!("{name}_bucket");
+        for (labels, buckets, sum) in series {
+            for (le, n) in buckets {
+                self.sample(
+                    &bucket,
+                    labels,
+                    Some(value(Value::Float(*le))),
+                    Value::Int(*n),
+                );
+            }
+            let count = buckets.last().map_or(0, |b| b.1);
+            self.sample(&format!("{name}_sum"), labels, None, Value::Float(*sum));
+            self.sample(&format!("{name}_count"), labels, None, Value::Int(count));
+        }
+    }
+
+    fn head(&mut self, name: &str, kind: &str, help: &str) {
         let _ = writeln!(self.out, "# HELP {name} {}", escape_help(help));
         let _ = writeln!(self.out, "# TYPE {name} {kind}");
-        for (labels, v) in samples {
-            self.out.push_str(name);
-            if !labels.is_empty() {
-                self.out.push('{');
-                for (i, (k, lv)) in labels.iter().enumerate() {
-                    if i > 0 {
-                        self.out.push(',');
-                    }
-                    let _ = write!(self.out, "{k}=\"{}\"", escape_label(lv));
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, String)], le: Option<String>, v: Value) {
+        self.out.push_str(name);
+        let le = le.map(|l| ("le", l));
+        let all = labels.iter().map(|(k, v)| (*k, v.as_str()));
+        let all: Vec<(&str, &str)> = all
+            .chain(le.as_ref().map(|(k, v)| (*k, v.as_str())))
+            .collect();
+        if !all.is_empty() {
+            self.out.push('{');
+            for (i, (k, lv)) in all.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
                 }
-                self.out.push('}');
+                let _ = write!(self.out, "{k}=\"{}\"", escape_label(lv));
             }
-            let _ = writeln!(self.out, " {}", value(*v));
+            self.out.push('}');
         }
+        let _ = writeln!(self.out, " {}", value(v));
     }
 
     pub fn finish(self) -> String {
@@ -114,6 +154,25 @@ mod tests {
             t,
             "# HELP x_total X.\n# TYPE x_total counter\nx_total{slice=\"a\"} 1\n\
              x_total{slice=\"b\\\"\"} 2\n# HELP z Z.\n# TYPE z gauge\nz 0.5\n"
+        );
+    }
+
+    #[test]
+    fn histograms_have_buckets_sum_and_count() {
+        let mut w = Writer::new();
+        let l = vec![("socket", "web".to_string())];
+        w.histogram(
+            "h_seconds",
+            "H.",
+            &[(l, vec![(0.5, 1), (f64::INFINITY, 3)], 2.25)],
+        );
+        w.histogram("empty_seconds", "E.", &[]);
+        assert_eq!(
+            w.finish(),
+            "# HELP h_seconds H.\n# TYPE h_seconds histogram\n\
+             h_seconds_bucket{socket=\"web\",le=\"0.5\"} 1\n\
+             h_seconds_bucket{socket=\"web\",le=\"+Inf\"} 3\n\
+             h_seconds_sum{socket=\"web\"} 2.25\nh_seconds_count{socket=\"web\"} 3\n"
         );
     }
 

@@ -1,0 +1,193 @@
+//! Per-socket families from the status files `serve` writes ([`SocketStatus`]): state,
+//! connections (open, total, refused with why), bytes, cold starts and how long they took,
+//! and how often each limit was hit.
+
+use crate::activate::latency::StartLatency;
+use crate::activate::limits::LimitsStatus;
+use crate::activate::state::SocketStatus;
+use crate::exposition::text::{HistogramSample, Kind, Sample, Value, Writer};
+
+/// Every state a socket can be in: one series each, 1 for the current one (as
+/// kube-state-metrics writes enums), so a state that is never seen still has a 0 series.
+pub const STATES: [&str; 5] = ["idle", "starting", "ready", "stopping", "backoff"];
+
+fn socket(s: &SocketStatus) -> Vec<(&'static str, String)> {
+    vec![("socket", s.name.clone())]
+}
+
+fn each(sockets: &[SocketStatus], f: impl Fn(&SocketStatus) -> u64) -> Vec<Sample> {
+    sockets
+        .iter()
+        .map(|s| (socket(s), Value::Int(f(s))))
+        .collect()
+}
+
+fn states(sockets: &[SocketStatus]) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for s in sockets {
+        for st in STATES {
+            let mut l = socket(s);
+            l.push(("state", st.to_string()));
+            out.push((l, Value::Int(u64::from(s.state == st))));
+        }
+    }
+    out
+}
+
+/// Connections closed before they reached a target, by why.
+fn refused(sockets: &[SocketStatus]) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for s in sockets {
+        let l = &s.limits;
+        for (reason, n) in [
+            ("target_unavailable", s.connections_refused),
+            ("max_connections_per_source", l.per_source),
+            (
+                "proxy_header",
+                l.proxy_header_timeouts + l.proxy_header_invalid,
+            ),
+        ] {
+            let mut labels = socket(s);
+            labels.push(("reason", reason.to_string()));
+            out.push((labels, Value::Int(n)));
+        }
+    }
+    out
+}
+
+/// Each limit by its plan key (docs/SECURITY.md has the table).
+fn limit_hits(l: &LimitsStatus) -> [(&'static str, u64); 9] {
+    [
+        ("max_connections", l.max_connections),
+        ("max_connections_per_source", l.per_source),
+        ("connection_idle_timeout", l.idle_closed),
+        ("proxy_header_timeout", l.proxy_header_timeouts),
+        ("proxy_header_invalid", l.proxy_header_invalid),
+        ("udp_flows_evicted", l.udp_flows_evicted),
+        ("udp_datagrams_dropped", l.udp_dropped),
+        ("accept_errors", l.accept_errors),
+        ("notify_outside_target", l.notify_refused),
+    ]
+}
+
+fn limits(sockets: &[SocketStatus]) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for s in sockets {
+        for (limit, n) in limit_hits(&s.limits) {
+            let mut l = socket(s);
+            l.push(("limit", limit.to_string()));
+            out.push((l, Value::Int(n)));
+        }
+    }
+    out
+}
+
+fn start_latency(sockets: &[SocketStatus]) -> Vec<HistogramSample> {
+    sockets
+        .iter()
+        .map(|s| {
+            let h: &StartLatency = &s.start_latency;
+            (socket(s), h.cumulative(), h.sum_seconds)
+        })
+        .collect()
+}
+
+/// Write the socket families.
+pub fn write(w: &mut Writer, sockets: &[SocketStatus]) {
+    w.family(
+        "bulkhead_socket_state",
+        Kind::Gauge,
+        "The socket's target state (1 for the current one): idle, starting, ready, stopping, backoff (starts failed in a row).",
+        &states(sockets),
+    );
+    w.family(
+        "bulkhead_socket_connections",
+        Kind::Gauge,
+        "Connections open now.",
+        &each(sockets, |s| s.connections_active),
+    );
+    w.family(
+        "bulkhead_socket_connections_total",
+        Kind::Counter,
+        "Connections accepted.",
+        &each(sockets, |s| s.connections_total),
+    );
+    w.family(
+        "bulkhead_socket_connections_refused_total",
+        Kind::Counter,
+        "Connections closed before reaching a target: target_unavailable (it could not start, or serve backs off), max_connections_per_source, proxy_header.",
+        &refused(sockets),
+    );
+    w.family(
+        "bulkhead_socket_received_bytes_total",
+        Kind::Counter,
+        "Bytes from clients to the target.",
+        &each(sockets, |s| s.bytes_in),
+    );
+    w.family(
+        "bulkhead_socket_sent_bytes_total",
+        Kind::Counter,
+        "Bytes from the target to clients.",
+        &each(sockets, |s| s.bytes_out),
+    );
+    w.family(
+        "bulkhead_socket_cold_starts_total",
+        Kind::Counter,
+        "Times the target was started by a connection.",
+        &each(sockets, |s| s.cold_starts),
+    );
+    w.family(
+        "bulkhead_socket_failed_starts_total",
+        Kind::Counter,
+        "Starts that failed (the target exited early or was never ready).",
+        &each(sockets, |s| s.failed_starts),
+    );
+    w.histogram(
+        "bulkhead_socket_start_duration_seconds",
+        "Time from a cold start to the target being ready.",
+        &start_latency(sockets),
+    );
+    w.family(
+        "bulkhead_socket_limit_hits_total",
+        Kind::Counter,
+        "Times a limit of the socket was hit, by plan key.",
+        &limits(sockets),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_counters_and_histogram() {
+        let mut h = StartLatency::default();
+        h.record(0.02);
+        let s = SocketStatus {
+            name: "redis".into(),
+            state: "ready".into(),
+            connections_active: 2,
+            connections_total: 7,
+            connections_refused: 1,
+            bytes_in: 10,
+            bytes_out: 20,
+            cold_starts: 1,
+            start_latency: h,
+            ..Default::default()
+        };
+        let mut w = Writer::new();
+        write(&mut w, &[s]);
+        let t = w.finish();
+        for want in [
+            "bulkhead_socket_state{socket=\"redis\",state=\"ready\"} 1\n",
+            "bulkhead_socket_state{socket=\"redis\",state=\"idle\"} 0\n",
+            "bulkhead_socket_connections{socket=\"redis\"} 2\n",
+            "bulkhead_socket_connections_refused_total{socket=\"redis\",reason=\"target_unavailable\"} 1\n",
+            "bulkhead_socket_start_duration_seconds_bucket{socket=\"redis\",le=\"0.01\"} 0\n",
+            "bulkhead_socket_start_duration_seconds_bucket{socket=\"redis\",le=\"0.025\"} 1\n",
+            "bulkhead_socket_start_duration_seconds_count{socket=\"redis\"} 1\n",
+        ] {
+            assert!(t.contains(want), "{want} not in\n{t}");
+        }
+    }
+}
