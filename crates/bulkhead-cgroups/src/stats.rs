@@ -3,10 +3,10 @@
 
 use crate::backend::Placement;
 use crate::fs::CgroupFs;
+use crate::layout::Hierarchy;
 use crate::layout::Version;
 use bulkhead_plan::SliceName;
-use bulkhead_sys::cgroupfs::count_procs;
-use std::fs;
+use bulkhead_sys::cgdir::CgroupDir;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -79,36 +79,60 @@ pub struct Status {
     pub slices: Vec<SliceStatus>,
 }
 
-/// A control file's text. Read in chunks without `fs::read_to_string`'s stat for a size
-/// hint (control files report 0 or 4096): one system call less per file, per scrape.
-fn read(p: &Path) -> Option<String> {
-    use std::io::Read;
-    let mut f = fs::File::open(p).ok()?;
-    let mut text = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        match f.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => text.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    }
-    String::from_utf8(text).ok()
+fn parse_u64(text: Option<String>) -> Option<u64> {
+    text?.trim().parse().ok()
 }
 
-fn read_u64(p: &Path) -> Option<u64> {
-    read(p)?.trim().parse().ok()
-}
-
-/// A limit file: `max`, or v1's page-counter maximum, is "no limit" (None).
-fn read_limit(p: &Path) -> Option<Option<u64>> {
-    let s = read(p)?;
+/// A limit's text: `max`, or v1's page-counter maximum, is "no limit" (None).
+fn parse_limit(text: Option<String>) -> Option<Option<u64>> {
+    let s = text?;
     let t = s.trim();
     Some(match t {
         "max" | "-1" => None,
         _ => t.parse::<u64>().ok().filter(|n| *n < 1 << 62),
     })
+}
+
+/// A slice's directories, each opened once (hierarchies that share a mount share one) and
+/// read relative to it: one path walk per hierarchy, not one per file.
+pub struct Dirs<'a> {
+    fs: &'a CgroupFs,
+    name: &'a SliceName,
+    open: Vec<(&'a Path, Option<CgroupDir>)>,
+}
+
+impl<'a> Dirs<'a> {
+    pub fn new(fs: &'a CgroupFs, name: &'a SliceName) -> Dirs<'a> {
+        Dirs {
+            fs,
+            name,
+            open: Vec::with_capacity(6),
+        }
+    }
+
+    /// The slice's directory in `h`, if it exists.
+    fn at(&mut self, h: &'a Hierarchy) -> Option<&CgroupDir> {
+        let i = match self.open.iter().position(|(m, _)| *m == h.mount.as_path()) {
+            Some(i) => i,
+            None => {
+                let d = CgroupDir::open(&self.fs.dir(h, self.name));
+                self.open.push((h.mount.as_path(), d));
+                self.open.len() - 1
+            }
+        };
+        self.open[i].1.as_ref()
+    }
+
+    /// The slice's directory in the hierarchy that holds `controller`, with its version.
+    fn of(&mut self, controller: &str) -> Option<(Version, &CgroupDir)> {
+        let h = self.fs.layout.hierarchy(controller)?;
+        Some((h.version, self.at(h)?))
+    }
+
+    fn unified(&mut self) -> Option<&CgroupDir> {
+        let u = self.fs.layout.unified.as_ref()?;
+        self.at(u)
+    }
 }
 
 /// `key value` lines (cpu.stat, memory.events, memory.oom_control).
@@ -209,17 +233,21 @@ pub fn io_stat_v1(texts: &[String]) -> (u64, u64) {
 /// CPU time a slice used since it was created, microseconds: the unified hierarchy's
 /// cpu.stat always has usage_usec; else v1 cpuacct.
 pub fn cpu_usage_us(fs: &CgroupFs, name: &SliceName) -> Option<u64> {
-    let layout = &fs.layout;
-    layout
-        .unified
-        .as_ref()
-        .map(|u| fs.dir(u, name))
-        .and_then(|d| read(&d.join("cpu.stat")))
-        .and_then(|t| flat_keyed(&t, "usage_usec"))
-        .or_else(|| {
-            let h = layout.cpuacct()?;
-            read_u64(&fs.dir(h, name).join("cpuacct.usage")).map(|ns| ns / 1000)
-        })
+    cpu_usage(&mut Dirs::new(fs, name))
+}
+
+fn cpu_usage(d: &mut Dirs) -> Option<u64> {
+    let unified = d.unified().and_then(|u| u.read("cpu.stat"));
+    cpu_usage_from(d, unified.as_deref())
+}
+
+/// usage_usec from the unified cpu.stat (when read), else v1 cpuacct.usage.
+fn cpu_usage_from(d: &mut Dirs, unified_stat: Option<&str>) -> Option<u64> {
+    if let Some(us) = unified_stat.and_then(|t| flat_keyed(t, "usage_usec")) {
+        return Some(us);
+    }
+    let h = d.fs.layout.cpuacct()?;
+    parse_u64(d.at(h)?.read("cpuacct.usage")).map(|ns| ns / 1000)
 }
 
 /// v1's per-device byte counts (throttle, BFQ, CFQ), and operation counts.
@@ -234,8 +262,8 @@ const V1_OPS: [&str; 3] = [
     "blkio.io_serviced_recursive",
 ];
 
-fn io_v1(d: &Path, files: &[&str]) -> Option<(u64, u64)> {
-    let texts: Vec<String> = files.iter().filter_map(|f| read(&d.join(f))).collect();
+fn io_v1(d: &CgroupDir, files: &[&str]) -> Option<(u64, u64)> {
+    let texts: Vec<String> = files.iter().filter_map(|f| d.read(f)).collect();
     (!texts.is_empty()).then(|| io_stat_v1(&texts))
 }
 
@@ -247,14 +275,17 @@ pub fn io_bytes(fs: &CgroupFs, name: &SliceName) -> Option<(u64, u64)> {
 /// Bytes (and, with `ops`, operations) a slice read and wrote, over all devices. On v1 the
 /// operations are other files: read only when asked for.
 pub fn io_totals(fs: &CgroupFs, name: &SliceName, ops: bool) -> Option<IoTotals> {
-    let h = fs.layout.hierarchy("io")?;
-    let d = fs.dir_for("io", name)?;
-    match h.version {
-        Version::V2 => read(&d.join("io.stat")).map(|t| io_stat_v2(&t)),
+    io(&mut Dirs::new(fs, name), ops)
+}
+
+fn io(d: &mut Dirs, ops: bool) -> Option<IoTotals> {
+    let (version, d) = d.of("io")?;
+    match version {
+        Version::V2 => d.read("io.stat").map(|t| io_stat_v2(&t)),
         Version::V1 => {
-            let (read_bytes, write_bytes) = io_v1(&d, &V1_BYTES)?;
+            let (read_bytes, write_bytes) = io_v1(d, &V1_BYTES)?;
             let (read_ops, write_ops) = match ops {
-                true => io_v1(&d, &V1_OPS).unwrap_or_default(),
+                true => io_v1(d, &V1_OPS).unwrap_or_default(),
                 false => (0, 0),
             };
             Some(IoTotals {
@@ -269,7 +300,6 @@ pub fn io_totals(fs: &CgroupFs, name: &SliceName, ops: bool) -> Option<IoTotals>
 
 /// One reading of a slice, without the interval-based CPU share.
 pub fn read_slice(fs: &CgroupFs, name: &SliceName) -> SliceStatus {
-    let layout = &fs.layout;
     let mut s = SliceStatus {
         name: name.to_string(),
         unit: name.unit(),
@@ -280,66 +310,24 @@ pub fn read_slice(fs: &CgroupFs, name: &SliceName) -> SliceStatus {
             .to_string(),
         ..Default::default()
     };
-    if let Some(p) = layout.primary() {
-        let d = fs.dir(p, name);
-        s.processes = count_procs(&d);
+    let mut d = Dirs::new(fs, name);
+    if let Some(p) = fs.layout.primary() {
+        s.processes = d.at(p).map_or(0, |p| p.count_procs());
     }
-    let unified_dir = layout
-        .unified
-        .as_ref()
-        .map(|u| fs.dir(u, name))
-        .filter(|d| d.is_dir());
-    s.cpu_usage_us = cpu_usage_us(fs, name);
-    if let (Some(h), Some(d)) = (layout.hierarchy("cpu"), fs.dir_for("cpu", name)) {
-        if let Some(t) = read(&d.join("cpu.stat")) {
-            s.cpu_nr_throttled = flat_keyed(&t, "nr_throttled");
-            s.cpu_throttled_us = match h.version {
-                Version::V2 => flat_keyed(&t, "throttled_usec"),
-                Version::V1 => flat_keyed(&t, "throttled_time").map(|ns| ns / 1000),
-            };
-        }
-    }
-    if let (Some(h), Some(d)) = (layout.hierarchy("memory"), fs.dir_for("memory", name)) {
-        s.memory_controller = Some(format!("{:?}", h.version).to_lowercase());
-        match h.version {
-            Version::V2 => {
-                s.memory_current = read_u64(&d.join("memory.current"));
-                s.memory_high = read_limit(&d.join("memory.high")).flatten();
-                s.memory_max = read_limit(&d.join("memory.max")).flatten();
-                s.memory_events = read(&d.join("memory.events")).map(|t| MemoryEvents {
-                    low: flat_keyed(&t, "low").unwrap_or(0),
-                    high: flat_keyed(&t, "high").unwrap_or(0),
-                    max: flat_keyed(&t, "max").unwrap_or(0),
-                    oom: flat_keyed(&t, "oom").unwrap_or(0),
-                    oom_kill: flat_keyed(&t, "oom_kill").unwrap_or(0),
-                });
-            }
-            Version::V1 => {
-                s.memory_current = read_u64(&d.join("memory.usage_in_bytes"));
-                s.memory_max = read_limit(&d.join("memory.limit_in_bytes")).flatten();
-                let oom = read(&d.join("memory.oom_control")).unwrap_or_default();
-                s.memory_events = Some(MemoryEvents {
-                    // v1 counts how often usage hit the limit.
-                    max: read_u64(&d.join("memory.failcnt")).unwrap_or(0),
-                    oom: flat_keyed(&oom, "under_oom").unwrap_or(0),
-                    oom_kill: flat_keyed(&oom, "oom_kill").unwrap_or(0),
-                    ..Default::default()
-                });
-            }
-        }
-    }
-    if let Some(io) = io_totals(fs, name, true) {
+    read_cpu(&mut d, &mut s);
+    read_memory(&mut d, &mut s);
+    if let Some(io) = io(&mut d, true) {
         s.io_read_bytes = Some(io.read_bytes);
         s.io_write_bytes = Some(io.write_bytes);
         s.io_read_ops = Some(io.read_ops);
         s.io_write_ops = Some(io.write_ops);
     }
-    if let Some(d) = fs.dir_for("pids", name) {
-        s.tasks_current = read_u64(&d.join("pids.current"));
-        s.tasks_max = read_limit(&d.join("pids.max")).flatten();
+    if let Some((_, p)) = d.of("pids") {
+        s.tasks_current = parse_u64(p.read("pids.current"));
+        s.tasks_max = parse_limit(p.read("pids.max")).flatten();
     }
-    if let Some(d) = &unified_dir {
-        let p = |f: &str| read(&d.join(f)).and_then(|t| parse_pressure(&t));
+    if let Some(u) = d.unified() {
+        let p = |f: &str| u.read(f).and_then(|t| parse_pressure(&t));
         let psi = Psi {
             cpu: p("cpu.pressure"),
             memory: p("memory.pressure"),
@@ -350,6 +338,61 @@ pub fn read_slice(fs: &CgroupFs, name: &SliceName) -> SliceStatus {
         }
     }
     s
+}
+
+/// CPU time, and throttling by the CPU quota. Where the cpu controller is the unified
+/// one, its cpu.stat has both and is read once.
+fn read_cpu(d: &mut Dirs, s: &mut SliceStatus) {
+    let throttling = d
+        .of("cpu")
+        .and_then(|(v, c)| Some((v, c.read("cpu.stat")?)));
+    let unified = match &throttling {
+        Some((Version::V2, t)) => Some(t.clone()),
+        _ => d.unified().and_then(|u| u.read("cpu.stat")),
+    };
+    s.cpu_usage_us = cpu_usage_from(d, unified.as_deref());
+    let Some((version, t)) = throttling else {
+        return;
+    };
+    s.cpu_nr_throttled = flat_keyed(&t, "nr_throttled");
+    s.cpu_throttled_us = match version {
+        Version::V2 => flat_keyed(&t, "throttled_usec"),
+        Version::V1 => flat_keyed(&t, "throttled_time").map(|ns| ns / 1000),
+    };
+}
+
+/// Memory use, limits and events.
+fn read_memory(d: &mut Dirs, s: &mut SliceStatus) {
+    let Some((version, m)) = d.of("memory") else {
+        return;
+    };
+    s.memory_controller = Some(format!("{version:?}").to_lowercase());
+    match version {
+        Version::V2 => {
+            s.memory_current = parse_u64(m.read("memory.current"));
+            s.memory_high = parse_limit(m.read("memory.high")).flatten();
+            s.memory_max = parse_limit(m.read("memory.max")).flatten();
+            s.memory_events = m.read("memory.events").map(|t| MemoryEvents {
+                low: flat_keyed(&t, "low").unwrap_or(0),
+                high: flat_keyed(&t, "high").unwrap_or(0),
+                max: flat_keyed(&t, "max").unwrap_or(0),
+                oom: flat_keyed(&t, "oom").unwrap_or(0),
+                oom_kill: flat_keyed(&t, "oom_kill").unwrap_or(0),
+            });
+        }
+        Version::V1 => {
+            s.memory_current = parse_u64(m.read("memory.usage_in_bytes"));
+            s.memory_max = parse_limit(m.read("memory.limit_in_bytes")).flatten();
+            let oom = m.read("memory.oom_control").unwrap_or_default();
+            s.memory_events = Some(MemoryEvents {
+                // v1 counts how often usage hit the limit.
+                max: parse_u64(m.read("memory.failcnt")).unwrap_or(0),
+                oom: flat_keyed(&oom, "under_oom").unwrap_or(0),
+                oom_kill: flat_keyed(&oom, "oom_kill").unwrap_or(0),
+                ..Default::default()
+            });
+        }
+    }
 }
 
 /// Read the slices twice, `interval` apart, to give CPU shares over the interval.

@@ -6,6 +6,7 @@
 //! the crates above it forbid `unsafe`.
 
 pub mod btrfs;
+pub mod cgdir;
 pub mod cgroupfs;
 pub mod dir;
 pub mod error;

@@ -156,7 +156,9 @@ impl CgroupFs {
                 let n = e.file_name().to_string_lossy().into_owned();
                 let path = e.path();
                 if let Some(stem) = n.strip_suffix(".slice") {
-                    if path.is_dir() && mark::is_ours(&path) {
+                    // The entry's type from the directory read (d_type): no stat per slice.
+                    let dir = e.file_type().is_ok_and(|t| t.is_dir());
+                    if dir && mark::is_ours(&path) {
                         if let Ok(name) = SliceName::parse(stem) {
                             out.push(name);
                             walk(&path, out);
