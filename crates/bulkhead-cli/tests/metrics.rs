@@ -445,3 +445,64 @@ command = ["/bin/false"]
     }
     drop(pool);
 }
+
+/// Every query of the Grafana dashboard is valid PromQL: `promtool check rules` parses them
+/// as recording rules, with Grafana's variables replaced as Grafana would.
+#[test]
+fn dashboard_queries_parse_as_promql() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../dist/grafana/bulkhead.json"
+    );
+    let d: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap())
+        .expect("the dashboard parses");
+    fn exprs(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => m.iter().for_each(|(k, x)| match x {
+                serde_json::Value::String(s) if k == "expr" => out.push(s.clone()),
+                _ => exprs(x, out),
+            }),
+            serde_json::Value::Array(a) => a.iter().for_each(|x| exprs(x, out)),
+            _ => {}
+        }
+    }
+    let mut qs = Vec::new();
+    exprs(&d, &mut qs);
+    assert!(qs.len() > 20);
+    let rules: Vec<serde_json::Value> = qs
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let q = q
+                .replace("$__rate_interval", "1m")
+                .replace("$instance", ".*")
+                .replace("$slice", ".*")
+                .replace("$socket", ".*");
+            serde_json::json!({"record": format!("dashboard:query{i}"), "expr": q})
+        })
+        .collect();
+    let file = std::env::temp_dir().join(format!("bulkhead-dashboard-{}.yml", std::process::id()));
+    // JSON is YAML.
+    let text = serde_json::json!({"groups": [{"name": "dashboard", "rules": rules}]});
+    std::fs::write(&file, text.to_string()).unwrap();
+    let o = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&file)
+        .output();
+    let _ = std::fs::remove_file(&file);
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let Ok(o) = o else {
+        assert!(
+            !ci,
+            "prerequisite missing in CI: promtool (Debian package prometheus)"
+        );
+        eprintln!("SKIPPED: promtool check rules (no promtool)");
+        return;
+    };
+    assert!(o.status.success(), "promtool: {}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("{} rules found", qs.len())),
+        "{}",
+        stdout(&o)
+    );
+}

@@ -5,6 +5,7 @@
 //! reported as 0); [`http`] answers `GET /metrics` with whatever a render function returns,
 //! within fixed limits.
 
+mod dashboard;
 pub mod guard;
 pub mod http;
 pub mod hugepages;
