@@ -668,3 +668,90 @@ command = ["/bin/sleep", "600"]
     });
     assert_eq!(serve.stop(), Some(0));
 }
+
+/// systemd's socket activation of `serve` itself: a `.socket` unit (here its stand-in,
+/// systemd-socket-activate) binds the port and passes it as LISTEN_FDS; serve matches it to
+/// the plan's listen address, binds the plan's other addresses itself, and refuses a passed
+/// socket that no plan address names.
+#[test]
+fn serve_takes_its_listening_sockets_from_a_socket_unit() {
+    if !prerequisites() {
+        return;
+    }
+    let activate = "/usr/bin/systemd-socket-activate";
+    if !common::serve::have(activate, "systemd") {
+        return;
+    }
+    let s = Scratch::new("passed");
+    let name = s.name("web");
+    let (port, own, stray, backend) = (free_port(), free_port(), free_port(), free_port());
+    std::fs::create_dir_all(s.dir.join("www")).unwrap();
+    std::fs::write(s.dir.join("www/index.html"), "served from a socket unit\n").unwrap();
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["127.0.0.1:{port}", "127.0.0.1:{own}"]
+backend = "127.0.0.1:{backend}"
+[socket.{name}.target]
+command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{dir}/www"]
+"#,
+            dir = s.dir.display()
+        ),
+    );
+    let mut cmd = Command::new(activate);
+    cmd.arg("-l")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg(common::serve::bin())
+        .arg("-c")
+        .arg(&plan)
+        .arg("serve")
+        .env_remove("BULKHEAD_CONFIG")
+        .env_remove("NOTIFY_SOCKET");
+    let serve = Serve::spawn(cmd, s.dir.join("serve.log"));
+    wait_for("systemd-socket-activate to listen", || {
+        serve.log().contains("Listening on")
+    });
+    // systemd-socket-activate starts serve on the first connection, which serve then answers.
+    let r = http_get(port).unwrap();
+    assert!(
+        r.contains("served from a socket unit"),
+        "{r}\n{}",
+        serve.log()
+    );
+    let log = serve.log();
+    assert!(
+        log.contains(&format!("127.0.0.1:{port} (from the socket unit)")),
+        "{log}"
+    );
+    // The address the unit did not pass is bound by serve.
+    assert!(http_get(own).unwrap().contains("served from a socket unit"));
+    wait_for("the cold start counted", || {
+        status(&name)["cold_starts"] == 1
+    });
+    drop(serve);
+
+    // A passed socket that the plan does not name: an error that says which, before serving.
+    let mut cmd = Command::new(activate);
+    cmd.args(["-l", &format!("127.0.0.1:{port}")])
+        .args(["-l", &format!("127.0.0.1:{stray}")])
+        .arg(common::serve::bin())
+        .arg("-c")
+        .arg(&plan)
+        .arg("serve")
+        .env_remove("BULKHEAD_CONFIG")
+        .env_remove("NOTIFY_SOCKET");
+    let mut serve = Serve::spawn(cmd, s.dir.join("stray.log"));
+    wait_for("systemd-socket-activate to listen", || {
+        serve.log().matches("Listening on").count() == 2
+    });
+    let _ = TcpStream::connect(("127.0.0.1", port));
+    wait_for("serve to refuse the stray socket", || {
+        serve.log().contains("that no [socket.*] listen names")
+    });
+    assert_eq!(serve.stop(), Some(2), "{}", serve.log());
+    let log = serve.log();
+    assert!(log.contains(&format!("127.0.0.1:{stray}")), "{log}");
+    assert!(log.contains("remove that Listen line"), "{log}");
+}

@@ -14,6 +14,7 @@ pub mod fd;
 pub mod host;
 pub mod inroot;
 pub mod launch;
+pub mod listenfds;
 pub mod mountinfo;
 pub mod notify;
 pub mod paths;

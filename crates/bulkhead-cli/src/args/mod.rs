@@ -406,8 +406,10 @@ connection on stdin and stdout. A target is stopped (SIGTERM, then SIGKILL after
 stop_timeout) idle_timeout after its last connection closed, and started again by the next \
 one. A target with rootfs runs in an ephemeral sandbox (bulkhead spawn), else as a plain \
 command (bulkhead run), in its slice.\n\nRuns in the foreground and logs to stderr; when \
-systemd starts it (Type=notify), it says READY=1 once every socket listens. SIGTERM or SIGINT \
-stops the targets and exits.",
+systemd starts it (Type=notify), it says READY=1 once every socket listens. Started by a \
+.socket unit, it takes the unit's sockets (LISTEN_FDS) for the plan addresses they are bound \
+to and binds the rest itself; a passed socket that no listen names is an error. SIGTERM or \
+SIGINT stops the targets and exits.",
     after_help = "Plan keys of [socket.NAME]: listen (list: HOST:PORT, [V6]:PORT, PORT, \
 udp:HOST:PORT, unix:/PATH), mode (proxy | pass | per-connection), backend, ready (connect | \
 notify), idle_timeout (30s; \"infinity\"), start_timeout (10s), stop_timeout (10s), \

@@ -2,6 +2,7 @@
 //! unix path in a missing directory or in one others can change is an error that names the
 //! plan line.
 
+use super::inherited::Pool;
 use super::sockfile;
 use bulkhead_plan::socket::{Endpoint, SocketSpec};
 use bulkhead_sys::error::{errno_text, Diagnostic, Error, Result};
@@ -16,6 +17,8 @@ pub struct Listener {
     pub fd: OwnedFd,
     /// A unix socket file this process created, removed on exit.
     pub created: Option<PathBuf>,
+    /// Passed by a socket unit (LISTEN_FDS) rather than bound here.
+    pub passed: bool,
 }
 
 impl Drop for Listener {
@@ -86,11 +89,20 @@ fn bind_error(spec: &SocketSpec, at: &str, ep: &Endpoint, e: Fail) -> Error {
     )
 }
 
-/// Bind every listen address of `spec`, or none.
-pub fn bind_all(spec: &SocketSpec) -> Result<Vec<Listener>> {
+/// Bind every listen address of `spec`, or none. An address a socket unit already passed
+/// (in `passed`) is taken from there instead; the unit owns its file and mode.
+pub fn bind_all(spec: &SocketSpec, passed: &mut Pool) -> Result<Vec<Listener>> {
     let mut out = Vec::new();
     for (ep, at) in &spec.listen {
-        let l = bind(spec, ep).map_err(|e| bind_error(spec, at, ep, e))?;
+        let l = match passed.claim(ep) {
+            Some(fd) => Listener {
+                endpoint: ep.clone(),
+                fd: fd.map_err(|e| bind_error(spec, at, ep, Fail::Io(e)))?,
+                created: None,
+                passed: true,
+            },
+            None => bind(spec, ep).map_err(|e| bind_error(spec, at, ep, e))?,
+        };
         out.push(l);
     }
     Ok(out)
@@ -125,6 +137,7 @@ fn bind(spec: &SocketSpec, ep: &Endpoint) -> std::result::Result<Listener, Fail>
         endpoint: ep.clone(),
         fd: sock.into(),
         created,
+        passed: false,
     };
     if let Some(place) = &place {
         set_owner(spec, place)?;

@@ -11,6 +11,7 @@
 pub mod dial;
 pub mod fds;
 pub mod flows;
+pub mod inherited;
 pub mod launch;
 pub mod limits;
 pub mod listen;
@@ -243,15 +244,19 @@ fn notify_dir(name: &str) -> PathBuf {
     state::dir().join(format!("{name}.notify"))
 }
 
-/// Bind everything, then serve until SIGTERM or SIGINT. Returns once every target stopped.
+/// Bind everything (or take what a socket unit passed: LISTEN_FDS), then serve until
+/// SIGTERM or SIGINT. Returns once every target stopped. Call it before any thread starts
+/// (it takes the LISTEN_* variables out of the environment).
 pub fn serve(plan: &Plan, specs: Vec<SocketSpec>, launcher: Launcher, log: Log) -> Result<()> {
     check(plan, &specs)?;
     fds::ensure(plan, &specs)?;
+    let mut passed = inherited::Pool::from_env()?;
     let mut bound = Vec::new();
-    for s in specs {
-        let l = listen::bind_all(&s)?;
-        bound.push((s, l));
+    for s in &specs {
+        bound.push(listen::bind_all(s, &mut passed)?);
     }
+    passed.check_all_claimed(&specs)?;
+    let bound = specs.into_iter().zip(bound).collect();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -272,7 +277,13 @@ async fn run(bound: Vec<(SocketSpec, Vec<Listener>)>, launcher: Launcher, log: L
         let notify =
             (spec.ready == bulkhead_plan::socket::Ready::Notify).then(|| notify_dir(&spec.name));
         let act = Activator::new(spec, launcher.clone(), notify, log);
-        let listen: Vec<String> = act.spec.listen.iter().map(|(e, _)| e.to_string()).collect();
+        let listen: Vec<String> = listeners
+            .iter()
+            .map(|l| match l.passed {
+                true => format!("{} (from the socket unit)", l.endpoint),
+                false => l.endpoint.to_string(),
+            })
+            .collect();
         log.line(&format!(
             "[{}] listening on {}",
             act.spec.name,
