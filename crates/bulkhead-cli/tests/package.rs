@@ -178,6 +178,30 @@ fn package() -> PathBuf {
     deb
 }
 
+/// lintian finds no error (warnings and infos are printed; README "Install" lists them).
+fn lintian(deb: &Path) {
+    if !Path::new("/usr/bin/lintian").exists() {
+        if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+            panic!("prerequisite missing in CI: lintian (scripts/setup installs it)");
+        }
+        eprintln!("SKIPPED: lintian is not installed (the package is not linted)");
+        return;
+    }
+    let o = Command::new("lintian")
+        .args([
+            "--fail-on",
+            "error",
+            "--pedantic",
+            "--tag-display-limit",
+            "0",
+        ])
+        .arg(deb)
+        .output()
+        .unwrap();
+    eprintln!("package: lintian:\n{}{}", out(&o), err(&o));
+    assert!(o.status.success(), "lintian found errors");
+}
+
 /// Every path of the container's root, without what a boot, dpkg and man-db change anyway.
 fn listing(c: &Container) -> Vec<String> {
     let o = c.sh(
@@ -234,6 +258,7 @@ fn package_installs_boots_serves_and_purges() {
         return;
     };
     let deb = package();
+    lintian(&deb);
     let port: u16 = 17379;
     // The admin's plan: the example, plus a socket whose target is a shell (the root has
     // no python or busybox), one per connection, on a port the socket unit's drop-in sets.
@@ -263,7 +288,6 @@ fn package_installs_boots_serves_and_purges() {
         assert_eq!(c.show("db-helper.slice", "ActiveState"), "active");
         assert_eq!(
             ok(&c, "conffiles", "dpkg-query -W -f='${Conffiles}' bulkhead")
-                .trim()
                 .split_whitespace()
                 .next(),
             Some("/etc/bulkhead/bulkhead.toml")
@@ -285,7 +309,9 @@ fn package_installs_boots_serves_and_purges() {
             page.contains("NAME") && page.contains("bulkhead-apply(8)"),
             "{page}"
         );
+        // (groff justifies lines: compare with single spaces)
         let page = ok(&c, "man", "MANWIDTH=80 man 8 bulkhead-serve 2>&1");
+        let page = page.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(page.contains("Plan keys of [socket.NAME]"), "{page}");
         ok(
             &c,
@@ -352,36 +378,53 @@ fn package_installs_boots_serves_and_purges() {
     );
     assert!(failed.trim().is_empty(), "failed units: {failed}");
 
-    if std::env::var_os("BH_TMP_NO_SERVE").is_none() {
-        assert_eq!(c.show("bulkhead-serve.socket", "ActiveState"), "active");
-        assert_eq!(c.show("bulkhead-serve.service", "ActiveState"), "inactive");
-        // The first connection starts serve with the socket systemd holds.
-        let answer = c
-            .cmd(&[
-                "bash",
-                "-c",
-                &format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo one >&3 && timeout 20 cat <&3"),
-            ])
-            .output()
-            .unwrap();
-        let log = out(&c.sh(
-            "journalctl -b -u bulkhead-serve.service -u bulkhead-serve.socket --no-pager 2>&1",
-        ));
-        assert_eq!(
-            out(&answer).trim(),
-            "pong one",
-            "{}\nserve's log:\n{log}",
-            err(&answer)
-        );
-        assert_eq!(c.show("bulkhead-serve.service", "ActiveState"), "active");
-        assert_eq!(talk(&c, port, "two"), "pong two");
-        let log = ok(
-            &c,
-            "journal",
-            "journalctl -b -u bulkhead-serve.service --no-pager 2>&1",
-        );
-        eprintln!("package: serve's log:\n{log}");
-    }
+    // serve, socket-activated: its unit is started with the socket systemd holds.
+    assert_eq!(c.show("bulkhead-serve.socket", "ActiveState"), "active");
+    assert_eq!(c.show("bulkhead-serve.service", "ActiveState"), "inactive");
+    let answer = c
+        .cmd(&[
+            "bash",
+            "-c",
+            &format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo one >&3 && timeout 20 cat <&3"),
+        ])
+        .output()
+        .unwrap();
+    let log = out(
+        &c.sh("journalctl -b -u bulkhead-serve.service -u bulkhead-serve.socket --no-pager 2>&1")
+    );
+    assert_eq!(
+        out(&answer).trim(),
+        "pong one",
+        "{}\nserve's log:\n{log}",
+        err(&answer)
+    );
+    assert_eq!(c.show("bulkhead-serve.service", "ActiveState"), "active");
+    assert_eq!(talk(&c, port, "two"), "pong two");
+    let log = ok(
+        &c,
+        "journal",
+        "journalctl -b -u bulkhead-serve.service --no-pager 2>&1",
+    );
+    eprintln!("package: serve's log:\n{log}");
+    assert!(
+        log.contains(&format!(
+            "listening on 127.0.0.1:{port} (from the socket unit)"
+        )),
+        "serve bound the port itself instead of taking the socket unit's:\n{log}"
+    );
+    // An upgrade (the same version again): the plan is applied again, serve restarted, and
+    // nothing the admin enabled is lost.
+    std::fs::copy(&deb, c.path("/tmp/bulkhead.deb")).unwrap();
+    ok(
+        &c,
+        "dpkg -i again",
+        "dpkg -i /tmp/bulkhead.deb 2>&1 && rm /tmp/bulkhead.deb",
+    );
+    assert_eq!(c.show("bulkhead-apply.service", "ActiveState"), "active");
+    assert_eq!(c.show("bulkhead-serve.socket", "UnitFileState"), "enabled");
+    assert_eq!(talk(&c, port, "three"), "pong three");
+    assert_eq!(c.show("bulkhead-exporter.service", "ActiveState"), "active");
+
     // Purge: the admin's drop-in is theirs to remove; everything else goes with the package.
     ok(
         &c,
@@ -393,7 +436,11 @@ fn package_installs_boots_serves_and_purges() {
         assert_ne!(c.show(u, "ActiveState"), "active", "{u} still runs");
     }
     let after = listing(&c);
-    assert!(before.len() > 1000, "find listed only {} paths", before.len());
+    assert!(
+        before.len() > 1000,
+        "find listed only {} paths",
+        before.len()
+    );
     let added: Vec<_> = after.iter().filter(|p| !before.contains(p)).collect();
     let removed: Vec<_> = before.iter().filter(|p| !after.contains(p)).collect();
     assert!(
