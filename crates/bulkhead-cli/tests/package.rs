@@ -191,6 +191,7 @@ fn lintian(deb: &Path) {
         .args([
             "--fail-on",
             "error",
+            "-I",
             "--pedantic",
             "--tag-display-limit",
             "0",
