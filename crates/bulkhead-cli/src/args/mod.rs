@@ -191,6 +191,34 @@ BULKHEAD_HUGEPAGES_STATE overrides it), /sys/kernel/mm/hugepages, \
 /sys/kernel/mm/transparent_hugepage, /proc/PID/smaps_rollup."
     )]
     Hugepages(hugepages::HugepagesCmd),
+    /// Print a shell completion script to standard output
+    #[command(
+        long_about = "Print the completion script of a shell to standard output. Load it for this \
+shell with `source <(bulkhead completions bash)`, or install it where the shell looks (the \
+Debian package does this for bash, zsh and fish).",
+        after_help = "Where the scripts go:\n  bash  /usr/share/bash-completion/completions/bulkhead \
+(or ~/.local/share/bash-completion/completions/bulkhead)\n  zsh   a directory of $fpath, as _bulkhead \
+(/usr/share/zsh/vendor-completions/_bulkhead)\n  fish  ~/.config/fish/completions/bulkhead.fish \
+(/usr/share/fish/vendor_completions.d/bulkhead.fish)"
+    )]
+    Completions(CompletionsArgs),
+    /// Write the manual pages (section 8: bulkhead.8, bulkhead-apply.8, ...) into a directory
+    #[command(hide = true)]
+    Manpages(ManpagesArgs),
+}
+
+#[derive(Args)]
+pub struct CompletionsArgs {
+    /// The shell to print the script for
+    #[arg(value_enum, value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args)]
+pub struct ManpagesArgs {
+    /// The directory to write the pages into (created if missing)
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
 }
 
 #[derive(Subcommand)]

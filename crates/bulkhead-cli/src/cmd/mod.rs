@@ -2,6 +2,7 @@
 
 mod apply;
 mod bench;
+mod completions;
 mod destroy;
 mod export;
 mod exporter;
@@ -35,6 +36,8 @@ pub fn dispatch(cli: &Cli) -> Result<i32> {
         Command::Bench(b) => bench::exec(cli, b),
         Command::Image(i) => image::dispatch(cli, i),
         Command::Hugepages(h) => hugepages::dispatch(cli, h),
+        Command::Completions(a) => completions::completions(a),
+        Command::Manpages(a) => completions::manpages(a),
     }
 }
 

@@ -1,7 +1,13 @@
-//! A real systemd to test against: a Debian bookworm root made by debootstrap (with systemd
-//! and dbus), cached in /var/cache/bulkhead/test/debian-systemd, booted with
+//! A real systemd to test against: a Debian bookworm root made by debootstrap (with systemd,
+//! dbus and man-db), cached in /var/cache/bulkhead/test/debian-systemd, booted with
 //! `systemd-nspawn --boot` on a throw-away overlay (`--volatile=overlay`, so the cache stays
 //! clean) with this build's bulkhead bound in at /usr/local/bin/bulkhead.
+//!
+//! For tests that need a second boot of the same system (install, reboot, check), a
+//! [`PersistentRoot`] is an overlay this process mounts over the cached root (upper and work
+//! directories in a scratch directory): [`Container::boot_from`] boots it without
+//! `--volatile`, so what one boot wrote is there in the next; its Drop unmounts the overlay
+//! and removes the scratch directory, also when the test fails.
 //!
 //! The container runs in cgroups of its own (nspawn splits them into `supervisor` and
 //! `payload`), and [`Container`]'s Drop halts it, kills what is left and removes those
@@ -14,6 +20,9 @@ use std::time::{Duration, Instant};
 
 pub const ROOT: &str = "/var/cache/bulkhead/test/debian-systemd";
 const SUITE: &str = "bookworm";
+/// What debootstrap adds to minbase: systemd as PID 1, its bus, and man-db (with groff-base)
+/// for the package test's `man bulkhead`.
+const INCLUDE: &str = "systemd,systemd-sysv,dbus,man-db";
 const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
@@ -40,10 +49,18 @@ fn missing(why: &str) -> Option<Container> {
 
 /// Build the cached root once (several tests may ask at the same time: one builds, under a
 /// lock, the others wait for it).
+/// The cached root has everything the tests use (a root built before man-db was added is
+/// built again).
+fn root_ready() -> bool {
+    let root = Path::new(ROOT);
+    ["lib/systemd/systemd", "usr/bin/dbus-daemon", "usr/bin/man"]
+        .iter()
+        .all(|p| root.join(p).exists())
+}
+
 fn ensure_root() -> Result<(), String> {
     let root = Path::new(ROOT);
-    let ready =
-        || root.join("lib/systemd/systemd").exists() && root.join("usr/bin/dbus-daemon").exists();
+    let ready = root_ready;
     if ready() {
         return Ok(());
     }
@@ -59,13 +76,9 @@ fn ensure_root() -> Result<(), String> {
     let tmp = root.with_extension("partial");
     let _ = std::fs::remove_dir_all(&tmp);
     let mirror = std::env::var("BULKHEAD_TEST_MIRROR").unwrap_or_else(|_| DEFAULT_MIRROR.into());
-    eprintln!("building the systemd test root once: debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus {SUITE} {ROOT}");
+    eprintln!("building the systemd test root once: debootstrap --variant=minbase --include={INCLUDE} {SUITE} {ROOT}");
     let out = Command::new("debootstrap")
-        .args([
-            "--variant=minbase",
-            "--include=systemd,systemd-sysv,dbus",
-            SUITE,
-        ])
+        .args(["--variant=minbase", &format!("--include={INCLUDE}"), SUITE])
         .arg(&tmp)
         .arg(&mirror)
         .output()
@@ -82,7 +95,15 @@ fn ensure_root() -> Result<(), String> {
                 .join(" | ")
         ));
     }
-    std::fs::rename(&tmp, root).map_err(|e| format!("rename to {ROOT}: {e}"))
+    // An older root (without what INCLUDE added since) is replaced, not patched.
+    let old = root.with_extension("old");
+    if root.exists() {
+        let _ = std::fs::remove_dir_all(&old);
+        std::fs::rename(root, &old).map_err(|e| format!("rename {ROOT}: {e}"))?;
+    }
+    std::fs::rename(&tmp, root).map_err(|e| format!("rename to {ROOT}: {e}"))?;
+    let _ = std::fs::remove_dir_all(&old);
+    Ok(())
 }
 
 /// The cgroup2 mount and the name=systemd v1 mount: the hierarchies nspawn places the
@@ -113,23 +134,103 @@ pub struct Container {
     pub log: PathBuf,
 }
 
-impl Container {
-    /// Boot a container, or say why not (`None`: skipped outside CI).
-    pub fn boot() -> Option<Container> {
-        if !nix::unistd::Uid::effective().is_root() {
-            return missing("the systemd tests need root (systemd-nspawn)");
+/// The checks every boot makes first: root, the programs, the cached root.
+fn prerequisites() -> Result<(), String> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return Err("the systemd tests need root (systemd-nspawn)".into());
+    }
+    for p in ["systemd-nspawn", "nsenter", "mount", "umount"] {
+        if !have(p) {
+            return Err(format!("{p} is not installed (scripts/setup installs it)"));
         }
-        for p in ["systemd-nspawn", "nsenter"] {
-            if !have(p) {
-                return missing(&format!("{p} is not installed (scripts/setup installs it)"));
+    }
+    if !root_ready() && !have("debootstrap") {
+        return Err("debootstrap is not installed (scripts/setup installs it)".into());
+    }
+    ensure_root().map_err(|e| format!("cannot build the Debian root: {e}"))
+}
+
+/// A root that keeps what a boot wrote for the next boot: an overlay of a scratch upper
+/// directory over the cached root, mounted by this process at `dir/root`. Drop unmounts it
+/// and removes the scratch directory (the cached root is never written).
+pub struct PersistentRoot {
+    dir: PathBuf,
+    pub merged: PathBuf,
+    mounted: bool,
+}
+
+impl PersistentRoot {
+    /// Mount a fresh one, or say why not (`None`: skipped outside CI).
+    pub fn new() -> Option<PersistentRoot> {
+        if let Err(e) = prerequisites() {
+            missing(&e);
+            return None;
+        }
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let dir = PathBuf::from(format!(
+            "/var/tmp/bulkhead-persistent-{}-{n}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut r = PersistentRoot {
+            merged: dir.join("root"),
+            dir,
+            mounted: false,
+        };
+        for d in ["upper", "work", "root"] {
+            std::fs::create_dir_all(r.dir.join(d)).unwrap();
+        }
+        let opts = format!(
+            "lowerdir={ROOT},upperdir={},workdir={}",
+            r.dir.join("upper").display(),
+            r.dir.join("work").display()
+        );
+        let o = Command::new("mount")
+            .args(["-t", "overlay", "overlay", "-o", &opts])
+            .arg(&r.merged)
+            .output()
+            .expect("mount");
+        assert!(
+            o.status.success(),
+            "mount overlay: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        r.mounted = true;
+        Some(r)
+    }
+}
+
+impl Drop for PersistentRoot {
+    fn drop(&mut self) {
+        if self.mounted {
+            let o = Command::new("umount").arg(&self.merged).output();
+            if !o.is_ok_and(|o| o.status.success()) {
+                // Still busy (a process that outlived the container): detach it, so it goes
+                // when the last user does.
+                let _ = Command::new("umount").arg("-l").arg(&self.merged).output();
             }
         }
-        if !Path::new(ROOT).join("lib/systemd/systemd").exists() && !have("debootstrap") {
-            return missing("debootstrap is not installed (scripts/setup installs it)");
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Container {
+    /// Boot a container on a throw-away overlay of the cached root, with this build's
+    /// bulkhead at /usr/local/bin/bulkhead, or say why not (`None`: skipped outside CI).
+    pub fn boot() -> Option<Container> {
+        if let Err(e) = prerequisites() {
+            return missing(&e);
         }
-        if let Err(e) = ensure_root() {
-            return missing(&format!("cannot build the Debian root: {e}"));
-        }
+        Some(Container::start(None))
+    }
+
+    /// Boot the system in a [`PersistentRoot`] (nothing bound in: what the test installs is
+    /// what runs). Powering off (Drop) and booting it again is a reboot.
+    pub fn boot_from(root: &PersistentRoot) -> Container {
+        Container::start(Some(&root.merged))
+    }
+
+    fn start(persistent: Option<&Path>) -> Container {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let name = format!("bulkhead-test-{}-{n}", std::process::id());
         let run_dir_was_there = Path::new("/run/systemd/nspawn").exists();
@@ -146,20 +247,26 @@ impl Container {
             "--boot",
             "--register=no",
             "--keep-unit",
-            "--volatile=overlay",
             "--private-network",
             "--console=pipe",
             "--quiet",
         ])
-        .arg(format!("--machine={name}"))
-        .arg(format!("--directory={ROOT}"))
-        .arg(format!(
-            "--bind-ro={}:/usr/local/bin/bulkhead",
-            env!("CARGO_BIN_EXE_bulkhead")
-        ))
-        .stdin(Stdio::null())
-        .stdout(logf.try_clone().unwrap())
-        .stderr(logf);
+        .arg(format!("--machine={name}"));
+        match persistent {
+            Some(dir) => {
+                cmd.arg(format!("--directory={}", dir.display()));
+            }
+            None => {
+                cmd.args(["--volatile=overlay", &format!("--directory={ROOT}")])
+                    .arg(format!(
+                        "--bind-ro={}:/usr/local/bin/bulkhead",
+                        env!("CARGO_BIN_EXE_bulkhead")
+                    ));
+            }
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(logf.try_clone().unwrap())
+            .stderr(logf);
         let procs: Vec<PathBuf> = cgroups.iter().map(|d| d.join("cgroup.procs")).collect();
         let nspawn = bulkhead::run::spawn_joined(&mut cmd, &procs).expect("start systemd-nspawn");
         let mut c = Container {
@@ -220,7 +327,7 @@ impl Container {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        Some(c)
+        c
     }
 
     fn log_text(&self) -> String {
