@@ -27,7 +27,8 @@ cleanup() {
     "$TESTENV" stop "$DIR" || true
   fi
   rm -rf "$DIR" "$WORK"
-  ((rc == 0)) && printf '[smoke] %d steps passed in %d ms\n' "$PASSED" $(($(now_ms) - T_ALL))
+  printf '[smoke] %d steps in %d ms\nsmoke: %d passed, %d failed\n' "$PASSED" $(($(now_ms) - T_ALL)) \
+    "$PASSED" $((rc == 0 ? 0 : 1))
   exit "$rc"
 }
 trap cleanup EXIT
@@ -264,6 +265,11 @@ ok
 begin "stop (daemons gone, directory removed)"
 pids="$ETCD_PID $KUBE_APISERVER_PID"
 "$TESTENV" stop "$DIR" 2>/dev/null
-for p in $pids; do ! kill -0 "$p" 2>/dev/null || fail "pid $p still running"; done
+for p in $pids; do
+  # Gone, or a zombie that PID 1 has not reaped yet.
+  [[ ! -e /proc/$p/stat || $(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) == Z* ]] || fail "pid $p still running"
+done
+curl -s --max-time 2 -o /dev/null "$K8S_API_URL" 2>/dev/null && fail "$K8S_API_URL still answers"
+curl -s --max-time 2 -o /dev/null "$ETCD_URL/health" 2>/dev/null && fail "$ETCD_URL still answers"
 [[ ! -e $DIR ]] || fail "$DIR left behind"
 ok
