@@ -67,21 +67,55 @@ pub struct LimitsStatus {
 }
 
 impl LimitsStatus {
+    /// Every counter: (metric label, the plan key or rule in words, count).
+    pub fn all(&self) -> [(&'static str, &'static str, u64); 9] {
+        [
+            ("max_connections", "max_connections", self.max_connections),
+            (
+                "max_connections_per_source",
+                "max_connections_per_source",
+                self.per_source,
+            ),
+            (
+                "connection_idle_timeout",
+                "connection_idle_timeout",
+                self.idle_closed,
+            ),
+            (
+                "proxy_header_timeout",
+                "proxy_header_timeout",
+                self.proxy_header_timeouts,
+            ),
+            (
+                "proxy_header_invalid",
+                "invalid PROXY header",
+                self.proxy_header_invalid,
+            ),
+            (
+                "udp_flows_evicted",
+                "UDP flows evicted",
+                self.udp_flows_evicted,
+            ),
+            (
+                "udp_datagrams_dropped",
+                "UDP datagrams dropped (queues full)",
+                self.udp_dropped,
+            ),
+            ("accept_errors", "accept failed", self.accept_errors),
+            (
+                "notify_outside_target",
+                "READY=1 from outside the target",
+                self.notify_refused,
+            ),
+        ]
+    }
+
     /// The counters that are not zero, each with the plan key or rule it belongs to.
     pub fn hit(&self) -> Vec<(&'static str, u64)> {
-        [
-            ("max_connections", self.max_connections),
-            ("max_connections_per_source", self.per_source),
-            ("connection_idle_timeout", self.idle_closed),
-            ("proxy_header_timeout", self.proxy_header_timeouts),
-            ("invalid PROXY header", self.proxy_header_invalid),
-            ("UDP flows evicted", self.udp_flows_evicted),
-            ("UDP datagrams dropped (queues full)", self.udp_dropped),
-            ("accept failed", self.accept_errors),
-            ("READY=1 from outside the target", self.notify_refused),
-        ]
-        .into_iter()
-        .filter(|(_, n)| *n > 0)
-        .collect()
+        self.all()
+            .into_iter()
+            .filter(|(_, _, n)| *n > 0)
+            .map(|(_, what, n)| (what, n))
+            .collect()
     }
 }

@@ -3,7 +3,6 @@
 //! and how often each limit was hit.
 
 use crate::activate::latency::StartLatency;
-use crate::activate::limits::LimitsStatus;
 use crate::activate::state::SocketStatus;
 use crate::exposition::text::{HistogramSample, Kind, Sample, Value, Writer};
 
@@ -55,25 +54,10 @@ fn refused(sockets: &[SocketStatus]) -> Vec<Sample> {
     out
 }
 
-/// Each limit by its plan key (docs/SECURITY.md has the table).
-fn limit_hits(l: &LimitsStatus) -> [(&'static str, u64); 9] {
-    [
-        ("max_connections", l.max_connections),
-        ("max_connections_per_source", l.per_source),
-        ("connection_idle_timeout", l.idle_closed),
-        ("proxy_header_timeout", l.proxy_header_timeouts),
-        ("proxy_header_invalid", l.proxy_header_invalid),
-        ("udp_flows_evicted", l.udp_flows_evicted),
-        ("udp_datagrams_dropped", l.udp_dropped),
-        ("accept_errors", l.accept_errors),
-        ("notify_outside_target", l.notify_refused),
-    ]
-}
-
 fn limits(sockets: &[SocketStatus]) -> Vec<Sample> {
     let mut out = Vec::new();
     for s in sockets {
-        for (limit, n) in limit_hits(&s.limits) {
+        for (limit, _, n) in s.limits.all() {
             let mut l = socket(s);
             l.push(("limit", limit.to_string()));
             out.push((l, Value::Int(n)));
