@@ -74,10 +74,17 @@ pub fn decide(
     d
 }
 
-/// The node labels the agent wants: plan name and revision, or none.
+/// The longest label value Kubernetes takes (a plan's name may have up to 253 characters).
+pub const MAX_LABEL_VALUE: usize = 63;
+
+/// The node labels the agent wants: plan name and revision, or none. A plan name too long for
+/// a label value is left out (the revision label still says the node runs a plan).
 pub fn labels_for(applied: Option<(&str, i64)>) -> BTreeMap<&'static str, Option<String>> {
     let (p, r) = match applied {
-        Some((n, g)) => (Some(n.to_string()), Some(g.to_string())),
+        Some((n, g)) => (
+            (n.len() <= MAX_LABEL_VALUE).then(|| n.to_string()),
+            Some(g.to_string()),
+        ),
         None => (None, None),
     };
     BTreeMap::from([(crate::crd::LABEL_PLAN, p), (crate::crd::LABEL_REVISION, r)])
@@ -185,5 +192,9 @@ mod tests {
         assert_eq!(l[crate::crd::LABEL_PLAN].as_deref(), Some("redis"));
         assert_eq!(l[crate::crd::LABEL_REVISION].as_deref(), Some("3"));
         assert!(labels_for(None).values().all(Option::is_none));
+        let long = "p".repeat(MAX_LABEL_VALUE + 1);
+        let l = labels_for(Some((&long, 1)));
+        assert_eq!(l[crate::crd::LABEL_PLAN], None);
+        assert_eq!(l[crate::crd::LABEL_REVISION].as_deref(), Some("1"));
     }
 }

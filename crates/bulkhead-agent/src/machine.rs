@@ -21,7 +21,9 @@ pub struct Machine {
 /// A planned apply and what it says.
 pub struct Pending {
     pub plan: apply::ApplyPlan,
-    /// Every change, one line each (empty: the node is as the plan says).
+    /// Every change to slices and huge pages, one line each (empty: the node is as the plan
+    /// says). Scheduler slices (CPUSchedulingSliceSec) are not in it: they are set again on
+    /// the slices' tasks at every pass (tasks come and go), which is no drift.
     pub changes: Vec<String>,
     /// Directives this node cannot honour (the resolver's and the backend's warnings).
     pub warnings: Vec<String>,
@@ -60,11 +62,6 @@ impl Machine {
         if let Some(h) = &plan.hugepages {
             changes.extend(h.ops.iter().map(|o| format!("{o:?}")));
         }
-        changes.extend(
-            plan.sched
-                .iter()
-                .map(|c| format!("scheduler slice of {}", c.slice)),
-        );
         let warnings = plan
             .notes
             .iter()
@@ -85,6 +82,11 @@ impl Machine {
             warnings,
             missing,
         })
+    }
+
+    /// Whether executing has anything to do (changes, or scheduler slices to set on tasks).
+    pub fn has_work(p: &Pending) -> bool {
+        !p.changes.is_empty() || !p.plan.sched.is_empty()
     }
 
     /// Carry a planned apply out.

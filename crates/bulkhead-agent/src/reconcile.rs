@@ -89,6 +89,9 @@ impl Agent {
         };
         let d = decide::decide(&labels, &views, state.plan.as_deref());
 
+        // What the previous plan made goes first; until it is gone (a slice with processes
+        // is refused), nothing of another plan is applied, so nothing is forgotten.
+        let mut removed = true;
         if d.remove_previous {
             let prev = state.plan.clone().unwrap_or_default();
             match self.machine.remove(&state.created) {
@@ -100,7 +103,10 @@ impl Agent {
                     state = State::default();
                     self.save(&state);
                 }
-                Err(e) => log(format!("cannot remove the slices of plan {prev}: {e}")),
+                Err(e) => {
+                    log(format!("cannot remove the slices of plan {prev}: {e}"));
+                    removed = false;
+                }
             }
         }
 
@@ -134,7 +140,9 @@ impl Agent {
         }
 
         let mut applied: Option<(String, i64)> = None;
-        if let Some((name, generation)) = &d.target {
+        if !removed {
+            applied = state.plan.clone().zip(state.generation);
+        } else if let Some((name, generation)) = &d.target {
             if let Some(p) = plans.iter().find(|p| &p.name_any() == name) {
                 applied = self.apply_one(p, *generation, &d.rivals, &mut state).await;
             }
@@ -262,6 +270,8 @@ impl Agent {
                     pending.changes.len()
                 ));
             }
+        }
+        if Machine::has_work(&pending) {
             if let Err(e) = self.machine.execute(&pending) {
                 log(format!("plan {name}: apply failed: {e}"));
                 self.write(p, failed("ApplyFailed", e)).await;

@@ -440,8 +440,31 @@ async fn scenario() {
     assert!(http_get(health, "/healthz").starts_with("HTTP/1.1 200"));
     assert!(http_get(health, "/readyz").starts_with("HTTP/1.1 200"));
 
-    // 2. Drift: a hand-made change is put back, and the status says so.
+    // 2. Drift: a hand-made change is put back, and the status says so: Drifted=True while
+    //    it re-applies (seen by a watch), then Drifted=False reason Repaired.
     eprintln!("drift");
+    let drifted_seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let watch = {
+        use futures::StreamExt;
+        use kube::runtime::{watcher, WatchStreamExt};
+        let seen = drifted_seen.clone();
+        let node = node.to_string();
+        let cfg = watcher::Config::default().fields("metadata.name=redis");
+        let mut events = watcher(plans.clone(), cfg).applied_objects().boxed();
+        tokio::spawn(async move {
+            while let Some(ev) = events.next().await {
+                let Ok(p) = ev else { continue };
+                let e = p
+                    .status
+                    .and_then(|s| s.nodes.into_iter().find(|n| n.node == node));
+                if let Some(c) = e.as_ref().and_then(|e| cond(e, "Drifted")) {
+                    seen.lock()
+                        .unwrap()
+                        .push(format!("{}/{}", c.status, c.reason));
+                }
+            }
+        })
+    };
     std::fs::write(helper_cpu, cpu_of(7)).unwrap();
     wait("the drifted value put back", 30, move || async move {
         (read(helper_cpu) == cpu_of(50)).then_some(())
@@ -468,6 +491,16 @@ async fn scenario() {
         "{}",
         agent.log()
     );
+    wait("the watch saw Drifted=True, then Repaired", 10, || async {
+        let seen = drifted_seen.lock().unwrap().clone();
+        let t = seen.iter().position(|s| s == "True/DriftDetected")?;
+        seen[t..]
+            .iter()
+            .any(|s| s == "False/Repaired")
+            .then_some(())
+    })
+    .await;
+    watch.abort();
 
     // 3. Update: the generation goes up, the new values land.
     eprintln!("update");
