@@ -16,6 +16,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The longest a write to the API may take: a server that accepts and never answers must not
+/// hold up the drift checks.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How often the slices' figures are written when nothing else changed.
 const FIGURES_EVERY: Duration = Duration::from_secs(60);
 
@@ -375,15 +379,16 @@ impl Agent {
 
     async fn patch_status(&mut self, name: &str, patch: serde_json::Value) {
         let pp = PatchParams::apply(&self.manager()).force();
-        match self
-            .plans
-            .patch_status(name, &pp, &Patch::Apply(&patch))
-            .await
-        {
-            Ok(_) => {
+        let body = Patch::Apply(&patch);
+        let call = self.plans.patch_status(name, &pp, &body);
+        match tokio::time::timeout(WRITE_TIMEOUT, call).await {
+            Ok(Ok(_)) => {
                 self.written.insert(name.to_string(), Instant::now());
             }
-            Err(e) => log(format!("cannot write the status of plan {name}: {e}")),
+            Ok(Err(e)) => log(format!("cannot write the status of plan {name}: {e}")),
+            Err(_) => log(format!(
+                "cannot write the status of plan {name}: no answer in {WRITE_TIMEOUT:?}"
+            )),
         }
     }
 
@@ -399,13 +404,16 @@ impl Agent {
             return;
         }
         let patch = serde_json::json!({ "metadata": { "labels": diff } });
-        match self
-            .nodes
-            .patch(&self.node, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => log(format!("node {} labels: {diff:?}", self.node)),
-            Err(e) => log(format!("cannot label node {}: {e}", self.node)),
+        let pp = PatchParams::default();
+        let body = Patch::Merge(&patch);
+        let call = self.nodes.patch(&self.node, &pp, &body);
+        match tokio::time::timeout(WRITE_TIMEOUT, call).await {
+            Ok(Ok(_)) => log(format!("node {} labels: {diff:?}", self.node)),
+            Ok(Err(e)) => log(format!("cannot label node {}: {e}", self.node)),
+            Err(_) => log(format!(
+                "cannot label node {}: no answer in {WRITE_TIMEOUT:?}",
+                self.node
+            )),
         }
     }
 }

@@ -116,26 +116,20 @@ impl Drop for TestEnv {
 }
 
 /// A unique cgroup root in every hierarchy (as crates/bulkhead-cli/tests/common TestRoot),
-/// removed on drop with everything under it, and the unified root's controllers put back.
+/// removed on drop with everything under it.
 struct TestRoot {
     cgroup: String,
     dirs: Vec<PathBuf>,
     layout: Layout,
-    unified_before: Option<String>,
 }
 
 impl TestRoot {
     fn new(name: &str) -> TestRoot {
         let layout = Layout::detect().expect("mountinfo");
-        let unified_before = layout
-            .unified
-            .as_ref()
-            .and_then(|u| std::fs::read_to_string(u.mount.join("cgroup.subtree_control")).ok());
         let mut root = TestRoot {
             cgroup: format!("/{name}"),
             dirs: vec![],
             layout,
-            unified_before,
         };
         let mounts: Vec<(PathBuf, bool)> = root
             .layout
@@ -182,15 +176,9 @@ impl Drop for TestRoot {
         if let Err(e) = bulkhead::cgroup::fs::remove_trees(&self.dirs) {
             eprintln!("test cleanup: {e}");
         }
-        if let (Some(u), Some(before)) = (&self.layout.unified, &self.unified_before) {
-            let f = u.mount.join("cgroup.subtree_control");
-            let now = std::fs::read_to_string(&f).unwrap_or_default();
-            for c in now.split_whitespace() {
-                if !before.split_whitespace().any(|b| b == c) {
-                    let _ = std::fs::write(&f, format!("-{c}"));
-                }
-            }
-        }
+        // The unified root's cgroup.subtree_control is not touched: it is not the test's, and
+        // the test's plan has no directive (HugetlbMax) that would make the agent enable a
+        // controller there (the library turns off what it enabled when it destroys anyway).
         let state = Path::new("/run/bulkhead/enabled-controllers");
         if let Ok(t) = std::fs::read_to_string(state) {
             let keep: String = t
