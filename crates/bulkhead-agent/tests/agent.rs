@@ -8,7 +8,10 @@
 
 use bulkhead::cgroup::{Layout, Version};
 use bulkhead_agent::crd::{BulkheadPlan, Condition, NodeStatus};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -296,6 +299,34 @@ fn http_get(port: u16, path: &str) -> String {
     out
 }
 
+/// A kubeconfig for the agent with a token of the ServiceAccount of deploy/agent.json (the
+/// TokenRequest API), the server and CA of the admin's.
+async fn sa_kubeconfig(client: &kube::Client, admin: &Path, dir: &Path) -> PathBuf {
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "bulkhead-system");
+    let tr: TokenRequest = serde_json::from_value(json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"audiences": [], "expirationSeconds": 3600},
+    }))
+    .unwrap();
+    let token = sas
+        .create_token_request("bulkhead-agent", &PostParams::default(), &tr)
+        .await
+        .expect("a token for the agent's ServiceAccount")
+        .status
+        .expect("a token")
+        .token;
+    let kc = kube::config::Kubeconfig::read_from(admin).unwrap();
+    let cluster = kc.clusters[0].cluster.clone().unwrap();
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: agent\n  user:\n    token: {token}\ncontexts:\n- name: t\n  context:\n    cluster: t\n    user: agent\ncurrent-context: t\n",
+        cluster.server.unwrap(),
+        cluster.certificate_authority_data.unwrap(),
+    );
+    let p = dir.join("agent-kubeconfig");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
 #[test]
 fn agent_against_a_real_api_server() {
     if !prerequisites() {
@@ -337,6 +368,58 @@ async fn scenario() {
     })
     .await;
 
+    // deploy/agent.json: the namespace, ServiceAccount and RBAC for real (the agent runs with
+    // the ServiceAccount's token, so they must be enough), the DaemonSet by a server-side dry
+    // run (there is no kubelet to run it).
+    let manifests: serde_json::Value =
+        serde_json::from_str(&read(&Path::new(REPO).join("deploy/agent.json"))).unwrap();
+    let (real, dry) = (
+        PostParams::default(),
+        PostParams {
+            dry_run: true,
+            ..Default::default()
+        },
+    );
+    let ns = "bulkhead-system";
+    for item in manifests["items"].as_array().expect("a List") {
+        let kind = item["kind"].as_str().unwrap_or_default().to_string();
+        let v = item.clone();
+        let r = match kind.as_str() {
+            "Namespace" => Api::<Namespace>::all(client.clone())
+                .create(&real, &serde_json::from_value(v).unwrap())
+                .await
+                .map(|_| ()),
+            "ServiceAccount" => Api::<ServiceAccount>::namespaced(client.clone(), ns)
+                .create(&real, &serde_json::from_value(v).unwrap())
+                .await
+                .map(|_| ()),
+            "ClusterRole" => Api::<ClusterRole>::all(client.clone())
+                .create(&real, &serde_json::from_value(v).unwrap())
+                .await
+                .map(|_| ()),
+            "ClusterRoleBinding" => Api::<ClusterRoleBinding>::all(client.clone())
+                .create(&real, &serde_json::from_value(v).unwrap())
+                .await
+                .map(|_| ()),
+            "DaemonSet" => Api::<DaemonSet>::namespaced(client.clone(), ns)
+                .create(&dry, &serde_json::from_value(v).unwrap())
+                .await
+                .map(|_| ()),
+            k => panic!("deploy/agent.json: unexpected kind {k}"),
+        };
+        r.unwrap_or_else(|e| panic!("deploy/agent.json: {kind}: {e}"));
+    }
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
+    assert!(
+        daemonsets
+            .get_opt("bulkhead-agent")
+            .await
+            .unwrap()
+            .is_none(),
+        "a dry run stores nothing"
+    );
+    let agent_kubeconfig = sa_kubeconfig(&client, &env.kubeconfig, &tmp.0).await;
+
     let n: Node = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": node, "labels": {"pool": "redis"}},
@@ -373,7 +456,7 @@ async fn scenario() {
         ])
         .args(["--node", &node, "--interval", "1"])
         .arg("--kubeconfig")
-        .arg(&env.kubeconfig)
+        .arg(&agent_kubeconfig)
         .arg("--state-dir")
         .arg(&state_dir)
         .args(["--health-listen", &format!("127.0.0.1:{health}")])
@@ -382,6 +465,41 @@ async fn scenario() {
         .spawn()
         .expect("start bulkhead-agent");
     let mut agent = Agent { child, log };
+
+    // The ServiceAccount can do what the agent needs and no more.
+    let sa_client = {
+        let kc = kube::config::Kubeconfig::read_from(&agent_kubeconfig).unwrap();
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        kube::Client::try_from(cfg).unwrap()
+    };
+    let forbidden =
+        |r: Result<(), kube::Error>| matches!(r, Err(kube::Error::Api(ref s)) if s.code == 403);
+    let sa_plans: Api<BulkheadPlan> = Api::all(sa_client.clone());
+    assert!(sa_plans.list(&Default::default()).await.is_ok());
+    assert!(forbidden(
+        sa_plans
+            .delete("redis", &DeleteParams::default())
+            .await
+            .map(|_| ())
+    ));
+    assert!(forbidden(
+        sa_plans
+            .patch(
+                "redis",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {}}))
+            )
+            .await
+            .map(|_| ())
+    ));
+    assert!(forbidden(
+        Api::<k8s_openapi::api::core::v1::Secret>::all(sa_client.clone())
+            .list(&Default::default())
+            .await
+            .map(|_| ())
+    ));
 
     let (cpu_file, cpu_of): (&str, fn(u64) -> String) = if root.v1("cpu") {
         ("cpu.shares", |w: u64| (w * 1024 / 100).to_string())
