@@ -166,6 +166,9 @@ afresh. Metrics a hierarchy cannot give are left out, never reported as 0. Reque
     /// Benchmarks that measure bulkhead against what people use today
     #[command(disable_help_flag = true)]
     Bench(BenchArgs),
+    /// The Kubernetes node agent (BulkheadPlan resources): `agent crd`, `agent run --node N`
+    #[command(disable_help_flag = true)]
+    Agent(AgentArgs),
     /// Root file system images for sandboxes, and the btrfs store that holds them
     #[command(
         subcommand,
@@ -468,6 +471,13 @@ pub struct ExportSystemdArgs {
     /// Print JSON
     #[arg(long)]
     pub json: bool,
+}
+
+/// `bulkhead agent ...`: everything after `agent` goes to the bulkhead-agent binary.
+#[derive(Args)]
+pub struct AgentArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0.., value_name = "ARGS")]
+    pub args: Vec<OsString>,
 }
 
 /// `bulkhead bench ...`: everything after `bench` goes to the bulkhead-bench binary.

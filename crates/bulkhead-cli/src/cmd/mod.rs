@@ -1,5 +1,6 @@
 //! One module per command: call the library, print what it returns.
 
+mod agent;
 mod apply;
 mod bench;
 mod completions;
@@ -13,6 +14,7 @@ mod moves;
 mod plan;
 mod run;
 mod serve;
+mod sibling;
 mod spawn;
 mod status;
 
@@ -34,6 +36,7 @@ pub fn dispatch(cli: &Cli) -> Result<i32> {
         Command::Export(e) => export::export(cli, e),
         Command::Spawn(a) => Ok(spawn::spawn(cli, a)),
         Command::Bench(b) => bench::exec(cli, b),
+        Command::Agent(a) => agent::exec(cli, a),
         Command::Image(i) => image::dispatch(cli, i),
         Command::Hugepages(h) => hugepages::dispatch(cli, h),
         Command::Completions(a) => completions::completions(a),

@@ -1,0 +1,128 @@
+//! The node side: the library's own operations (`bulkhead apply`'s plan and execute, and
+//! `destroy`) on the plan text a resource gives, and the slices' figures from its status
+//! reading. Errors come back as one line of text, for a condition's message.
+
+use crate::crd::SliceFigures;
+use bulkhead::actions::{apply, destroy, Context};
+use bulkhead::cgroup::{Choice, Placement};
+use bulkhead::error::{Error, Severity};
+use bulkhead::plan::SliceName;
+use std::path::PathBuf;
+
+/// Where and how this node's slices are made.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    pub cgroup_root: String,
+    pub backend: Choice,
+    /// Holds plan.toml (the plan applied last, as the plan file) and state.json.
+    pub state_dir: PathBuf,
+}
+
+/// A planned apply and what it says.
+pub struct Pending {
+    pub plan: apply::ApplyPlan,
+    /// Every change to slices and huge pages, one line each (empty: the node is as the plan
+    /// says). Scheduler slices (CPUSchedulingSliceSec) are not in it: they are set again on
+    /// the slices' tasks at every pass (tasks come and go), which is no drift.
+    pub changes: Vec<String>,
+    /// Directives this node cannot honour (the resolver's and the backend's warnings).
+    pub warnings: Vec<String>,
+    /// The plan's slices that do not exist yet, parents first.
+    pub missing: Vec<String>,
+}
+
+pub fn error_text(e: &Error) -> String {
+    e.diagnostics()
+        .iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl Machine {
+    pub fn state_file(&self) -> PathBuf {
+        self.state_dir.join("state.json")
+    }
+
+    fn context(&self, config: Option<PathBuf>) -> Context {
+        Context {
+            config,
+            cgroup_root: self.cgroup_root.clone(),
+            backend: self.backend,
+        }
+    }
+
+    /// Plan an apply of `text` (plan-file TOML), changing nothing on the node.
+    pub fn plan(&self, text: &str) -> Result<Pending, String> {
+        let file = self.state_dir.join("plan.toml");
+        std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
+        let cx = self.context(Some(file));
+        let plan = apply::plan(&cx, apply::ApplyRequest::default()).map_err(|e| error_text(&e))?;
+        let mut changes: Vec<String> = plan.changes.ops.iter().map(|o| o.to_string()).collect();
+        if let Some(h) = &plan.hugepages {
+            changes.extend(h.ops.iter().map(|o| format!("{o:?}")));
+        }
+        let warnings = plan
+            .notes
+            .iter()
+            .filter(|d| d.severity == Severity::Warning)
+            .map(|d| d.to_string())
+            .collect();
+        let missing = plan
+            .resolved
+            .slices
+            .iter()
+            .map(|s| s.name().clone())
+            .filter(|n| !plan.chosen.slice_exists(n))
+            .map(|n| n.to_string())
+            .collect();
+        Ok(Pending {
+            plan,
+            changes,
+            warnings,
+            missing,
+        })
+    }
+
+    /// Whether executing has anything to do (changes, or scheduler slices to set on tasks).
+    pub fn has_work(p: &Pending) -> bool {
+        !p.changes.is_empty() || !p.plan.sched.is_empty()
+    }
+
+    /// Carry a planned apply out.
+    pub fn execute(&self, p: &Pending) -> Result<(), String> {
+        p.plan.execute().map(|_| ()).map_err(|e| error_text(&e))
+    }
+
+    /// Remove these slices (children first; a slice with processes in it is refused).
+    pub fn remove(&self, slices: &[String]) -> Result<(), String> {
+        if slices.is_empty() {
+            return Ok(());
+        }
+        let cx = self.context(None);
+        let d = destroy::plan(&cx, &destroy::Which::Named(slices.to_vec()), false)
+            .map_err(|e| error_text(&e))?;
+        d.execute().map(|_| ()).map_err(|e| error_text(&e))
+    }
+
+    /// CPU time, memory and processes of these slices, as `bulkhead status` reads them.
+    pub fn figures(&self, slices: &[String]) -> Vec<SliceFigures> {
+        let Ok(chosen) = self.context(None).choose() else {
+            return vec![];
+        };
+        slices
+            .iter()
+            .filter_map(|s| SliceName::parse(s).ok())
+            .filter(|n| chosen.slice_exists(n))
+            .map(|n| {
+                let st = bulkhead::metrics::read_slice(chosen.reader(), &n);
+                SliceFigures {
+                    name: n.to_string(),
+                    cpu_usage_seconds: st.cpu_usage_us.map(|us| us as f64 / 1e6),
+                    memory_current_bytes: st.memory_current,
+                    processes: Some(st.processes as u64),
+                }
+            })
+            .collect()
+    }
+}

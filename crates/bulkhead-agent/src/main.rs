@@ -1,0 +1,118 @@
+//! bulkhead-agent: `crd` prints the BulkheadPlan CRD; `run` is the node agent.
+
+use bulkhead::cgroup::Choice;
+use bulkhead_agent::machine::Machine;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "bulkhead-agent",
+    version,
+    about = "bulkhead's Kubernetes node agent"
+)]
+struct Cli {
+    /// The cgroup the slices live under
+    #[arg(long, global = true, env = "BULKHEAD_CGROUP_ROOT", default_value = "/")]
+    cgroup_root: String,
+    /// auto: systemd when PID 1 is systemd, else cgroupfs
+    #[arg(long, global = true, value_enum, default_value = "auto")]
+    backend: BackendArg,
+    /// Less output (accepted for `bulkhead agent`; the agent logs only what happens)
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum BackendArg {
+    Auto,
+    Systemd,
+    Cgroupfs,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Print the BulkheadPlan CustomResourceDefinition (JSON; `kubectl apply -f -` takes it)
+    Crd,
+    /// Run the agent for one node
+    Run {
+        /// This node's name (a DaemonSet passes it with the downward API)
+        #[arg(long, env = "NODE_NAME")]
+        node: String,
+        /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, or the in-cluster account)
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Where the agent keeps what it made
+        #[arg(long, default_value = "/run/bulkhead/agent")]
+        state_dir: PathBuf,
+        /// Seconds between drift checks
+        #[arg(long, default_value_t = 10.0)]
+        interval: f64,
+        /// Serve /healthz and /readyz on this address, e.g. 127.0.0.1:9650
+        #[arg(long)]
+        health_listen: Option<std::net::SocketAddr>,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match cli.cmd {
+        Cmd::Crd => {
+            print!("{}", bulkhead_agent::crd::crd_json());
+            0
+        }
+        Cmd::Run {
+            node,
+            kubeconfig,
+            state_dir,
+            interval,
+            health_listen,
+        } => {
+            if !(interval.is_finite() && (0.1..=3600.0).contains(&interval)) {
+                eprintln!("bulkhead-agent: --interval must be between 0.1 and 3600 seconds");
+                std::process::exit(2);
+            }
+            if node.is_empty() {
+                eprintln!("bulkhead-agent: --node (or NODE_NAME) is empty");
+                std::process::exit(2);
+            }
+            let backend = match cli.backend {
+                BackendArg::Auto => Choice::Auto,
+                BackendArg::Systemd => Choice::Systemd,
+                BackendArg::Cgroupfs => Choice::Cgroupfs,
+            };
+            let opts = bulkhead_agent::run::Options {
+                node,
+                kubeconfig,
+                machine: Machine {
+                    cgroup_root: cli.cgroup_root,
+                    backend,
+                    state_dir,
+                },
+                interval: Duration::from_secs_f64(interval),
+                health: health_listen,
+            };
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("bulkhead-agent: cannot start the runtime: {e}");
+                    std::process::exit(1);
+                }
+            };
+            match rt.block_on(bulkhead_agent::run::run(opts)) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("bulkhead-agent: {e}");
+                    1
+                }
+            }
+        }
+    };
+    std::process::exit(code);
+}

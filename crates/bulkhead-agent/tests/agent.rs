@@ -1,0 +1,855 @@
+//! The agent end to end, no mocks: a real kube-apiserver + etcd (scripts/k8s-testenv), the
+//! committed CRD, a Node object made by hand (there is no kubelet), BulkheadPlans, and the real
+//! `bulkhead-agent run` binary against them with the cgroupfs backend under a unique test
+//! cgroup root. Checked on the machine (control files) and in the API (status, node labels):
+//! apply, drift and repair, update, a plan the parser refuses, a kubelet slice, two plans
+//! selecting the node, the API server going away and coming back, a selector change, delete.
+//! Every process and cgroup is removed also when the test fails (Drop guards).
+
+use bulkhead::cgroup::{Layout, Version};
+use bulkhead_agent::crd::{BulkheadPlan, Condition, NodeStatus};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+fn testenv() -> PathBuf {
+    Path::new(REPO).join("scripts/k8s-testenv")
+}
+
+/// True when the test can run. Outside CI a missing prerequisite skips with a SKIPPED line;
+/// in CI (CI=true) it fails the test.
+fn prerequisites() -> bool {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let have = |c: &str| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {c}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    // Root: the effective uid in /proc/self/status.
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false);
+    let problem = if !root {
+        Some("the agent test needs root (cgroups)".to_string())
+    } else if Layout::detect()
+        .map(|l| l.primary().is_none())
+        .unwrap_or(true)
+    {
+        Some("no cgroup hierarchy is mounted".into())
+    } else {
+        ["go", "openssl", "curl", "flock"]
+            .into_iter()
+            .find(|c| !have(c))
+            .map(|c| format!("{c} is needed for scripts/k8s-testenv (scripts/setup installs it)"))
+    };
+    match problem {
+        None => true,
+        Some(p) if ci => panic!("prerequisite missing in CI: {p}"),
+        Some(p) => {
+            eprintln!("SKIPPED: {p}");
+            false
+        }
+    }
+}
+
+/// etcd + kube-apiserver, stopped and removed on drop.
+struct TestEnv {
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl TestEnv {
+    fn start(dir: PathBuf) -> TestEnv {
+        // Builds etcd and kube-apiserver on the first run (about 7 minutes, cached after). Its
+        // own build lock, so that a caller holding the cargo build lock cannot deadlock it.
+        let out = Command::new(testenv())
+            .args(["build", "etcd", "kube-apiserver"])
+            .env(
+                "BULKHEAD_BUILD_LOCK",
+                "/tmp/bulkhead-k8s-testenv-build.lock",
+            )
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run scripts/k8s-testenv build");
+        assert!(out.status.success(), "scripts/k8s-testenv build failed");
+        let env = TestEnv {
+            kubeconfig: dir.join("kubeconfig"),
+            dir,
+        };
+        let st = Command::new(testenv())
+            .arg("start")
+            .arg(&env.dir)
+            .status()
+            .expect("run scripts/k8s-testenv start");
+        assert!(st.success(), "scripts/k8s-testenv start failed");
+        env
+    }
+
+    fn apiserver(&self, what: &str) {
+        let st = Command::new(testenv())
+            .arg(what)
+            .arg(&self.dir)
+            .status()
+            .expect("run scripts/k8s-testenv");
+        assert!(st.success(), "scripts/k8s-testenv {what} failed");
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        let _ = Command::new(testenv()).arg("stop").arg(&self.dir).status();
+    }
+}
+
+/// A unique cgroup root in every hierarchy (as crates/bulkhead-cli/tests/common TestRoot),
+/// removed on drop with everything under it.
+struct TestRoot {
+    cgroup: String,
+    dirs: Vec<PathBuf>,
+    layout: Layout,
+}
+
+impl TestRoot {
+    fn new(name: &str) -> TestRoot {
+        let layout = Layout::detect().expect("mountinfo");
+        let mut root = TestRoot {
+            cgroup: format!("/{name}"),
+            dirs: vec![],
+            layout,
+        };
+        let mounts: Vec<(PathBuf, bool)> = root
+            .layout
+            .v1
+            .iter()
+            .chain(root.layout.unified.iter())
+            .map(|h| (h.mount.clone(), h.has("cpuset") && h.version == Version::V1))
+            .collect();
+        for (mount, v1_cpuset) in mounts {
+            let d = mount.join(name);
+            std::fs::create_dir(&d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
+            root.dirs.push(d.clone());
+            // v1 cpuset starts a new cgroup with no CPUs; v2 inherits them.
+            if v1_cpuset {
+                for f in ["cpuset.cpus", "cpuset.mems"] {
+                    let v = std::fs::read_to_string(mount.join(f)).unwrap();
+                    std::fs::write(d.join(f), v.trim()).unwrap();
+                }
+            }
+        }
+        root
+    }
+
+    /// The directory of a slice's cgroup ("db.slice/db-helper.slice") in the hierarchy that
+    /// holds `controller`: its v1 mount, else the unified one.
+    fn dir(&self, controller: &str, rel: &str) -> PathBuf {
+        let h = self
+            .layout
+            .v1
+            .iter()
+            .find(|h| h.has(controller))
+            .or(self.layout.unified.as_ref())
+            .expect("a hierarchy");
+        h.mount.join(self.cgroup.trim_start_matches('/')).join(rel)
+    }
+
+    fn v1(&self, controller: &str) -> bool {
+        self.layout.v1.iter().any(|h| h.has(controller))
+    }
+}
+
+impl Drop for TestRoot {
+    fn drop(&mut self) {
+        if let Err(e) = bulkhead::cgroup::fs::remove_trees(&self.dirs) {
+            eprintln!("test cleanup: {e}");
+        }
+        // The unified root's cgroup.subtree_control is not touched: it is not the test's, and
+        // the test's plan has no directive (HugetlbMax) that would make the agent enable a
+        // controller there (the library turns off what it enabled when it destroys anyway).
+        let state = Path::new("/run/bulkhead/enabled-controllers");
+        if let Ok(t) = std::fs::read_to_string(state) {
+            let keep: String = t
+                .lines()
+                .filter(|l| !l.contains(self.cgroup.trim_start_matches('/')))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            let _ = if keep.is_empty() {
+                std::fs::remove_file(state)
+            } else {
+                std::fs::write(state, keep)
+            };
+        }
+    }
+}
+
+/// The agent process, killed on drop; its log is printed when the test fails.
+struct Agent {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Agent {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("---- agent log ----\n{}\n----", self.log());
+        }
+    }
+}
+
+/// Temporary files of the test, removed on drop.
+struct TempDir(PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p)
+        .unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+        .trim()
+        .to_string()
+}
+
+/// Poll `f` until it gives Some, for at most `secs`.
+async fn wait<T, F, Fut>(what: &str, secs: u64, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            eprintln!("  {what}: after {} ms", t0.elapsed().as_millis());
+            return v;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "timed out after {secs} s waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn entry(plans: &Api<BulkheadPlan>, name: &str, node: &str) -> Option<NodeStatus> {
+    let p = plans.get(name).await.ok()?;
+    p.status?.nodes.into_iter().find(|n| n.node == node)
+}
+
+fn cond<'a>(e: &'a NodeStatus, t: &str) -> Option<&'a Condition> {
+    e.conditions.iter().find(|c| c.type_ == t)
+}
+
+fn is(e: &NodeStatus, t: &str, status: &str) -> bool {
+    cond(e, t).is_some_and(|c| c.status == status)
+}
+
+async fn labels(nodes: &Api<Node>, node: &str) -> std::collections::BTreeMap<String, String> {
+    nodes
+        .get(node)
+        .await
+        .ok()
+        .and_then(|n| n.metadata.labels)
+        .unwrap_or_default()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// A kubeconfig for the agent with a token of the ServiceAccount of deploy/agent.json (the
+/// TokenRequest API), the server and CA of the admin's.
+async fn sa_kubeconfig(client: &kube::Client, admin: &Path, dir: &Path) -> PathBuf {
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "bulkhead-system");
+    let tr: TokenRequest = serde_json::from_value(json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"audiences": [], "expirationSeconds": 3600},
+    }))
+    .unwrap();
+    let token = sas
+        .create_token_request("bulkhead-agent", &PostParams::default(), &tr)
+        .await
+        .expect("a token for the agent's ServiceAccount")
+        .status
+        .expect("a token")
+        .token;
+    let kc = kube::config::Kubeconfig::read_from(admin).unwrap();
+    let cluster = kc.clusters[0].cluster.clone().unwrap();
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: agent\n  user:\n    token: {token}\ncontexts:\n- name: t\n  context:\n    cluster: t\n    user: agent\ncurrent-context: t\n",
+        cluster.server.unwrap(),
+        cluster.certificate_authority_data.unwrap(),
+    );
+    let p = dir.join("agent-kubeconfig");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn agent_against_a_real_api_server() {
+    if !prerequisites() {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(scenario());
+}
+
+async fn scenario() {
+    let t_all = Instant::now();
+    let id = format!("bulkhead-agent-test-{}", std::process::id());
+    let tmp = TempDir(std::env::temp_dir().join(&id));
+    std::fs::create_dir_all(&tmp.0).unwrap();
+    let env = TestEnv::start(tmp.0.join("k8s"));
+    let root = TestRoot::new(&id);
+    let node = format!("{id}-node");
+
+    let kc = kube::config::Kubeconfig::read_from(&env.kubeconfig).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(cfg).unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let plans: Api<BulkheadPlan> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client.clone());
+    // References (Copy) for the `move` closures of `wait`.
+    let (plans, nodes) = (&plans, &nodes);
+
+    // The committed CRD, as `kubectl apply -f deploy/crd.json` would install it.
+    let crd: CustomResourceDefinition =
+        serde_json::from_str(&read(&Path::new(REPO).join("deploy/crd.json"))).unwrap();
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    wait("CRD established and served", 60, move || async move {
+        plans.list(&Default::default()).await.ok()
+    })
+    .await;
+
+    // deploy/agent.json: the namespace, ServiceAccount and RBAC for real (the agent runs with
+    // the ServiceAccount's token, so they must be enough), the DaemonSet by a server-side dry
+    // run (there is no kubelet to run it).
+    let manifests: serde_json::Value =
+        serde_json::from_str(&read(&Path::new(REPO).join("deploy/agent.json"))).unwrap();
+    let (real, dry) = (
+        PostParams::default(),
+        PostParams {
+            dry_run: true,
+            ..Default::default()
+        },
+    );
+    let ns = "bulkhead-system";
+    for item in manifests["items"].as_array().expect("a List") {
+        let kind = item["kind"].as_str().unwrap_or_default().to_string();
+        let v = item.clone();
+        let r = match kind.as_str() {
+            "Namespace" => Api::<Namespace>::all(client.clone())
+                .create(&real, &serde_json::from_value(v).unwrap())
+                .await
+                .map(|_| ()),
+            "ServiceAccount" => Api::<ServiceAccount>::namespaced(client.clone(), ns)
+                .create(&real, &serde_json::from_value(v).unwrap())
+                .await
+                .map(|_| ()),
+            "ClusterRole" => Api::<ClusterRole>::all(client.clone())
+                .create(&real, &serde_json::from_value(v).unwrap())
+                .await
+                .map(|_| ()),
+            "ClusterRoleBinding" => Api::<ClusterRoleBinding>::all(client.clone())
+                .create(&real, &serde_json::from_value(v).unwrap())
+                .await
+                .map(|_| ()),
+            "DaemonSet" => Api::<DaemonSet>::namespaced(client.clone(), ns)
+                .create(&dry, &serde_json::from_value(v).unwrap())
+                .await
+                .map(|_| ()),
+            k => panic!("deploy/agent.json: unexpected kind {k}"),
+        };
+        r.unwrap_or_else(|e| panic!("deploy/agent.json: {kind}: {e}"));
+    }
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
+    assert!(
+        daemonsets
+            .get_opt("bulkhead-agent")
+            .await
+            .unwrap()
+            .is_none(),
+        "a dry run stores nothing"
+    );
+    let agent_kubeconfig = sa_kubeconfig(&client, &env.kubeconfig, &tmp.0).await;
+
+    let n: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": node, "labels": {"pool": "redis"}},
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &n).await.unwrap();
+
+    let redis: BulkheadPlan = serde_json::from_value(json!({
+        "apiVersion": "bulkhead.io/v1alpha1", "kind": "BulkheadPlan",
+        "metadata": {"name": "redis"},
+        "spec": {
+            "nodeSelector": {"pool": "redis"},
+            "slices": {
+                "db": {"Description": "databases"},
+                "db-server": {"CPUWeight": 1000},
+                "db-helper": {"CPUWeight": 50, "MemoryMax": "100M"},
+            },
+        },
+    }))
+    .unwrap();
+    plans.create(&PostParams::default(), &redis).await.unwrap();
+
+    // The agent.
+    let state_dir = tmp.0.join("state");
+    let log = tmp.0.join("agent.log");
+    let health = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_bulkhead-agent"))
+        .args([
+            "--backend",
+            "cgroupfs",
+            "--cgroup-root",
+            &root.cgroup,
+            "run",
+        ])
+        .args(["--node", &node, "--interval", "1"])
+        .arg("--kubeconfig")
+        .arg(&agent_kubeconfig)
+        .arg("--state-dir")
+        .arg(&state_dir)
+        .args(["--health-listen", &format!("127.0.0.1:{health}")])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start bulkhead-agent");
+    let mut agent = Agent { child, log };
+
+    // The ServiceAccount can do what the agent needs and no more.
+    let sa_client = {
+        let kc = kube::config::Kubeconfig::read_from(&agent_kubeconfig).unwrap();
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        kube::Client::try_from(cfg).unwrap()
+    };
+    let forbidden =
+        |r: Result<(), kube::Error>| matches!(r, Err(kube::Error::Api(ref s)) if s.code == 403);
+    let sa_plans: Api<BulkheadPlan> = Api::all(sa_client.clone());
+    assert!(sa_plans.list(&Default::default()).await.is_ok());
+    assert!(forbidden(
+        sa_plans
+            .delete("redis", &DeleteParams::default())
+            .await
+            .map(|_| ())
+    ));
+    assert!(forbidden(
+        sa_plans
+            .patch(
+                "redis",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {}}))
+            )
+            .await
+            .map(|_| ())
+    ));
+    assert!(forbidden(
+        Api::<k8s_openapi::api::core::v1::Secret>::all(sa_client.clone())
+            .list(&Default::default())
+            .await
+            .map(|_| ())
+    ));
+
+    let (cpu_file, cpu_of): (&str, fn(u64) -> String) = if root.v1("cpu") {
+        ("cpu.shares", |w: u64| (w * 1024 / 100).to_string())
+    } else {
+        ("cpu.weight", |w: u64| w.to_string())
+    };
+    let mem_file = if root.v1("memory") {
+        "memory.limit_in_bytes"
+    } else {
+        "memory.max"
+    };
+    let helper_cpu = root.dir("cpu", "db.slice/db-helper.slice").join(cpu_file);
+    let server_cpu = root.dir("cpu", "db.slice/db-server.slice").join(cpu_file);
+    let helper_mem = root
+        .dir("memory", "db.slice/db-helper.slice")
+        .join(mem_file);
+    let (node, root) = (node.as_str(), &root);
+    let (helper_cpu, server_cpu, helper_mem) = (&helper_cpu, &server_cpu, &helper_mem);
+
+    // 1. Apply.
+    eprintln!("apply");
+    let e = wait("status Applied=True, revision 1", 60, move || async move {
+        entry(plans, "redis", node)
+            .await
+            .filter(|e| is(e, "Applied", "True") && e.applied_revision == Some(1))
+    })
+    .await;
+    assert!(is(&e, "Degraded", "False"), "{e:?}");
+    assert_eq!(read(helper_cpu), cpu_of(50));
+    assert_eq!(read(server_cpu), cpu_of(1000));
+    assert_eq!(read(helper_mem), (100u64 << 20).to_string());
+    let names: Vec<&str> = e.slices.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["db", "db-helper", "db-server"], "{e:?}");
+    assert!(
+        e.slices.iter().all(|s| s.memory_current_bytes.is_some()),
+        "{e:?}"
+    );
+    let l = wait("node labels", 30, move || async move {
+        let l = labels(nodes, node).await;
+        (l.get("bulkhead.io/plan").map(String::as_str) == Some("redis")).then_some(l)
+    })
+    .await;
+    assert_eq!(l["bulkhead.io/plan-revision"], "1");
+    assert!(http_get(health, "/healthz").starts_with("HTTP/1.1 200"));
+    assert!(http_get(health, "/readyz").starts_with("HTTP/1.1 200"));
+
+    // 2. Drift: a hand-made change is put back, and the status says so: Drifted=True while
+    //    it re-applies (seen by a watch), then Drifted=False reason Repaired.
+    eprintln!("drift");
+    let drifted_seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let watch = {
+        use futures::StreamExt;
+        use kube::runtime::{watcher, WatchStreamExt};
+        let seen = drifted_seen.clone();
+        let node = node.to_string();
+        let cfg = watcher::Config::default().fields("metadata.name=redis");
+        let mut events = watcher(plans.clone(), cfg).applied_objects().boxed();
+        tokio::spawn(async move {
+            while let Some(ev) = events.next().await {
+                let Ok(p) = ev else { continue };
+                let e = p
+                    .status
+                    .and_then(|s| s.nodes.into_iter().find(|n| n.node == node));
+                if let Some(c) = e.as_ref().and_then(|e| cond(e, "Drifted")) {
+                    seen.lock()
+                        .unwrap()
+                        .push(format!("{}/{}", c.status, c.reason));
+                }
+            }
+        })
+    };
+    std::fs::write(helper_cpu, cpu_of(7)).unwrap();
+    wait("the drifted value put back", 30, move || async move {
+        (read(helper_cpu) == cpu_of(50)).then_some(())
+    })
+    .await;
+    let e = wait(
+        "Drifted=False reason Repaired, Applied=True",
+        30,
+        move || async move {
+            entry(plans, "redis", node).await.filter(|e| {
+                is(e, "Applied", "True")
+                    && cond(e, "Drifted")
+                        .is_some_and(|c| c.status == "False" && c.reason == "Repaired")
+            })
+        },
+    )
+    .await;
+    assert!(
+        cond(&e, "Drifted").unwrap().message.contains(cpu_file),
+        "{e:?}"
+    );
+    assert!(
+        agent.log().contains("drift, re-applying"),
+        "{}",
+        agent.log()
+    );
+    wait("the watch saw Drifted=True, then Repaired", 10, || async {
+        let seen = drifted_seen.lock().unwrap().clone();
+        let t = seen.iter().position(|s| s == "True/DriftDetected")?;
+        seen[t..]
+            .iter()
+            .any(|s| s == "False/Repaired")
+            .then_some(())
+    })
+    .await;
+    watch.abort();
+
+    // 3. Update: the generation goes up, the new values land.
+    eprintln!("update");
+    let spec = |cpu: serde_json::Value, mem: &str| {
+        json!({"spec": {"slices": {
+            "db": {"Description": "databases"},
+            "db-server": {"CPUWeight": 1000},
+            "db-helper": {"CPUWeight": cpu, "MemoryMax": mem},
+        }}})
+    };
+    let merge = PatchParams::default();
+    let p = plans
+        .patch("redis", &merge, &Patch::Merge(spec(json!(100), "200M")))
+        .await
+        .unwrap();
+    assert_eq!(p.metadata.generation, Some(2));
+    wait("revision 2 applied", 30, move || async move {
+        entry(plans, "redis", node)
+            .await
+            .filter(|e| e.applied_revision == Some(2) && is(e, "Applied", "True"))
+    })
+    .await;
+    assert_eq!(read(helper_cpu), cpu_of(100));
+    assert_eq!(read(helper_mem), (200u64 << 20).to_string());
+    wait("label revision 2", 30, move || async move {
+        let l = labels(nodes, node).await;
+        (l.get("bulkhead.io/plan-revision").map(String::as_str) == Some("2")).then_some(())
+    })
+    .await;
+
+    // 4. A directive the parser does not know: Degraded with its message, nothing applied
+    //    (not even the valid change next to it).
+    eprintln!("unknown directive");
+    let mut bad = spec(json!(300), "200M");
+    bad["spec"]["slices"]["db-helper"]["CPUWieght"] = json!(5);
+    plans
+        .patch("redis", &merge, &Patch::Merge(&bad))
+        .await
+        .unwrap();
+    let e = wait("Degraded=True reason InvalidPlan", 30, move || async move {
+        entry(plans, "redis", node).await.filter(|e| {
+            cond(e, "Degraded").is_some_and(|c| c.status == "True" && c.reason == "InvalidPlan")
+        })
+    })
+    .await;
+    let msg = &cond(&e, "Degraded").unwrap().message;
+    assert!(msg.contains("unknown directive 'CPUWieght'"), "{msg}");
+    assert!(is(&e, "Applied", "False"), "{e:?}");
+    assert_eq!(
+        e.applied_revision,
+        Some(2),
+        "the node still runs revision 2"
+    );
+    assert_eq!(read(helper_cpu), cpu_of(100));
+    assert!(agent.alive());
+
+    // 5. A slice of the kubelet's: refused the same way.
+    eprintln!("kubepods");
+    let mut kubepods = spec(json!(100), "200M");
+    kubepods["spec"]["slices"]["db-helper"]["CPUWieght"] = json!(null);
+    kubepods["spec"]["slices"]["kubepods-burstable"] = json!({"CPUWeight": 10});
+    plans
+        .patch("redis", &merge, &Patch::Merge(&kubepods))
+        .await
+        .unwrap();
+    let e = wait("Degraded: kubepods refused", 30, move || async move {
+        entry(plans, "redis", node).await.filter(|e| {
+            cond(e, "Degraded").is_some_and(|c| c.status == "True" && c.message.contains("kubelet"))
+        })
+    })
+    .await;
+    assert_eq!(e.applied_revision, Some(2));
+    assert!(!root.dir("cpu", "kubepods.slice").exists());
+    let mut fixed = json!({"spec": {"slices": {"kubepods-burstable": null}}});
+    fixed["spec"]["slices"]["db-helper"] = json!({"CPUWeight": 100, "MemoryMax": "200M"});
+    let p = plans
+        .patch("redis", &merge, &Patch::Merge(&fixed))
+        .await
+        .unwrap();
+    let g = p.metadata.generation.unwrap();
+    wait(
+        "valid again: Applied=True at the new revision",
+        30,
+        move || async move {
+            entry(plans, "redis", node).await.filter(|e| {
+                e.applied_revision == Some(g)
+                    && is(e, "Applied", "True")
+                    && is(e, "Degraded", "False")
+            })
+        },
+    )
+    .await;
+
+    // 6. A second plan selecting the node: Degraded on both, naming the other; nothing of it
+    //    applied.
+    eprintln!("two plans");
+    let other: BulkheadPlan = serde_json::from_value(json!({
+        "apiVersion": "bulkhead.io/v1alpha1", "kind": "BulkheadPlan",
+        "metadata": {"name": "other"},
+        "spec": {"slices": {"other": {"CPUWeight": 10}}},
+    }))
+    .unwrap();
+    plans.create(&PostParams::default(), &other).await.unwrap();
+    let e = wait("Degraded on the second plan", 30, move || async move {
+        entry(plans, "other", node)
+            .await
+            .filter(|e| is(e, "Degraded", "True"))
+    })
+    .await;
+    assert!(
+        cond(&e, "Degraded").unwrap().message.contains("redis"),
+        "{e:?}"
+    );
+    assert!(is(&e, "Applied", "False"));
+    let e = wait("Degraded on the first plan", 30, move || async move {
+        entry(plans, "redis", node)
+            .await
+            .filter(|e| is(e, "Degraded", "True"))
+    })
+    .await;
+    assert!(
+        cond(&e, "Degraded").unwrap().message.contains("other"),
+        "{e:?}"
+    );
+    assert!(is(&e, "Applied", "True"));
+    assert!(!root.dir("cpu", "other.slice").exists());
+    plans
+        .delete("other", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait(
+        "Degraded back to False once the other plan is gone",
+        30,
+        move || async move {
+            entry(plans, "redis", node)
+                .await
+                .filter(|e| is(e, "Degraded", "False"))
+        },
+    )
+    .await;
+
+    // 7. The API server goes away: the slices stay, drift is still repaired; it comes back
+    //    and the agent catches up with a change made after.
+    eprintln!("API server down");
+    env.apiserver("stop-apiserver");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(agent.alive(), "{}", agent.log());
+    assert_eq!(read(helper_cpu), cpu_of(100));
+    std::fs::write(helper_cpu, cpu_of(9)).unwrap();
+    wait(
+        "drift repaired while the API server is down",
+        30,
+        move || async move { (read(helper_cpu) == cpu_of(100)).then_some(()) },
+    )
+    .await;
+    env.apiserver("start-apiserver");
+    eprintln!("API server back");
+    // Right after a start, the watch cache may still answer 429 for a moment: retry.
+    let change = spec(json!(100), "300M");
+    let p = wait("the change made after the restart accepted", 30, || {
+        let change = change.clone();
+        async move {
+            plans
+                .patch("redis", &PatchParams::default(), &Patch::Merge(change))
+                .await
+                .ok()
+        }
+    })
+    .await;
+    let g = p.metadata.generation.unwrap();
+    wait(
+        "the change made after the restart applied",
+        90,
+        move || async move { (read(helper_mem) == (300u64 << 20).to_string()).then_some(()) },
+    )
+    .await;
+    wait("status caught up", 60, move || async move {
+        entry(plans, "redis", node)
+            .await
+            .filter(|e| e.applied_revision == Some(g) && is(e, "Applied", "True"))
+    })
+    .await;
+
+    // 8. The plan stops selecting the node: slices, labels and the status entry go.
+    eprintln!("selector change");
+    plans
+        .patch(
+            "redis",
+            &merge,
+            &Patch::Merge(json!({"spec": {"nodeSelector": {"pool": "elsewhere"}}})),
+        )
+        .await
+        .unwrap();
+    wait("slices removed", 30, move || async move {
+        (!root.dir("cpu", "db.slice").exists() && !root.dir("memory", "db.slice").exists())
+            .then_some(())
+    })
+    .await;
+    wait("labels removed", 30, move || async move {
+        let l = labels(nodes, node).await;
+        (!l.contains_key("bulkhead.io/plan") && !l.contains_key("bulkhead.io/plan-revision"))
+            .then_some(())
+    })
+    .await;
+    wait("status entry removed", 30, move || async move {
+        let p = plans.get("redis").await.ok()?;
+        let gone = p
+            .status
+            .is_none_or(|s| s.nodes.iter().all(|n| n.node != node));
+        gone.then_some(())
+    })
+    .await;
+
+    // 9. Selected again, then deleted: applied, then removed.
+    eprintln!("delete");
+    plans
+        .patch(
+            "redis",
+            &merge,
+            &Patch::Merge(json!({"spec": {"nodeSelector": {"pool": "redis"}}})),
+        )
+        .await
+        .unwrap();
+    wait("applied again", 30, move || async move {
+        root.dir("cpu", "db.slice/db-helper.slice")
+            .exists()
+            .then_some(())
+    })
+    .await;
+    plans
+        .delete("redis", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait("slices removed after delete", 30, move || async move {
+        (!root.dir("cpu", "db.slice").exists()).then_some(())
+    })
+    .await;
+    wait("labels removed after delete", 30, move || async move {
+        (!labels(nodes, node).await.contains_key("bulkhead.io/plan")).then_some(())
+    })
+    .await;
+    let state = read(&state_dir.join("state.json"));
+    assert!(state.contains("\"plan\": null"), "{state}");
+    assert!(agent.alive(), "{}", agent.log());
+    eprintln!("agent test done in {} s", t_all.elapsed().as_secs());
+}
