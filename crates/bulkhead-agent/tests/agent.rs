@@ -73,14 +73,17 @@ fn prerequisites() -> bool {
 struct TestEnv {
     dir: PathBuf,
     kubeconfig: PathBuf,
+    /// The cached etcd, kube-apiserver and helm.
+    bin: PathBuf,
 }
 
 impl TestEnv {
     fn start(dir: PathBuf) -> TestEnv {
-        // Builds etcd and kube-apiserver on the first run (about 7 minutes, cached after). Its
-        // own build lock, so that a caller holding the cargo build lock cannot deadlock it.
+        // Builds etcd, kube-apiserver and helm on the first run (about 8 minutes, cached
+        // after). Its own build lock, so that a caller holding the cargo build lock cannot
+        // deadlock it.
         let out = Command::new(testenv())
-            .args(["build", "etcd", "kube-apiserver"])
+            .args(["build", "etcd", "kube-apiserver", "helm"])
             .env(
                 "BULKHEAD_BUILD_LOCK",
                 "/tmp/bulkhead-k8s-testenv-build.lock",
@@ -89,9 +92,12 @@ impl TestEnv {
             .output()
             .expect("run scripts/k8s-testenv build");
         assert!(out.status.success(), "scripts/k8s-testenv build failed");
+        let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        assert!(bin.join("helm").is_file(), "no helm in {}", bin.display());
         let env = TestEnv {
             kubeconfig: dir.join("kubeconfig"),
             dir,
+            bin,
         };
         let st = Command::new(testenv())
             .arg("start")
@@ -299,7 +305,38 @@ fn http_get(port: u16, path: &str) -> String {
     out
 }
 
-/// A kubeconfig for the agent with a token of the ServiceAccount of deploy/agent.json (the
+/// The chart rendered by the real helm (`helm lint` first), its objects in order, for the
+/// release `bulkhead-agent` in `ns`.
+fn helm_template(env: &TestEnv, ns: &str) -> Vec<serde_json::Value> {
+    let chart = Path::new(REPO).join("deploy/helm/bulkhead");
+    let lint = Command::new(env.bin.join("helm"))
+        .arg("lint")
+        .arg(&chart)
+        .output()
+        .expect("helm lint");
+    assert!(
+        lint.status.success(),
+        "helm lint: {}",
+        String::from_utf8_lossy(&lint.stdout)
+    );
+    let out = Command::new(env.bin.join("helm"))
+        .args(["template", "bulkhead-agent"])
+        .arg(&chart)
+        .args(["--namespace", ns, "--include-crds"])
+        .output()
+        .expect("helm template");
+    assert!(
+        out.status.success(),
+        "helm template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).expect("helm's output is YAML");
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+/// A kubeconfig for the agent with a token of the chart's ServiceAccount (the
 /// TokenRequest API), the server and CA of the admin's.
 async fn sa_kubeconfig(client: &kube::Client, admin: &Path, dir: &Path) -> PathBuf {
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "bulkhead-system");
@@ -359,20 +396,27 @@ async fn scenario() {
     // References (Copy) for the `move` closures of `wait`.
     let (plans, nodes) = (&plans, &nodes);
 
-    // The committed CRD, as `kubectl apply -f deploy/crd.json` would install it.
-    let crd: CustomResourceDefinition =
-        serde_json::from_str(&read(&Path::new(REPO).join("deploy/crd.json"))).unwrap();
-    crds.create(&PostParams::default(), &crd).await.unwrap();
-    wait("CRD established and served", 60, move || async move {
-        plans.list(&Default::default()).await.ok()
-    })
-    .await;
-
-    // deploy/agent.json: the namespace, ServiceAccount and RBAC for real (the agent runs with
-    // the ServiceAccount's token, so they must be enough), the DaemonSet by a server-side dry
-    // run (there is no kubelet to run it).
-    let manifests: serde_json::Value =
-        serde_json::from_str(&read(&Path::new(REPO).join("deploy/agent.json"))).unwrap();
+    // The Helm chart, rendered by the real helm: its CRD (deploy/crd.json, linked into the
+    // chart's crds/), ServiceAccount and RBAC for real (the agent runs with the
+    // ServiceAccount's token, so they must be enough), the DaemonSet by a server-side dry run
+    // (there is no kubelet to run it).
+    let ns = "bulkhead-system";
+    let manifests = helm_template(&env, ns);
+    let kinds: Vec<&str> = manifests
+        .iter()
+        .map(|m| m["kind"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "CustomResourceDefinition",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "DaemonSet"
+        ],
+        "the chart's objects"
+    );
     let (real, dry) = (
         PostParams::default(),
         PostParams {
@@ -380,12 +424,16 @@ async fn scenario() {
             ..Default::default()
         },
     );
-    let ns = "bulkhead-system";
-    for item in manifests["items"].as_array().expect("a List") {
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&real, &namespace)
+        .await
+        .unwrap();
+    for item in &manifests {
         let kind = item["kind"].as_str().unwrap_or_default().to_string();
         let v = item.clone();
         let r = match kind.as_str() {
-            "Namespace" => Api::<Namespace>::all(client.clone())
+            "CustomResourceDefinition" => crds
                 .create(&real, &serde_json::from_value(v).unwrap())
                 .await
                 .map(|_| ()),
@@ -405,10 +453,23 @@ async fn scenario() {
                 .create(&dry, &serde_json::from_value(v).unwrap())
                 .await
                 .map(|_| ()),
-            k => panic!("deploy/agent.json: unexpected kind {k}"),
+            k => panic!("the chart: unexpected kind {k}"),
         };
-        r.unwrap_or_else(|e| panic!("deploy/agent.json: {kind}: {e}"));
+        r.unwrap_or_else(|e| panic!("the chart: {kind}: {e}"));
     }
+    wait("CRD established and served", 60, move || async move {
+        plans.list(&Default::default()).await.ok()
+    })
+    .await;
+    // The example plan of the docs is valid against the CRD (server-side dry run).
+    let example: BulkheadPlan = serde_saphyr::from_str(&read(
+        &Path::new(REPO).join("deploy/examples/redis-node-pool.yaml"),
+    ))
+    .expect("deploy/examples/redis-node-pool.yaml");
+    plans
+        .create(&dry, &example)
+        .await
+        .expect("the example plan");
     let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
     assert!(
         daemonsets
