@@ -911,6 +911,33 @@ async fn scenario() {
     .await;
     let state = read(&state_dir.join("state.json"));
     assert!(state.contains("\"plan\": null"), "{state}");
+
+    // 10. The docs' example plan (deploy/examples/redis-node-pool.yaml) end to end.
+    eprintln!("example plan");
+    let name = example.metadata.name.clone().unwrap();
+    plans
+        .create(&PostParams::default(), &example)
+        .await
+        .unwrap();
+    let name = name.as_str();
+    wait("the example plan applied", 60, move || async move {
+        entry(plans, name, node)
+            .await
+            .filter(|e| is(e, "Applied", "True") && e.applied_revision == Some(1))
+    })
+    .await;
+    assert_eq!(read(server_cpu), cpu_of(1000));
+    // MemoryMax = 5% of RAM, at least 1400M (v1 rounds to pages).
+    let limit: u64 = read(helper_mem).trim().parse().unwrap();
+    assert!(
+        ((1400u64 << 20) - 4096..1 << 62).contains(&limit),
+        "db-helper's memory limit {limit}"
+    );
+    plans.delete(name, &DeleteParams::default()).await.unwrap();
+    wait("the example's slices removed", 30, move || async move {
+        (!root.dir("cpu", "db.slice").exists()).then_some(())
+    })
+    .await;
     assert!(agent.alive(), "{}", agent.log());
     eprintln!("agent test done in {} s", t_all.elapsed().as_secs());
 }
