@@ -1,6 +1,7 @@
-//! The custom resource `BulkheadPlan` (bulkhead.io/v1alpha1, cluster-scoped): the plan file's
-//! model (slices, huge pages, guard) and a node selector, with per-node status. The CRD's
-//! schema is generated from these types (`bulkhead-agent crd`, deploy/crd.json).
+//! The custom resources (bulkhead.io/v1alpha1, cluster-scoped): `BulkheadPlan`, the plan
+//! file's model (slices, huge pages, guard) and a node selector; `BulkheadNode`, one node's
+//! report (the plan it runs, conditions, warnings, figures). The CRDs' schemas are generated
+//! from these types (`bulkhead-agent crd`, deploy/crds/).
 
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -12,8 +13,8 @@ pub const VERSION: &str = "v1alpha1";
 /// The node labels the agent sets.
 pub const LABEL_PLAN: &str = "bulkhead.io/plan";
 pub const LABEL_REVISION: &str = "bulkhead.io/plan-revision";
-/// apiVersion and kind, for server-side apply bodies.
-pub const API_VERSION_KIND: (&str, &str) = ("bulkhead.io/v1alpha1", "BulkheadPlan");
+/// apiVersion, for server-side apply bodies.
+pub const API_VERSION: &str = "bulkhead.io/v1alpha1";
 
 /// A plan for the nodes its selector matches: the same model as /etc/bulkhead/bulkhead.toml.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -23,7 +24,6 @@ pub const API_VERSION_KIND: (&str, &str) = ("bulkhead.io/v1alpha1", "BulkheadPla
     kind = "BulkheadPlan",
     plural = "bulkheadplans",
     shortname = "bhplan",
-    status = "BulkheadPlanStatus",
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -48,28 +48,61 @@ pub struct BulkheadPlanSpec {
     pub guard: Option<BTreeMap<String, serde_json::Value>>,
 }
 
-/// What the agents report, one entry per node (each agent owns its own under server-side
-/// apply, field manager `bulkhead-agent/<node>`).
+/// One node's report (cluster-scoped, named after the node, written only by that node's
+/// agent): the plan it runs and how each plan that selects it went. One small object per
+/// node, not an entry per node in the plan: a shared status grows with the fleet, and every
+/// agent watching plans would receive every node's writes (docs/FLEET.md, "Scale").
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "bulkhead.io",
+    version = "v1alpha1",
+    kind = "BulkheadNode",
+    plural = "bulkheadnodes",
+    shortname = "bhnode",
+    status = "BulkheadNodeStatus",
+    printcolumn = r#"{"name":"Plan","type":"string","jsonPath":".status.plan"}"#,
+    printcolumn = r#"{"name":"Revision","type":"integer","jsonPath":".status.appliedRevision"}"#,
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Warnings","type":"integer","jsonPath":".status.warningCount"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+pub struct BulkheadNodeSpec {}
+
+/// A node's report.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct BulkheadPlanStatus {
+pub struct BulkheadNodeStatus {
+    /// The plan this node runs (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    /// metadata.generation of that plan as applied here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_revision: Option<i64>,
+    /// One word for `kubectl get bhnode`: Applied, Drifted, Degraded, Pending or None.
     #[serde(default)]
-    #[schemars(schema_with = "nodes_schema")]
-    pub nodes: Vec<NodeStatus>,
+    pub state: String,
+    /// How many warnings the plans' reports hold.
+    #[serde(default)]
+    pub warning_count: u32,
+    /// One report per plan that selects this node (more than one is a conflict).
+    #[serde(default)]
+    #[schemars(schema_with = "plans_schema")]
+    pub plans: Vec<PlanReport>,
 }
 
+/// How one plan went on this node.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct NodeStatus {
-    /// The node's name.
-    pub node: String,
+pub struct PlanReport {
+    /// The BulkheadPlan's name.
+    pub plan: String,
     /// metadata.generation of the spec applied on this node (absent: none applied).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_revision: Option<i64>,
     /// Applied, Drifted, Degraded.
     #[serde(default)]
     pub conditions: Vec<Condition>,
-    /// Directives this node cannot honour, as the resolver says.
+    /// What this node cannot honour or what disagrees with the kubelet, one line each.
     #[serde(default)]
     pub warnings: Vec<String>,
     /// Key figures of the slices the plan made here.
@@ -131,21 +164,40 @@ fn section_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
-fn nodes_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    let item = g.subschema_for::<NodeStatus>();
+fn plans_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let item = g.subschema_for::<PlanReport>();
     schemars::json_schema!({
         "type": "array",
         "items": item,
         "x-kubernetes-list-type": "map",
-        "x-kubernetes-list-map-keys": ["node"],
+        "x-kubernetes-list-map-keys": ["plan"],
     })
 }
 
-/// The CRD as pretty JSON (kubectl apply -f takes it), as `bulkhead-agent crd` prints it
-/// and deploy/crd.json holds it.
+/// Each CRD as pretty JSON, with the file name the chart's crds/ directory gives it.
+pub fn crd_files() -> Vec<(String, String)> {
+    use kube::CustomResourceExt;
+    [BulkheadPlan::crd(), BulkheadNode::crd()]
+        .into_iter()
+        .map(|c| {
+            let name = format!("{}.json", c.metadata.name.clone().unwrap_or_default());
+            let mut s = serde_json::to_string_pretty(&c).unwrap_or_default();
+            s.push('\n');
+            (name, s)
+        })
+        .collect()
+}
+
+/// Both CRDs as one `List` (kubectl apply -f takes it), as `bulkhead-agent crd` prints it and
+/// deploy/crd.json holds it.
 pub fn crd_json() -> String {
     use kube::CustomResourceExt;
-    let mut s = serde_json::to_string_pretty(&BulkheadPlan::crd()).unwrap_or_default();
+    let list = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [BulkheadPlan::crd(), BulkheadNode::crd()],
+    });
+    let mut s = serde_json::to_string_pretty(&list).unwrap_or_default();
     s.push('\n');
     s
 }
@@ -154,29 +206,49 @@ pub fn crd_json() -> String {
 mod tests {
     use super::*;
 
-    /// deploy/crd.json is what the code generates.
+    const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy");
+
+    /// deploy/crd.json and the chart's crds/ are what the code generates.
     #[test]
-    fn committed_crd_is_current() {
-        let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/crd.json");
-        let committed = std::fs::read_to_string(p).expect("deploy/crd.json");
+    fn committed_crds_are_current() {
+        let regen = "run `cargo run -p bulkhead-agent -- crd > deploy/crd.json` and `cargo run -p bulkhead-agent -- crd --dir deploy/helm/bulkhead/crds`";
+        let committed =
+            std::fs::read_to_string(format!("{DEPLOY}/crd.json")).expect("deploy/crd.json");
         assert!(
             committed == crd_json(),
-            "deploy/crd.json differs from the generated CRD: run `cargo run -p bulkhead-agent -- crd > deploy/crd.json`"
+            "deploy/crd.json differs from the generated CRDs: {regen}"
         );
+        for (name, text) in crd_files() {
+            let p = format!("{DEPLOY}/helm/bulkhead/crds/{name}");
+            let committed = std::fs::read_to_string(&p).unwrap_or_default();
+            assert!(
+                committed == text,
+                "{p} differs from the generated CRD: {regen}"
+            );
+        }
     }
 
     #[test]
-    fn schema_has_list_map_and_status() {
+    fn schemas_are_cluster_scoped_with_status() {
         use kube::CustomResourceExt;
-        let crd = serde_json::to_value(BulkheadPlan::crd()).unwrap();
-        let v = &crd["spec"]["versions"][0];
+        let plan = serde_json::to_value(BulkheadPlan::crd()).unwrap();
+        let v = &plan["spec"]["versions"][0];
         assert_eq!(v["name"], "v1alpha1");
+        assert_eq!(plan["spec"]["scope"], "Cluster");
+        assert_eq!(plan["spec"]["names"]["shortNames"][0], "bhplan");
+        assert!(v["schema"]["openAPIV3Schema"]["properties"]["status"].is_null());
+
+        let node = serde_json::to_value(BulkheadNode::crd()).unwrap();
+        let v = &node["spec"]["versions"][0];
+        assert_eq!(node["spec"]["scope"], "Cluster");
+        assert_eq!(node["spec"]["names"]["shortNames"][0], "bhnode");
         assert!(v["subresources"]["status"].is_object());
-        assert_eq!(crd["spec"]["scope"], "Cluster");
-        assert_eq!(crd["spec"]["names"]["shortNames"][0], "bhplan");
-        let nodes = &v["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["nodes"];
-        assert_eq!(nodes["x-kubernetes-list-type"], "map");
-        assert_eq!(nodes["x-kubernetes-list-map-keys"][0], "node");
-        assert_eq!(nodes["items"]["required"][0], "node", "{nodes}");
+        let plans = &v["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["plans"];
+        assert_eq!(plans["x-kubernetes-list-type"], "map");
+        assert_eq!(plans["x-kubernetes-list-map-keys"][0], "plan");
+        assert_eq!(plans["items"]["required"][0], "plan", "{plans}");
+        let cols = v["additionalPrinterColumns"].as_array().unwrap();
+        let names: Vec<&str> = cols.iter().filter_map(|c| c["name"].as_str()).collect();
+        assert_eq!(names, ["Plan", "Revision", "State", "Warnings", "Age"]);
     }
 }

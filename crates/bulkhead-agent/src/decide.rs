@@ -14,8 +14,6 @@ pub struct PlanView {
     pub selector: BTreeMap<String, String>,
     /// metadata.deletionTimestamp is set.
     pub deleting: bool,
-    /// status.nodes has an entry for this node.
-    pub has_entry: bool,
 }
 
 /// Whether a nodeSelector matches a node's labels (every pair present; empty: every node).
@@ -33,8 +31,6 @@ pub struct Decision {
     pub rivals: Vec<String>,
     /// The plan applied last is no longer the target: remove what it made.
     pub remove_previous: bool,
-    /// Plans with an entry for this node that no longer select it: remove the entry.
-    pub stale_entries: Vec<String>,
 }
 
 /// Decide. Of several plans selecting the node, the one applied already keeps it; else the
@@ -66,11 +62,6 @@ pub fn decide(
         Some(prev) => d.target.as_ref().is_none_or(|(n, _)| n != prev),
         None => false,
     };
-    d.stale_entries = plans
-        .iter()
-        .filter(|p| p.has_entry && !p.deleting && !selecting.iter().any(|s| s.name == p.name))
-        .map(|p| p.name.clone())
-        .collect();
     d
 }
 
@@ -108,7 +99,6 @@ mod tests {
             created: created.into(),
             selector: m(sel),
             deleting: false,
-            has_entry: false,
         }
     }
 
@@ -130,7 +120,7 @@ mod tests {
         ];
         let d = decide(&labels, &plans, None);
         assert_eq!(d.target, Some(("redis".into(), 1)));
-        assert!(d.losers.is_empty() && !d.remove_previous && d.stale_entries.is_empty());
+        assert!(d.losers.is_empty() && !d.remove_previous);
         // Applied already: same decision, nothing removed.
         assert_eq!(decide(&labels, &plans, Some("redis")), d);
     }
@@ -162,20 +152,17 @@ mod tests {
     #[test]
     fn selector_change_or_deletion_removes() {
         let labels = m(&[("pool", "redis")]);
-        let mut p = plan("redis", "2026-01-01T00:00:00Z", &[("pool", "other")]);
-        p.has_entry = true;
+        let p = plan("redis", "2026-01-01T00:00:00Z", &[("pool", "other")]);
         let d = decide(&labels, std::slice::from_ref(&p), Some("redis"));
         assert_eq!(d.target, None);
         assert!(d.remove_previous);
-        assert_eq!(d.stale_entries, vec!["redis".to_string()]);
         // Deleted: gone from the list, or still there with a deletionTimestamp.
         let d = decide(&labels, &[], Some("redis"));
         assert!(d.remove_previous && d.target.is_none());
         let mut p = plan("redis", "2026-01-01T00:00:00Z", &[]);
         p.deleting = true;
-        p.has_entry = true;
         let d = decide(&labels, &[p], Some("redis"));
-        assert!(d.remove_previous && d.target.is_none() && d.stale_entries.is_empty());
+        assert!(d.remove_previous && d.target.is_none());
     }
 
     #[test]

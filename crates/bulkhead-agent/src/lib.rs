@@ -1,7 +1,8 @@
-//! bulkhead's Kubernetes node agent: the `BulkheadPlan` custom resource (crd), its spec as a
-//! plan file (convert), the pure reconcile decision (decide, conditions), what the agent made
-//! (state), the node side through the bulkhead library (machine), the loop with the API
-//! (reconcile, run) and its health endpoint (health). See docs/FLEET.md.
+//! bulkhead's Kubernetes node agent: the `BulkheadPlan` and `BulkheadNode` custom resources
+//! (crd), a plan's spec as a plan file (convert), the pure reconcile decision (decide,
+//! conditions), what the agent made (state), the node side through the bulkhead library
+//! (machine), the node's report in the API (report), the loop with the API (reconcile, run)
+//! and its health endpoint (health). See docs/FLEET.md.
 
 #![forbid(unsafe_code)]
 
@@ -10,7 +11,9 @@ pub mod convert;
 pub mod crd;
 pub mod decide;
 pub mod health;
+pub mod logging;
 pub mod machine;
 pub mod reconcile;
+pub mod report;
 pub mod run;
 pub mod state;

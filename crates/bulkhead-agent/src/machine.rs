@@ -105,6 +105,23 @@ impl Machine {
         d.execute().map(|_| ()).map_err(|e| error_text(&e))
     }
 
+    /// Put back the huge page settings the agent's applies changed (pool sizes, THP,
+    /// hugetlbfs mounts), from the record they kept (`BULKHEAD_HUGEPAGES_STATE`, which the
+    /// agent points into its state directory). Nothing recorded: nothing to do.
+    pub fn reset_hugepages(&self) -> Result<(), String> {
+        use bulkhead::hugepages::{ops, state, Paths};
+        let path = state::default_path();
+        let saved = state::Saved::load(&path).map_err(|e| error_text(&e))?;
+        if saved.is_empty() {
+            return Ok(());
+        }
+        let paths = Paths::default();
+        let plan = ops::plan_reset(&saved, &paths);
+        ops::reset(&plan, &paths, &path)
+            .map(|_| ())
+            .map_err(|e| error_text(&e))
+    }
+
     /// CPU time, memory and processes of these slices, as `bulkhead status` reads them.
     pub fn figures(&self, slices: &[String]) -> Vec<SliceFigures> {
         let Ok(chosen) = self.context(None).choose() else {

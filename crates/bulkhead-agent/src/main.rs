@@ -1,4 +1,4 @@
-//! bulkhead-agent: `crd` prints the BulkheadPlan CRD; `run` is the node agent.
+//! bulkhead-agent: `crd` prints the CRDs (BulkheadPlan, BulkheadNode); `run` is the node agent.
 
 use bulkhead::cgroup::Choice;
 use bulkhead_agent::machine::Machine;
@@ -35,8 +35,13 @@ enum BackendArg {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Print the BulkheadPlan CustomResourceDefinition (JSON; `kubectl apply -f -` takes it)
-    Crd,
+    /// Print the CustomResourceDefinitions, BulkheadPlan and BulkheadNode (a JSON List;
+    /// `kubectl apply -f -` takes it)
+    Crd {
+        /// Write one file per CRD into this directory instead (a Helm chart's crds/)
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Run the agent for one node
     Run {
         /// This node's name (a DaemonSet passes it with the downward API)
@@ -51,29 +56,50 @@ enum Cmd {
         /// Seconds between drift checks
         #[arg(long, default_value_t = 10.0)]
         interval: f64,
+        /// Seconds between writes of the slices' figures to the node's BulkheadNode when
+        /// nothing else changed
+        #[arg(long, default_value_t = 60.0)]
+        report_every: f64,
         /// Serve /healthz and /readyz on this address, e.g. 127.0.0.1:9650
         #[arg(long)]
         health_listen: Option<std::net::SocketAddr>,
     },
 }
 
+use bulkhead::hugepages::state::STATE_ENV as HUGEPAGES_STATE_ENV;
+
+fn write_crds(dir: &std::path::Path) -> i32 {
+    for (name, text) in bulkhead_agent::crd::crd_files() {
+        let p = dir.join(name);
+        if let Err(e) = std::fs::write(&p, text) {
+            eprintln!("bulkhead-agent: {}: {e}", p.display());
+            return 1;
+        }
+    }
+    0
+}
+
 fn main() {
     let cli = Cli::parse();
     let code = match cli.cmd {
-        Cmd::Crd => {
+        Cmd::Crd { dir: None } => {
             print!("{}", bulkhead_agent::crd::crd_json());
             0
         }
+        Cmd::Crd { dir: Some(dir) } => write_crds(&dir),
         Cmd::Run {
             node,
             kubeconfig,
             state_dir,
             interval,
+            report_every,
             health_listen,
         } => {
-            if !(interval.is_finite() && (0.1..=3600.0).contains(&interval)) {
-                eprintln!("bulkhead-agent: --interval must be between 0.1 and 3600 seconds");
-                std::process::exit(2);
+            for (flag, v) in [("--interval", interval), ("--report-every", report_every)] {
+                if !(v.is_finite() && (0.1..=3600.0).contains(&v)) {
+                    eprintln!("bulkhead-agent: {flag} must be between 0.1 and 3600 seconds");
+                    std::process::exit(2);
+                }
             }
             if node.is_empty() {
                 eprintln!("bulkhead-agent: --node (or NODE_NAME) is empty");
@@ -84,6 +110,12 @@ fn main() {
                 BackendArg::Systemd => Choice::Systemd,
                 BackendArg::Cgroupfs => Choice::Cgroupfs,
             };
+            // The huge page settings the agent's applies change are recorded in its own state
+            // directory, so that removing a plan puts back exactly those (set before any
+            // thread starts).
+            if std::env::var_os(HUGEPAGES_STATE_ENV).is_none() {
+                std::env::set_var(HUGEPAGES_STATE_ENV, state_dir.join("hugepages.json"));
+            }
             let opts = bulkhead_agent::run::Options {
                 node,
                 kubeconfig,
@@ -93,6 +125,7 @@ fn main() {
                     state_dir,
                 },
                 interval: Duration::from_secs_f64(interval),
+                report_every: Duration::from_secs_f64(report_every),
                 health: health_listen,
             };
             let rt = match tokio::runtime::Builder::new_current_thread()

@@ -1,40 +1,31 @@
 //! The loop around the pure decision: gather the plans and this node's labels (from the
 //! watchers' caches), decide, then carry it out on the node (the library) and in the API
-//! (status by server-side apply, node labels). Every failure is logged and retried on the
+//! (the node's BulkheadNode report, node labels). Every failure is logged and retried on the
 //! next pass; nothing here ends the agent.
 
 use crate::conditions::{condition, find, APPLIED, DEGRADED, DRIFTED};
 use crate::convert;
-use crate::crd::{BulkheadPlan, NodeStatus, API_VERSION_KIND};
+use crate::crd::{BulkheadNodeStatus, BulkheadPlan, PlanReport};
 use crate::decide::{self, PlanView};
+use crate::logging::log;
 use crate::machine::Machine;
+use crate::report::{self, Reporter, WRITE_TIMEOUT};
 use crate::state::State;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::ResourceExt;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// The longest a write to the API may take: a server that accepts and never answers must not
-/// hold up the drift checks.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How often the slices' figures are written when nothing else changed.
-const FIGURES_EVERY: Duration = Duration::from_secs(60);
+/// The reports of one pass, by plan name.
+type Reports = BTreeMap<String, PlanReport>;
 
 pub struct Agent {
     pub node: String,
     pub machine: Machine,
-    pub plans: Api<BulkheadPlan>,
     pub nodes: Api<Node>,
-    /// When this agent last wrote each plan's entry.
-    written: HashMap<String, Instant>,
-}
-
-pub fn log(msg: impl AsRef<str>) {
-    let t = k8s_openapi::jiff::Timestamp::now();
-    eprintln!("{t} bulkhead-agent: {}", msg.as_ref());
+    reporter: Reporter,
 }
 
 fn now() -> String {
@@ -44,11 +35,7 @@ fn now() -> String {
         .unwrap_or_default()
 }
 
-fn my_entry<'a>(p: &'a BulkheadPlan, node: &str) -> Option<&'a NodeStatus> {
-    p.status.as_ref()?.nodes.iter().find(|n| n.node == node)
-}
-
-fn view(p: &BulkheadPlan, node: &str) -> PlanView {
+fn view(p: &BulkheadPlan) -> PlanView {
     PlanView {
         name: p.name_any(),
         generation: p.metadata.generation.unwrap_or(0),
@@ -60,31 +47,39 @@ fn view(p: &BulkheadPlan, node: &str) -> PlanView {
             .unwrap_or_default(),
         selector: p.spec.node_selector.clone(),
         deleting: p.metadata.deletion_timestamp.is_some(),
-        has_entry: my_entry(p, node).is_some(),
     }
 }
 
+fn previous(last: &BulkheadNodeStatus, plan: &str) -> PlanReport {
+    last.plans
+        .iter()
+        .find(|r| r.plan == plan)
+        .cloned()
+        .unwrap_or_default()
+}
+
 impl Agent {
-    pub fn new(node: String, machine: Machine, client: kube::Client) -> Agent {
+    /// `figures_every`: how often the slices' figures are written when nothing else changed.
+    pub fn new(
+        node: String,
+        machine: Machine,
+        client: kube::Client,
+        figures_every: Duration,
+    ) -> Agent {
         Agent {
+            reporter: Reporter::new(client.clone(), node.clone(), figures_every),
             node,
             machine,
-            plans: Api::all(client.clone()),
             nodes: Api::all(client),
-            written: HashMap::new(),
         }
-    }
-
-    fn manager(&self) -> String {
-        format!("bulkhead-agent/{}", self.node)
     }
 
     /// One pass: `plans` and `node` as the watchers last saw them.
     pub async fn pass(&mut self, plans: &[Arc<BulkheadPlan>], node: &Node) {
         let labels = node.metadata.labels.clone().unwrap_or_default();
-        let views: Vec<PlanView> = plans.iter().map(|p| view(p, &self.node)).collect();
-        let state_file = self.machine.state_file();
-        let mut state = match State::load(&state_file) {
+        let views: Vec<PlanView> = plans.iter().map(|p| view(p)).collect();
+        let last = self.reporter.previous().await;
+        let mut state = match State::load(&self.machine.state_file()) {
             Ok(s) => s,
             Err(e) => {
                 log(format!("cannot read the state ({e}); starting from none"));
@@ -92,54 +87,16 @@ impl Agent {
             }
         };
         let d = decide::decide(&labels, &views, state.plan.as_deref());
+        let mut reports = Reports::new();
 
         // What the previous plan made goes first; until it is gone (a slice with processes
         // is refused), nothing of another plan is applied, so nothing is forgotten.
-        let mut removed = true;
-        if d.remove_previous {
-            let prev = state.plan.clone().unwrap_or_default();
-            match self.machine.remove(&state.created) {
-                Ok(()) => {
-                    log(format!(
-                        "plan {prev} no longer applies here: removed slices {:?}",
-                        state.created
-                    ));
-                    state = State::default();
-                    self.save(&state);
-                }
-                Err(e) => {
-                    log(format!("cannot remove the slices of plan {prev}: {e}"));
-                    removed = false;
-                }
-            }
-        }
+        let removed = !d.remove_previous || self.remove_previous(&mut state, &last, &mut reports);
 
         for (loser, winner) in &d.losers {
             if let Some(p) = plans.iter().find(|p| &p.name_any() == loser) {
-                let prev = my_entry(p, &self.node).cloned().unwrap_or_default();
-                let g = p.metadata.generation;
-                let t = now();
-                let msg = format!(
-                    "node {} is selected by plans {winner} and {loser}; {winner} is applied, nothing of {loser}",
-                    self.node
-                );
-                let entry = NodeStatus {
-                    node: self.node.clone(),
-                    applied_revision: None,
-                    conditions: vec![
-                        condition(&prev.conditions, APPLIED, false, "Conflict", &msg, g, &t),
-                        condition(&prev.conditions, DEGRADED, true, "Conflict", &msg, g, &t),
-                    ],
-                    warnings: vec![],
-                    slices: vec![],
-                };
-                self.write(p, entry).await;
-            }
-        }
-
-        for stale in &d.stale_entries {
-            if let Some(p) = plans.iter().find(|p| &p.name_any() == stale) {
-                self.clear(p).await;
+                let r = self.conflict(p, winner, &previous(&last, loser));
+                reports.insert(loser.clone(), r);
             }
         }
 
@@ -148,11 +105,83 @@ impl Agent {
             applied = state.plan.clone().zip(state.generation);
         } else if let Some((name, generation)) = &d.target {
             if let Some(p) = plans.iter().find(|p| &p.name_any() == name) {
-                applied = self.apply_one(p, *generation, &d.rivals, &mut state).await;
+                let cx = Pass {
+                    node,
+                    last: &last,
+                    rivals: &d.rivals,
+                };
+                applied = self
+                    .apply_one(p, *generation, &cx, &mut state, &mut reports)
+                    .await;
             }
         }
-        self.label(node, applied.as_ref().map(|(n, g)| (n.as_str(), *g)))
+        let applied = applied.as_ref().map(|(n, g)| (n.as_str(), *g));
+        self.label(node, applied).await;
+        self.reporter
+            .publish(node, report::summary(reports, applied))
             .await;
+    }
+
+    /// Remove what the previous plan made; false (and its report says why) when it cannot.
+    fn remove_previous(
+        &mut self,
+        state: &mut State,
+        last: &BulkheadNodeStatus,
+        reports: &mut Reports,
+    ) -> bool {
+        let prev = state.plan.clone().unwrap_or_default();
+        let res = self
+            .machine
+            .remove(&state.created)
+            .and_then(|()| self.machine.reset_hugepages());
+        match res {
+            Ok(()) => {
+                log(format!(
+                    "plan {prev} no longer applies here: removed slices {:?}; huge page settings as they were",
+                    state.created
+                ));
+                *state = State::default();
+                self.save(state);
+                true
+            }
+            Err(e) => {
+                let msg = format!(
+                    "plan {prev} no longer applies here, but removing what it made failed: {e}"
+                );
+                log(&msg);
+                let mut r = previous(last, &prev);
+                r.plan = prev.clone();
+                let t = now();
+                let g = state.generation;
+                r.conditions = vec![
+                    condition(&r.conditions, APPLIED, true, "RemoveFailed", &msg, g, &t),
+                    condition(&r.conditions, DEGRADED, true, "RemoveFailed", &msg, g, &t),
+                ];
+                reports.insert(prev, r);
+                false
+            }
+        }
+    }
+
+    /// The report of a plan that selects this node but is not applied here.
+    fn conflict(&self, p: &BulkheadPlan, winner: &str, prev: &PlanReport) -> PlanReport {
+        let loser = p.name_any();
+        let g = p.metadata.generation;
+        let t = now();
+        let msg = format!(
+            "node {} is selected by plans {winner} and {loser}; {winner} is applied, nothing of {loser}",
+            self.node
+        );
+        PlanReport {
+            plan: loser,
+            applied_revision: None,
+            conditions: vec![
+                condition(&prev.conditions, APPLIED, false, "Conflict", &msg, g, &t),
+                condition(&prev.conditions, DEGRADED, true, "Conflict", &msg, g, &t),
+            ],
+            warnings: vec![],
+            slices: vec![],
+        }
     }
 
     fn save(&self, state: &State) {
@@ -167,11 +196,13 @@ impl Agent {
         &mut self,
         p: &BulkheadPlan,
         generation: i64,
-        rivals: &[String],
+        cx: &Pass<'_>,
         state: &mut State,
+        reports: &mut Reports,
     ) -> Option<(String, i64)> {
         let name = p.name_any();
-        let prev = my_entry(p, &self.node).cloned().unwrap_or_default();
+        let rivals = cx.rivals;
+        let prev = previous(cx.last, &name);
         let g = Some(generation);
         let t = now();
         let same = state.plan.as_deref() == Some(name.as_str());
@@ -202,8 +233,8 @@ impl Agent {
         });
 
         let drifted_kept = drifted_prev.clone();
-        let failed = |reason: &str, msg: String| NodeStatus {
-            node: me.clone(),
+        let failed = |reason: &str, msg: String| PlanReport {
+            plan: name.clone(),
             applied_revision: running,
             conditions: vec![
                 condition(&prev.conditions, APPLIED, false, reason, &msg, g, &t),
@@ -221,7 +252,7 @@ impl Agent {
                 if prev.conditions != entry.conditions {
                     log(format!("plan {name} generation {generation} refused: {e}"));
                 }
-                self.write(p, entry).await;
+                reports.insert(name.clone(), entry);
                 return running.map(|r| (name, r));
             }
         };
@@ -229,7 +260,7 @@ impl Agent {
             Ok(x) => x,
             Err(e) => {
                 log(format!("plan {name}: cannot plan the apply: {e}"));
-                self.write(p, failed("ApplyFailed", e)).await;
+                reports.insert(name.clone(), failed("ApplyFailed", e));
                 return running.map(|r| (name, r));
             }
         };
@@ -244,7 +275,7 @@ impl Agent {
                 );
                 log(format!("plan {name}: drift, re-applying: {msg}"));
                 let mut entry = prev.clone();
-                entry.node = self.node.clone();
+                entry.plan = name.clone();
                 entry.conditions = vec![
                     condition(&prev.conditions, APPLIED, false, "Drifted", &msg, g, &t),
                     condition(
@@ -258,7 +289,11 @@ impl Agent {
                     ),
                     degraded("AsExpected", "the plan applies as written".into()),
                 ];
-                self.write(p, entry.clone()).await;
+                // Said before the repair, so a watcher sees Drifted=True, then Repaired.
+                let mut now_reports = reports.clone();
+                now_reports.insert(name.clone(), entry.clone());
+                let summary = report::summary(now_reports, running.map(|r| (name.as_str(), r)));
+                self.reporter.publish(cx.node, summary).await;
                 drifted = condition(
                     &entry.conditions,
                     DRIFTED,
@@ -278,7 +313,7 @@ impl Agent {
         if Machine::has_work(&pending) {
             if let Err(e) = self.machine.execute(&pending) {
                 log(format!("plan {name}: apply failed: {e}"));
-                self.write(p, failed("ApplyFailed", e)).await;
+                reports.insert(name.clone(), failed("ApplyFailed", e));
                 return running.map(|r| (name, r));
             }
         }
@@ -305,8 +340,8 @@ impl Agent {
                 pending.warnings.len()
             )
         };
-        let entry = NodeStatus {
-            node: self.node.clone(),
+        let entry = PlanReport {
+            plan: name.clone(),
             applied_revision: Some(generation),
             conditions: vec![
                 condition(
@@ -327,69 +362,8 @@ impl Agent {
             warnings: pending.warnings.clone(),
             slices: self.machine.figures(&slices),
         };
-        self.write(p, entry).await;
+        reports.insert(name.clone(), entry);
         Some((name, generation))
-    }
-
-    /// Write this node's entry, unless it says what the resource has already (figures
-    /// aside, which are refreshed every FIGURES_EVERY).
-    async fn write(&mut self, p: &BulkheadPlan, entry: NodeStatus) {
-        let name = p.name_any();
-        if let Some(cur) = my_entry(p, &self.node) {
-            let strip = |e: &NodeStatus| NodeStatus {
-                slices: e
-                    .slices
-                    .iter()
-                    .map(|s| crate::crd::SliceFigures {
-                        name: s.name.clone(),
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..e.clone()
-            };
-            let fresh = self
-                .written
-                .get(&name)
-                .is_some_and(|t| t.elapsed() < FIGURES_EVERY);
-            if strip(cur) == strip(&entry) && fresh {
-                return;
-            }
-        }
-        let patch = serde_json::json!({
-            "apiVersion": API_VERSION_KIND.0,
-            "kind": API_VERSION_KIND.1,
-            "metadata": { "name": name },
-            "status": { "nodes": [entry] },
-        });
-        self.patch_status(&name, patch).await;
-    }
-
-    /// Remove this node's entry: apply a status with none (server-side apply drops what
-    /// this manager no longer names).
-    async fn clear(&mut self, p: &BulkheadPlan) {
-        let name = p.name_any();
-        let patch = serde_json::json!({
-            "apiVersion": API_VERSION_KIND.0,
-            "kind": API_VERSION_KIND.1,
-            "metadata": { "name": name },
-            "status": { "nodes": [] },
-        });
-        self.patch_status(&name, patch).await;
-    }
-
-    async fn patch_status(&mut self, name: &str, patch: serde_json::Value) {
-        let pp = PatchParams::apply(&self.manager()).force();
-        let body = Patch::Apply(&patch);
-        let call = self.plans.patch_status(name, &pp, &body);
-        match tokio::time::timeout(WRITE_TIMEOUT, call).await {
-            Ok(Ok(_)) => {
-                self.written.insert(name.to_string(), Instant::now());
-            }
-            Ok(Err(e)) => log(format!("cannot write the status of plan {name}: {e}")),
-            Err(_) => log(format!(
-                "cannot write the status of plan {name}: no answer in {WRITE_TIMEOUT:?}"
-            )),
-        }
     }
 
     /// Set or remove the node's plan labels where they differ.
@@ -416,4 +390,11 @@ impl Agent {
             )),
         }
     }
+}
+
+/// What `apply_one` needs of the pass.
+struct Pass<'a> {
+    node: &'a Node,
+    last: &'a BulkheadNodeStatus,
+    rivals: &'a [String],
 }

@@ -4,8 +4,9 @@
 //! and the agent catches up when the server is back.
 
 use crate::crd::BulkheadPlan;
+use crate::logging::log;
 use crate::machine::Machine;
-use crate::reconcile::{log, Agent};
+use crate::reconcile::Agent;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::{self, ObjectRef};
@@ -21,6 +22,8 @@ pub struct Options {
     pub kubeconfig: Option<std::path::PathBuf>,
     pub machine: Machine,
     pub interval: Duration,
+    /// How often the slices' figures are written when nothing else changed.
+    pub report_every: Duration,
     pub health: Option<SocketAddr>,
 }
 
@@ -96,7 +99,7 @@ pub async fn run(o: Options) -> Result<(), String> {
         });
     }
 
-    let mut agent = Agent::new(o.node.clone(), o.machine, client);
+    let mut agent = Agent::new(o.node.clone(), o.machine, client, o.report_every);
     log(format!(
         "node {}: waiting for the first list of plans and of the node",
         o.node

@@ -1,13 +1,14 @@
 //! The agent end to end, no mocks: a real kube-apiserver + etcd (scripts/k8s-testenv), the
-//! committed CRD, a Node object made by hand (there is no kubelet), BulkheadPlans, and the real
-//! `bulkhead-agent run` binary against them with the cgroupfs backend under a unique test
-//! cgroup root. Checked on the machine (control files) and in the API (status, node labels):
-//! apply, drift and repair, update, a plan the parser refuses, a kubelet slice, two plans
-//! selecting the node, the API server going away and coming back, a selector change, delete.
+//! committed CRDs, a Node object made by hand (there is no kubelet), BulkheadPlans, and the
+//! real `bulkhead-agent run` binary against them with the cgroupfs backend under a unique test
+//! cgroup root. Checked on the machine (control files, the huge page pool) and in the API (the
+//! node's BulkheadNode report, node labels): apply, drift and repair, update, a plan the parser
+//! refuses, a kubelet slice, two plans selecting the node, the API server going away and coming
+//! back, a selector change, huge pages put back, delete.
 //! Every process and cgroup is removed also when the test fails (Drop guards).
 
 use bulkhead::cgroup::{Layout, Version};
-use bulkhead_agent::crd::{BulkheadPlan, Condition, NodeStatus};
+use bulkhead_agent::crd::{BulkheadNode, BulkheadPlan, Condition, PlanReport};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
@@ -230,6 +231,14 @@ impl Drop for Agent {
 }
 
 /// Temporary files of the test, removed on drop.
+/// Puts a huge page pool back to its size, also when the test fails.
+struct PoolGuard<'a>(&'a Path, u64);
+impl Drop for PoolGuard<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0, self.1.to_string());
+    }
+}
+
 struct TempDir(PathBuf);
 impl Drop for TempDir {
     fn drop(&mut self) {
@@ -264,16 +273,17 @@ where
     }
 }
 
-async fn entry(plans: &Api<BulkheadPlan>, name: &str, node: &str) -> Option<NodeStatus> {
-    let p = plans.get(name).await.ok()?;
-    p.status?.nodes.into_iter().find(|n| n.node == node)
+/// The node's report for one plan, from its BulkheadNode.
+async fn entry(reports: &Api<BulkheadNode>, plan: &str, node: &str) -> Option<PlanReport> {
+    let n = reports.get(node).await.ok()?;
+    n.status?.plans.into_iter().find(|r| r.plan == plan)
 }
 
-fn cond<'a>(e: &'a NodeStatus, t: &str) -> Option<&'a Condition> {
+fn cond<'a>(e: &'a PlanReport, t: &str) -> Option<&'a Condition> {
     e.conditions.iter().find(|c| c.type_ == t)
 }
 
-fn is(e: &NodeStatus, t: &str, status: &str) -> bool {
+fn is(e: &PlanReport, t: &str, status: &str) -> bool {
     cond(e, t).is_some_and(|c| c.status == status)
 }
 
@@ -393,11 +403,12 @@ async fn scenario() {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let plans: Api<BulkheadPlan> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
+    let reports: Api<BulkheadNode> = Api::all(client.clone());
     // References (Copy) for the `move` closures of `wait`.
-    let (plans, nodes) = (&plans, &nodes);
+    let (plans, nodes, reports) = (&plans, &nodes, &reports);
 
-    // The Helm chart, rendered by the real helm: its CRD (deploy/crd.json, linked into the
-    // chart's crds/), ServiceAccount and RBAC for real (the agent runs with the
+    // The Helm chart, rendered by the real helm: its CRDs (generated into the chart's crds/),
+    // ServiceAccount and RBAC for real (the agent runs with the
     // ServiceAccount's token, so they must be enough), the DaemonSet by a server-side dry run
     // (there is no kubelet to run it).
     let ns = "bulkhead-system";
@@ -409,6 +420,7 @@ async fn scenario() {
     assert_eq!(
         kinds,
         [
+            "CustomResourceDefinition",
             "CustomResourceDefinition",
             "ServiceAccount",
             "ClusterRole",
@@ -457,8 +469,9 @@ async fn scenario() {
         };
         r.unwrap_or_else(|e| panic!("the chart: {kind}: {e}"));
     }
-    wait("CRD established and served", 60, move || async move {
-        plans.list(&Default::default()).await.ok()
+    wait("CRDs established and served", 60, move || async move {
+        plans.list(&Default::default()).await.ok()?;
+        reports.list(&Default::default()).await.ok()
     })
     .await;
     // The example plan of the docs is valid against the CRD (server-side dry run).
@@ -486,7 +499,13 @@ async fn scenario() {
         "metadata": {"name": node, "labels": {"pool": "redis"}},
     }))
     .unwrap();
-    nodes.create(&PostParams::default(), &n).await.unwrap();
+    let node_uid = nodes
+        .create(&PostParams::default(), &n)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
 
     let redis: BulkheadPlan = serde_json::from_value(json!({
         "apiVersion": "bulkhead.io/v1alpha1", "kind": "BulkheadPlan",
@@ -556,6 +575,12 @@ async fn scenario() {
             .map(|_| ())
     ));
     assert!(forbidden(
+        Api::<BulkheadNode>::all(sa_client.clone())
+            .delete(&node, &DeleteParams::default())
+            .await
+            .map(|_| ())
+    ));
+    assert!(forbidden(
         Api::<k8s_openapi::api::core::v1::Secret>::all(sa_client.clone())
             .list(&Default::default())
             .await
@@ -583,7 +608,7 @@ async fn scenario() {
     // 1. Apply.
     eprintln!("apply");
     let e = wait("status Applied=True, revision 1", 60, move || async move {
-        entry(plans, "redis", node)
+        entry(reports, "redis", node)
             .await
             .filter(|e| is(e, "Applied", "True") && e.applied_revision == Some(1))
     })
@@ -604,6 +629,28 @@ async fn scenario() {
     })
     .await;
     assert_eq!(l["bulkhead.io/plan-revision"], "1");
+    // The report object: owned by the Node, labelled with the plan, its summary for
+    // `kubectl get bhnode`.
+    let r = reports.get(node).await.unwrap();
+    let owner = &r.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("Node", node_uid.as_str())
+    );
+    assert_eq!(
+        r.metadata.labels.as_ref().unwrap()["bulkhead.io/plan"],
+        "redis"
+    );
+    let st = r.status.unwrap();
+    assert_eq!(
+        (st.plan.as_deref(), st.applied_revision, st.state.as_str()),
+        (Some("redis"), Some(1), "Applied")
+    );
+    let listed = reports
+        .list(&kube::api::ListParams::default().labels("bulkhead.io/plan=redis"))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1);
     assert!(http_get(health, "/healthz").starts_with("HTTP/1.1 200"));
     assert!(http_get(health, "/readyz").starts_with("HTTP/1.1 200"));
 
@@ -616,14 +663,14 @@ async fn scenario() {
         use kube::runtime::{watcher, WatchStreamExt};
         let seen = drifted_seen.clone();
         let node = node.to_string();
-        let cfg = watcher::Config::default().fields("metadata.name=redis");
-        let mut events = watcher(plans.clone(), cfg).applied_objects().boxed();
+        let cfg = watcher::Config::default().fields(&format!("metadata.name={node}"));
+        let mut events = watcher(reports.clone(), cfg).applied_objects().boxed();
         tokio::spawn(async move {
             while let Some(ev) = events.next().await {
-                let Ok(p) = ev else { continue };
-                let e = p
+                let Ok(n) = ev else { continue };
+                let e = n
                     .status
-                    .and_then(|s| s.nodes.into_iter().find(|n| n.node == node));
+                    .and_then(|s| s.plans.into_iter().find(|r| r.plan == "redis"));
                 if let Some(c) = e.as_ref().and_then(|e| cond(e, "Drifted")) {
                     seen.lock()
                         .unwrap()
@@ -641,7 +688,7 @@ async fn scenario() {
         "Drifted=False reason Repaired, Applied=True",
         30,
         move || async move {
-            entry(plans, "redis", node).await.filter(|e| {
+            entry(reports, "redis", node).await.filter(|e| {
                 is(e, "Applied", "True")
                     && cond(e, "Drifted")
                         .is_some_and(|c| c.status == "False" && c.reason == "Repaired")
@@ -685,7 +732,7 @@ async fn scenario() {
         .unwrap();
     assert_eq!(p.metadata.generation, Some(2));
     wait("revision 2 applied", 30, move || async move {
-        entry(plans, "redis", node)
+        entry(reports, "redis", node)
             .await
             .filter(|e| e.applied_revision == Some(2) && is(e, "Applied", "True"))
     })
@@ -708,7 +755,7 @@ async fn scenario() {
         .await
         .unwrap();
     let e = wait("Degraded=True reason InvalidPlan", 30, move || async move {
-        entry(plans, "redis", node).await.filter(|e| {
+        entry(reports, "redis", node).await.filter(|e| {
             cond(e, "Degraded").is_some_and(|c| c.status == "True" && c.reason == "InvalidPlan")
         })
     })
@@ -734,7 +781,7 @@ async fn scenario() {
         .await
         .unwrap();
     let e = wait("Degraded: kubepods refused", 30, move || async move {
-        entry(plans, "redis", node).await.filter(|e| {
+        entry(reports, "redis", node).await.filter(|e| {
             cond(e, "Degraded").is_some_and(|c| c.status == "True" && c.message.contains("kubelet"))
         })
     })
@@ -752,7 +799,7 @@ async fn scenario() {
         "valid again: Applied=True at the new revision",
         30,
         move || async move {
-            entry(plans, "redis", node).await.filter(|e| {
+            entry(reports, "redis", node).await.filter(|e| {
                 e.applied_revision == Some(g)
                     && is(e, "Applied", "True")
                     && is(e, "Degraded", "False")
@@ -772,7 +819,7 @@ async fn scenario() {
     .unwrap();
     plans.create(&PostParams::default(), &other).await.unwrap();
     let e = wait("Degraded on the second plan", 30, move || async move {
-        entry(plans, "other", node)
+        entry(reports, "other", node)
             .await
             .filter(|e| is(e, "Degraded", "True"))
     })
@@ -783,7 +830,7 @@ async fn scenario() {
     );
     assert!(is(&e, "Applied", "False"));
     let e = wait("Degraded on the first plan", 30, move || async move {
-        entry(plans, "redis", node)
+        entry(reports, "redis", node)
             .await
             .filter(|e| is(e, "Degraded", "True"))
     })
@@ -802,7 +849,7 @@ async fn scenario() {
         "Degraded back to False once the other plan is gone",
         30,
         move || async move {
-            entry(plans, "redis", node)
+            entry(reports, "redis", node)
                 .await
                 .filter(|e| is(e, "Degraded", "False"))
         },
@@ -845,7 +892,7 @@ async fn scenario() {
     )
     .await;
     wait("status caught up", 60, move || async move {
-        entry(plans, "redis", node)
+        entry(reports, "redis", node)
             .await
             .filter(|e| e.applied_revision == Some(g) && is(e, "Applied", "True"))
     })
@@ -872,22 +919,29 @@ async fn scenario() {
             .then_some(())
     })
     .await;
-    wait("status entry removed", 30, move || async move {
-        let p = plans.get("redis").await.ok()?;
-        let gone = p
-            .status
-            .is_none_or(|s| s.nodes.iter().all(|n| n.node != node));
-        gone.then_some(())
+    wait("the report says no plan", 30, move || async move {
+        let r = reports.get(node).await.ok()?;
+        let labels = r.metadata.labels.unwrap_or_default();
+        let st = r.status?;
+        (st.plans.is_empty() && st.state == "None" && !labels.contains_key("bulkhead.io/plan"))
+            .then_some(())
     })
     .await;
 
-    // 9. Selected again, then deleted: applied, then removed.
-    eprintln!("delete");
+    // 9. Selected again with a huge page pool two pages bigger, then deleted: applied, then
+    //    removed, and the pool is put back as it was.
+    eprintln!("huge pages and delete");
+    let pool = Path::new("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages");
+    let before: u64 = read(pool).trim().parse().unwrap();
+    let _restore = PoolGuard(pool, before);
     plans
         .patch(
             "redis",
             &merge,
-            &Patch::Merge(json!({"spec": {"nodeSelector": {"pool": "redis"}}})),
+            &Patch::Merge(json!({"spec": {
+                "nodeSelector": {"pool": "redis"},
+                "hugepages": {"pools": {"2M": before + 2}},
+            }})),
         )
         .await
         .unwrap();
@@ -895,6 +949,10 @@ async fn scenario() {
         root.dir("cpu", "db.slice/db-helper.slice")
             .exists()
             .then_some(())
+    })
+    .await;
+    wait("the pool grown by the plan", 30, move || async move {
+        (read(pool).trim() == (before + 2).to_string()).then_some(())
     })
     .await;
     plans
@@ -909,6 +967,10 @@ async fn scenario() {
         (!labels(nodes, node).await.contains_key("bulkhead.io/plan")).then_some(())
     })
     .await;
+    wait("the pool put back after delete", 30, move || async move {
+        (read(pool).trim() == before.to_string()).then_some(())
+    })
+    .await;
     let state = read(&state_dir.join("state.json"));
     assert!(state.contains("\"plan\": null"), "{state}");
 
@@ -921,7 +983,7 @@ async fn scenario() {
         .unwrap();
     let name = name.as_str();
     wait("the example plan applied", 60, move || async move {
-        entry(plans, name, node)
+        entry(reports, name, node)
             .await
             .filter(|e| is(e, "Applied", "True") && e.applied_revision == Some(1))
     })
