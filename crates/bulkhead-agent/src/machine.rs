@@ -3,6 +3,7 @@
 //! reading. Errors come back as one line of text, for a condition's message.
 
 use crate::crd::SliceFigures;
+use crate::kubelet::{self, KubeletConfig, NodeFacts, PlanFacts};
 use bulkhead::actions::{apply, destroy, Context};
 use bulkhead::cgroup::{Choice, Placement};
 use bulkhead::error::{Error, Severity};
@@ -103,6 +104,30 @@ impl Machine {
         let d = destroy::plan(&cx, &destroy::Which::Named(slices.to_vec()), false)
             .map_err(|e| error_text(&e))?;
         d.execute().map(|_| ()).map_err(|e| error_text(&e))
+    }
+
+    /// Where the kubelet's configuration and the planned apply disagree (kubelet::check),
+    /// with the node's advertised resources from its Node object.
+    pub fn kubelet_warnings(
+        &self,
+        cfg: &KubeletConfig,
+        p: &Pending,
+        node: &k8s_openapi::api::core::v1::Node,
+    ) -> Vec<String> {
+        let nf = NodeFacts::from_node(node);
+        let pf = PlanFacts::from_plan(&p.plan.resolved.plan, &self.cgroup_root, nf.memory);
+        // The reserved cgroups need memory and cpu: look in the memory hierarchy.
+        let mount = bulkhead::cgroup::Layout::detect().ok().and_then(|l| {
+            l.hierarchy("memory")
+                .or_else(|| l.primary())
+                .map(|h| h.mount.clone())
+        });
+        let exists = |path: &str| {
+            mount
+                .as_deref()
+                .is_some_and(|m| kubelet::cgroup_dir_exists(m, path))
+        };
+        kubelet::check(cfg, &pf, &nf, &exists)
     }
 
     /// Put back the huge page settings the agent's applies changed (pool sizes, THP,

@@ -60,6 +60,14 @@ enum Cmd {
         /// nothing else changed
         #[arg(long, default_value_t = 60.0)]
         report_every: f64,
+        /// The kubelet's configuration file, to check plans against (reserved cgroups,
+        /// reservedSystemCPUs); a missing file is only logged
+        #[arg(long, env = "BULKHEAD_KUBELET_CONFIG", default_value = bulkhead_agent::kubelet::DEFAULT_PATH)]
+        kubelet_config: PathBuf,
+        /// Do not read the kubelet's configuration (the Node object's huge pages are still
+        /// checked)
+        #[arg(long)]
+        no_kubelet_config: bool,
         /// Serve /healthz and /readyz on this address, e.g. 127.0.0.1:9650
         #[arg(long)]
         health_listen: Option<std::net::SocketAddr>,
@@ -93,6 +101,8 @@ fn main() {
             state_dir,
             interval,
             report_every,
+            kubelet_config,
+            no_kubelet_config,
             health_listen,
         } => {
             for (flag, v) in [("--interval", interval), ("--report-every", report_every)] {
@@ -126,6 +136,7 @@ fn main() {
                 },
                 interval: Duration::from_secs_f64(interval),
                 report_every: Duration::from_secs_f64(report_every),
+                kubelet_config: (!no_kubelet_config).then_some(kubelet_config),
                 health: health_listen,
             };
             let rt = match tokio::runtime::Builder::new_current_thread()

@@ -7,6 +7,7 @@ use crate::conditions::{condition, find, APPLIED, DEGRADED, DRIFTED};
 use crate::convert;
 use crate::crd::{BulkheadNodeStatus, BulkheadPlan, PlanReport};
 use crate::decide::{self, PlanView};
+use crate::kubelet::{self, KubeletConfig};
 use crate::logging::log;
 use crate::machine::Machine;
 use crate::report::{self, Reporter, WRITE_TIMEOUT};
@@ -26,6 +27,16 @@ pub struct Agent {
     pub machine: Machine,
     pub nodes: Api<Node>,
     reporter: Reporter,
+    /// The kubelet's configuration file (None: not checked).
+    kubelet_config: Option<std::path::PathBuf>,
+    /// Said in the log that the file is missing.
+    kubelet_missing_said: bool,
+}
+
+/// The kubelet's configuration as read this pass, and why it could not be read.
+struct KubeletView {
+    cfg: KubeletConfig,
+    problem: Option<String>,
 }
 
 fn now() -> String {
@@ -65,12 +76,45 @@ impl Agent {
         machine: Machine,
         client: kube::Client,
         figures_every: Duration,
+        kubelet_config: Option<std::path::PathBuf>,
     ) -> Agent {
         Agent {
             reporter: Reporter::new(client.clone(), node.clone(), figures_every),
             node,
             machine,
             nodes: Api::all(client),
+            kubelet_config,
+            kubelet_missing_said: false,
+        }
+    }
+
+    /// Read the kubelet's configuration (every pass: the kubelet may be reconfigured). A
+    /// missing file is said once in the log (not every distribution writes one); a file that
+    /// cannot be read or parsed is a warning in the report.
+    fn kubelet(&mut self) -> KubeletView {
+        let none = |problem| KubeletView {
+            cfg: KubeletConfig::default(),
+            problem,
+        };
+        let Some(path) = &self.kubelet_config else {
+            return none(None);
+        };
+        if !path.exists() {
+            if !self.kubelet_missing_said {
+                log(format!(
+                    "{}: no kubelet configuration here; plans are checked against the Node object only",
+                    path.display()
+                ));
+                self.kubelet_missing_said = true;
+            }
+            return none(None);
+        }
+        self.kubelet_missing_said = false;
+        match kubelet::load(path) {
+            Ok(cfg) => KubeletView { cfg, problem: None },
+            Err(e) => none(Some(format!(
+                "{e}; the plan is not checked against the kubelet's configuration"
+            ))),
         }
     }
 
@@ -105,10 +149,12 @@ impl Agent {
             applied = state.plan.clone().zip(state.generation);
         } else if let Some((name, generation)) = &d.target {
             if let Some(p) = plans.iter().find(|p| &p.name_any() == name) {
+                let kubelet = self.kubelet();
                 let cx = Pass {
                     node,
                     last: &last,
                     rivals: &d.rivals,
+                    kubelet: &kubelet,
                 };
                 applied = self
                     .apply_one(p, *generation, &cx, &mut state, &mut reports)
@@ -332,13 +378,19 @@ impl Agent {
             .iter()
             .map(|s| s.name().to_string())
             .collect();
-        let ok_msg = if pending.warnings.is_empty() {
-            "the plan applies as written".to_string()
-        } else {
-            format!(
-                "{} directive(s) this node cannot honour: see warnings",
-                pending.warnings.len()
-            )
+        let mut warnings = pending.warnings.clone();
+        warnings.extend(cx.kubelet.problem.clone());
+        let from_kubelet = self
+            .machine
+            .kubelet_warnings(&cx.kubelet.cfg, &pending, cx.node);
+        warnings.extend(from_kubelet.iter().cloned());
+        let ok_msg = match (pending.warnings.len(), from_kubelet.len()) {
+            (0, 0) => "the plan applies as written".to_string(),
+            (n, 0) => format!("{n} directive(s) this node cannot honour: see warnings"),
+            (0, k) => format!("{k} disagreement(s) with the kubelet: see warnings"),
+            (n, k) => format!(
+                "{n} directive(s) this node cannot honour and {k} disagreement(s) with the kubelet: see warnings"
+            ),
         };
         let entry = PlanReport {
             plan: name.clone(),
@@ -359,7 +411,7 @@ impl Agent {
                 drifted,
                 degraded("AsExpected", ok_msg),
             ],
-            warnings: pending.warnings.clone(),
+            warnings,
             slices: self.machine.figures(&slices),
         };
         reports.insert(name.clone(), entry);
@@ -397,4 +449,5 @@ struct Pass<'a> {
     node: &'a Node,
     last: &'a BulkheadNodeStatus,
     rivals: &'a [String],
+    kubelet: &'a KubeletView,
 }

@@ -24,6 +24,8 @@ pub struct Options {
     pub interval: Duration,
     /// How often the slices' figures are written when nothing else changed.
     pub report_every: Duration,
+    /// The kubelet's configuration file to check plans against (None: not checked).
+    pub kubelet_config: Option<std::path::PathBuf>,
     pub health: Option<SocketAddr>,
 }
 
@@ -99,7 +101,13 @@ pub async fn run(o: Options) -> Result<(), String> {
         });
     }
 
-    let mut agent = Agent::new(o.node.clone(), o.machine, client, o.report_every);
+    let mut agent = Agent::new(
+        o.node.clone(),
+        o.machine,
+        client,
+        o.report_every,
+        o.kubelet_config,
+    );
     log(format!(
         "node {}: waiting for the first list of plans and of the node",
         o.node

@@ -522,6 +522,24 @@ async fn scenario() {
     .unwrap();
     plans.create(&PostParams::default(), &redis).await.unwrap();
 
+    // The kubelet's configuration the agent checks plans against: it enforces kube-reserved
+    // on the plan's db-helper slice (the two would fight over CPU weight and memory limit),
+    // and names a system-reserved cgroup that exists nowhere.
+    let kubelet_config = tmp.0.join("kubelet-config.yaml");
+    let missing_cgroup = format!("/{id}-nowhere.slice");
+    std::fs::write(
+        &kubelet_config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             cgroupDriver: cgroupfs\nenforceNodeAllocatable: [pods, kube-reserved]\n\
+             kubeReserved: {{cpu: 500m, memory: 1Gi}}\n\
+             kubeReservedCgroup: {}/db.slice/db-helper.slice\n\
+             systemReservedCgroup: {missing_cgroup}\n",
+            root.cgroup.trim_end_matches('/')
+        ),
+    )
+    .unwrap();
+
     // The agent.
     let state_dir = tmp.0.join("state");
     let log = tmp.0.join("agent.log");
@@ -539,6 +557,8 @@ async fn scenario() {
         .arg(&agent_kubeconfig)
         .arg("--state-dir")
         .arg(&state_dir)
+        .arg("--kubelet-config")
+        .arg(&kubelet_config)
         .args(["--health-listen", &format!("127.0.0.1:{health}")])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
@@ -614,6 +634,30 @@ async fn scenario() {
     })
     .await;
     assert!(is(&e, "Degraded", "False"), "{e:?}");
+    // The kubelet's configuration disagrees twice, and the report says how.
+    let fight = e
+        .warnings
+        .iter()
+        .find(|w| w.contains("enforces kube-reserved"));
+    assert!(
+        fight.is_some_and(|w| w.contains("db-helper")
+            && w.contains("MemoryMax")
+            && w.contains("CPUWeight")),
+        "{:#?}",
+        e.warnings
+    );
+    assert!(
+        e.warnings
+            .iter()
+            .any(|w| w.contains(&missing_cgroup) && w.contains("does not exist")),
+        "{:#?}",
+        e.warnings
+    );
+    assert_eq!(e.warnings.len(), 2, "{:#?}", e.warnings);
+    assert!(cond(&e, "Degraded")
+        .unwrap()
+        .message
+        .contains("2 disagreement(s) with the kubelet"));
     assert_eq!(read(helper_cpu), cpu_of(50));
     assert_eq!(read(server_cpu), cpu_of(1000));
     assert_eq!(read(helper_mem), (100u64 << 20).to_string());
@@ -955,6 +999,19 @@ async fn scenario() {
         (read(pool).trim() == (before + 2).to_string()).then_some(())
     })
     .await;
+    // The Node (there is no kubelet) advertises no huge pages: the report says so.
+    let e = wait("the huge page warning", 30, move || async move {
+        entry(reports, "redis", node)
+            .await
+            .filter(|e| e.warnings.iter().any(|w| w.contains("hugepages-2Mi")))
+    })
+    .await;
+    let w = e
+        .warnings
+        .iter()
+        .find(|w| w.contains("hugepages-2Mi"))
+        .unwrap();
+    assert!(w.contains("(2 pages)") || before > 0, "{w}");
     plans
         .delete("redis", &DeleteParams::default())
         .await
