@@ -633,6 +633,9 @@ async fn run_async(spec: &Spec, env: &Env) -> Result<Report, String> {
     let nodes: Api<Node> = Api::all(client.clone());
     let n = spec.nodes;
     let c = spec.concurrency;
+    say(&format!(
+        "1. {n} Nodes, then their BulkheadNodes ({c} writes in flight)"
+    ));
     let uids = Arc::new(Mutex::new(vec![String::new(); n]));
     {
         let (nodes, uids) = (nodes.clone(), uids.clone());
@@ -710,6 +713,9 @@ async fn run_async(spec: &Spec, env: &Env) -> Result<Report, String> {
     // ---- 2. the previous design ----
     if spec.shared_nodes > 0 {
         let m = spec.shared_nodes;
+        say(&format!(
+            "2. the previous design: {m} entries in one shared status (slow: minutes)"
+        ));
         let obj: DynamicObject = serde_json::from_value(json!({
             "apiVersion": format!("{SHARED_GROUP}/v1"), "kind": "SharedPlan",
             "metadata": {"name": "fleet"}, "spec": {"slices": {"db": {"CPUWeight": 100}}},
