@@ -45,6 +45,10 @@ both pools)."
     Tlb(TlbBench),
     /// What one Prometheus scrape costs: read N slices' cgroup files and render the exposition
     Metrics(MetricsBench),
+    /// The Kubernetes agent at scale against a test API server: N nodes' status writes (one
+    /// BulkheadNode each) beside the previous shared-status design, and the real agent's CPU,
+    /// memory and API requests at rest and per plan change
+    Fleet(FleetBench),
     /// The RESP load generator alone (the isolation bench runs it in its own slice)
     #[command(hide = true)]
     Loadgen(LoadgenArgs),
@@ -73,6 +77,32 @@ pub struct MetricsBench {
     /// Scrapes timed
     #[arg(long, default_value_t = 500)]
     scrapes: usize,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct FleetBench {
+    /// Fake nodes whose BulkheadNode reports are written
+    #[arg(long, default_value_t = 1000)]
+    nodes: usize,
+    /// Writes in flight at once
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Seconds the real agent is watched at rest
+    #[arg(long, default_value_t = 60)]
+    rest_secs: u64,
+    /// Plan changes the real agent applies
+    #[arg(long, default_value_t = 10)]
+    changes: usize,
+    /// Nodes writing their entry into one shared status (the previous design); 0 skips it
+    #[arg(long, default_value_t = 300)]
+    shared_nodes: usize,
+    /// scripts/k8s-testenv [default: found from the current directory up, else in the
+    /// repository the bench was built from]
+    #[arg(long, value_name = "PATH")]
+    testenv: Option<PathBuf>,
     /// Print JSON
     #[arg(long)]
     json: bool,
@@ -487,6 +517,7 @@ pub fn dispatch(cli: &Cli, b: &BenchCmd) -> Result<i32> {
         BenchCmd::Activation(a) => activation_bench(cli, a),
         BenchCmd::Tlb(a) => tlb_bench(cli, a),
         BenchCmd::Metrics(a) => metrics_bench(a),
+        BenchCmd::Fleet(a) => fleet_bench(cli, a),
         BenchCmd::Loadgen(a) => loadgen(a),
         BenchCmd::Hog(h) => hog(h),
         BenchCmd::Backend(a) => backend_server(a),
@@ -506,6 +537,41 @@ fn metrics_bench(a: &MetricsBench) -> Result<i32> {
             "scrape of {} slices ({} series, {} bytes), {} times: median {:.3} ms, p99 {:.3} ms, max {:.3} ms",
             r.slices, r.series, r.bytes, r.scrapes, r.median_ms, r.p99_ms, r.max_ms
         );
+    }
+    Ok(0)
+}
+
+fn fleet_bench(cli: &Cli, a: &FleetBench) -> Result<i32> {
+    use bulkhead_bench::fleet;
+    let testenv = match a.testenv.clone().or_else(fleet::find_testenv) {
+        Some(p) => p,
+        None => {
+            return Err(bad(
+                "cannot find scripts/k8s-testenv: run from the bulkhead repository or pass --testenv PATH/TO/scripts/k8s-testenv",
+            ))
+        }
+    };
+    let agent_bin = match std::env::var_os("BULKHEAD_AGENT_BIN").filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => std::env::current_exe()
+            .map_err(|e| Error::failed(e.to_string()))?
+            .with_file_name("bulkhead-agent"),
+    };
+    let r = fleet::run(&fleet::Spec {
+        nodes: a.nodes,
+        concurrency: a.concurrency,
+        rest_secs: a.rest_secs,
+        changes: a.changes,
+        shared_nodes: a.shared_nodes,
+        testenv,
+        agent_bin,
+        progress: !cli.quiet,
+    })
+    .map_err(Error::failed)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r).unwrap_or_default());
+    } else {
+        print!("{}", fleet::text(&r));
     }
     Ok(0)
 }

@@ -57,6 +57,7 @@ pub struct SecondFigures {
 
 pub mod activation;
 pub mod env;
+pub mod fleet;
 pub mod hog;
 pub mod isolation;
 pub mod metrics;
