@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod convert;
+mod devices;
 mod directives;
 pub mod env;
 pub mod guard;
@@ -141,8 +142,29 @@ impl Plan {
         }
     }
 
+    /// Resolve against `host`, whose `devices` must hold every path [`Plan::device_paths`]
+    /// names (`Host::detect_for(plan.device_paths())` looks them up on this machine).
     pub fn resolve(&self, host: &bulkhead_sys::host::Host) -> Result<ResolvedPlan> {
         resolve::resolve(self, host)
+    }
+
+    /// Every device argument the plan names (`IODevice*`, `IO*BandwidthMax`, `IO*IOPSMax`):
+    /// the host facts to look up before [`Plan::resolve`].
+    pub fn device_paths(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for s in self.slices.values() {
+            for at in s.directives.values() {
+                match &at.value {
+                    Value::DeviceWeights(l) => out.extend(l.iter().map(|(d, _)| d.as_str())),
+                    Value::DeviceLimits(l) => out.extend(l.iter().map(|(d, _)| d.as_str())),
+                    Value::DeviceLatency(l) => out.extend(l.iter().map(|(d, _)| d.as_str())),
+                    _ => {}
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 }
 

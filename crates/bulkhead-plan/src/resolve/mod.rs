@@ -76,6 +76,9 @@ pub struct ResolvedSlice {
     pub io_device_weight: BTreeMap<DevNum, u64>,
     #[serde(skip)]
     pub io_max: BTreeMap<DevNum, IoMax>,
+    /// IODeviceLatencyTargetSec: io.latency's target per disk in microseconds (None: none).
+    #[serde(skip)]
+    pub io_latency: BTreeMap<DevNum, Option<u64>>,
     /// The path the plan names for each device (systemd takes paths, not numbers).
     #[serde(skip)]
     pub device_paths: BTreeMap<DevNum, String>,
@@ -282,6 +285,7 @@ fn resolve_one(
         Value::Weight(w) => io::weight(r, key, *w),
         Value::DeviceWeights(list) => io::device_weights(cx, name, key, at, list, r),
         Value::DeviceLimits(list) => io::device_limits(cx, name, key, at, list, r),
+        Value::DeviceLatency(list) => io::device_latency(cx, name, key, at, list, r),
         Value::Tasks(t) => tasks(cx, key, *t, r),
         Value::SchedSlice(d) => cpu::sched_slice(r, key, *d),
         // CPUQuotaPeriodSec is folded into CPUQuota; the rest set nothing in a cgroup.

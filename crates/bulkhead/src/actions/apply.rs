@@ -48,8 +48,8 @@ pub struct ApplyReport {
 /// Plan an apply: resolve the plan for this host, ask the backend and the huge page model
 /// what they would change. With `strict`, anything the host cannot honour is an error.
 pub fn plan(cx: &Context, req: ApplyRequest) -> Result<ApplyPlan> {
-    let host = Host::detect();
-    let resolved = cx.load_plan()?.resolve(&host)?;
+    let plan = cx.load_plan()?;
+    let resolved = plan.resolve(&Host::detect_for(plan.device_paths()))?;
     let chosen = cx.choose()?;
     let changes = chosen.plan_apply(
         &resolved,
