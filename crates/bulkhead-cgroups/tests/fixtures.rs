@@ -1000,6 +1000,47 @@ fn v2_io_latency_targets_map_change_and_clear() {
     assert_eq!(fs::read_to_string(server.join("io.latency")).unwrap(), "");
 }
 
+/// On a disk with the `none` scheduler and io.cost off, IOWeight does nothing and apply
+/// says so; a plan whose [iocost] section turns io.cost on gets io.weight written (the
+/// weights then share those disks) and no such warning.
+#[test]
+fn v2_io_weight_is_written_where_the_plan_turns_io_cost_on() {
+    let f = unified();
+    let mut layout = f.layout();
+    if let Some(c) = layout.caps.as_mut() {
+        c.io_cost = false;
+        c.bfq = false;
+        c.bfq_devices.clear();
+    }
+    let fs_ = CgroupFs::new(layout, "/").unwrap();
+    let helper = f.cg("db.slice/db-helper.slice");
+    let plan = |text: &str| {
+        let p = Plan::parse(text, None).unwrap();
+        let mut h = host();
+        h.look_up_devices(p.device_paths());
+        fs_.plan_apply(&p.resolve(&h).unwrap(), Default::default())
+            .unwrap()
+    };
+    let off = plan(V2_PLAN);
+    assert!(values(&off.ops, &helper.join("io.weight")).is_empty());
+    assert!(
+        off.warnings
+            .iter()
+            .any(|d| d.message.contains("IOWeight has no effect here")),
+        "{:#?}",
+        off.warnings
+    );
+    let on = plan(&format!("{V2_PLAN}\n[iocost]\ndevices = [\"/\"]\n"));
+    assert_eq!(value(&on.ops, &helper.join("io.weight")), "default 10");
+    assert!(
+        !on.warnings
+            .iter()
+            .any(|d| d.message.contains("has no effect here")),
+        "{:#?}",
+        on.warnings
+    );
+}
+
 /// On v1 and hybrid hosts (blkio on v1) there is no io.latency: nothing is written for it
 /// and apply says plainly that it has no effect.
 #[test]

@@ -639,7 +639,7 @@ fn device_paths_resolve_to_the_disk_and_io_latency_on_v1_warns() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(
-        out.contains("IODeviceLatencyTargetSec = [\"/var/tmp 10000us\"]"),
+        out.contains("IODeviceLatencyTargetSec = [\"/var/tmp 10ms\"]"),
         "{out}"
     );
     assert!(
@@ -688,4 +688,57 @@ fn device_paths_resolve_to_the_disk_and_io_latency_on_v1_warns() {
 
     let o = t.run(&["-c", p, "destroy"]);
     assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// `[iocost]` is shown by `plan show`; where the cgroup2 root has no io.cost (this hybrid
+/// host: the I/O controller is on v1) `apply` refuses the plan with the reason, and nothing
+/// at all is changed: no slice made, no record left.
+#[test]
+fn iocost_is_shown_and_refused_where_the_kernel_lacks_it() {
+    if !prerequisites() {
+        return;
+    }
+    let t = TestRoot::new();
+    let plan = t.plan(
+        "[slice.w]\nIOWeight = 25\n\n[iocost]\ndevices = [\"/var/tmp\"]\nrlat = \"5ms\"\nmodel = \"auto\"\n",
+    );
+    let p = plan.to_str().unwrap();
+    let disk = bulkhead::host::resolve_device_path("/var/tmp").unwrap().dev;
+    let o = t.run(&["-c", p, "plan", "show"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!(
+            "# io.cost.qos   <- \"{disk} enable=1 ctrl=user rpct=95.00 rlat=5000 wpct=95.00 wlat=5000 min=50.00 max=150.00\""
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("# io.cost.model <- \"{disk} ctrl=auto\"")),
+        "{out}"
+    );
+    let v2_io = t
+        .layout
+        .hierarchy("io")
+        .is_some_and(|h| h.version == bulkhead::cgroup::Version::V2);
+    if v2_io {
+        return; // the host suite applies it in the pure v2 guest
+    }
+    let state = t.plan_dir.join("iocost.json");
+    let o = t
+        .cmd()
+        .env("BULKHEAD_IOCOST_STATE", &state)
+        .args(["-c", p, "apply"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("[iocost] cannot be applied on this host")
+            && err.contains("cgroup v1")
+            && err.contains("Nothing was changed"),
+        "{err}"
+    );
+    assert!(t.cgroups().is_empty(), "made {:?}", t.cgroups());
+    assert!(!state.exists());
 }

@@ -15,6 +15,7 @@ pub mod env;
 pub mod guard;
 pub mod hugepages;
 pub mod import;
+pub mod iocost;
 mod name;
 mod parse;
 mod resolve;
@@ -109,6 +110,8 @@ pub struct Plan {
     pub hugepages: Option<hugepages::HugepagesSpec>,
     /// The `[guard]` section (the slice `bulkhead guard` protects and its sideloads), if any.
     pub guard: Option<guard::GuardSpec>,
+    /// The `[iocost]` section (io.cost on the database's disks), if any.
+    pub iocost: Option<iocost::IocostSpec>,
     /// Warnings and notes found while reading (legacy directives, implicit parents).
     pub notes: Vec<Diagnostic>,
 }
@@ -148,8 +151,8 @@ impl Plan {
         resolve::resolve(self, host)
     }
 
-    /// Every device argument the plan names (`IODevice*`, `IO*BandwidthMax`, `IO*IOPSMax`):
-    /// the host facts to look up before [`Plan::resolve`].
+    /// Every device argument the plan names (`IODevice*`, `IO*BandwidthMax`, `IO*IOPSMax`,
+    /// `[iocost]` devices): the host facts to look up before [`Plan::resolve`].
     pub fn device_paths(&self) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
         for s in self.slices.values() {
@@ -161,6 +164,9 @@ impl Plan {
                     _ => {}
                 }
             }
+        }
+        if let Some(c) = &self.iocost {
+            out.extend(c.devices.iter().map(|(d, _)| d.as_str()));
         }
         out.sort_unstable();
         out.dedup();

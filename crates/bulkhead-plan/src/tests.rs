@@ -186,6 +186,7 @@ fn device_latency_targets() {
         .find(|s| s.directive == "IODeviceLatencyTargetSec")
         .unwrap();
     assert_eq!(set.value, format!("{disk} 2500us"));
+    assert_eq!(set.toml, "\"/ 2500us\"");
     assert!(
         set.from
             .as_deref()

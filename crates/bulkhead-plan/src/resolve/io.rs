@@ -103,7 +103,7 @@ pub fn device_latency(
         // The kernel counts the target in microseconds; round up so 0.5us is not "none".
         let us = target.map(|t| (t.as_nanos().div_ceil(1000)).min(u64::MAX as u128) as u64);
         r.io_latency.insert(d, us);
-        let text = us.map_or("infinity".into(), |u| format!("{u}us"));
+        let text = us.map_or("infinity".into(), micros);
         r.settings.push(Setting {
             directive: key.into(),
             value: format!("{d} {text}"),
@@ -111,5 +111,14 @@ pub fn device_latency(
             from: Some(how),
             toml: format!("\"{dev} {text}\""),
         });
+    }
+}
+
+/// Microseconds as a time span the plan reads back: `10ms`, `2500us`.
+pub(crate) fn micros(us: u64) -> String {
+    if us >= 1000 && us.is_multiple_of(1000) {
+        format!("{}ms", us / 1000)
+    } else {
+        format!("{us}us")
     }
 }

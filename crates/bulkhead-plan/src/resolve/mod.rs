@@ -110,6 +110,9 @@ pub struct ResolvedPlan {
     pub host: Host,
     /// Parents before children.
     pub slices: Vec<ResolvedSlice>,
+    /// The `[iocost]` section for this host: io.cost on these disks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iocost: Option<crate::iocost::ResolvedIocost>,
     pub notes: Vec<Diagnostic>,
 }
 
@@ -237,6 +240,10 @@ pub(super) fn resolve(plan: &Plan, host: &Host) -> Result<ResolvedPlan> {
         cpu::check_nested_cpuset(&mut cx, spec, &r, &out);
         out.push(r);
     }
+    let iocost = plan
+        .iocost
+        .as_ref()
+        .and_then(|c| crate::iocost::resolve(c, &plan.source, host, &mut cx.errors));
     if !cx.errors.is_empty() {
         return Err(Error::Invalid(cx.errors));
     }
@@ -245,6 +252,7 @@ pub(super) fn resolve(plan: &Plan, host: &Host) -> Result<ResolvedPlan> {
         source: plan.source.label(),
         host: host.clone(),
         slices: out,
+        iocost,
         notes: cx.notes,
     })
 }
