@@ -83,6 +83,7 @@ impl Fixture {
             io_cost: true,
             memsw: true,
             hugetlb_rsvd: true,
+            io_latency: true,
             swap_v2: true,
         });
         layout
@@ -1038,6 +1039,37 @@ fn v2_io_weight_is_written_where_the_plan_turns_io_cost_on() {
             .any(|d| d.message.contains("has no effect here")),
         "{:#?}",
         on.warnings
+    );
+}
+
+/// A v2 kernel built without io.latency (Debian 12's 6.1): nothing is written for the target
+/// and apply says it has no effect, and why.
+#[test]
+fn v2_kernel_without_io_latency_warns() {
+    let f = unified();
+    let mut layout = f.layout();
+    if let Some(c) = layout.caps.as_mut() {
+        c.io_latency = false;
+    }
+    let fs_ = CgroupFs::new(layout, "/").unwrap();
+    let plan = V2_PLAN.replace(
+        "IOWeight = 1000\n",
+        "IOWeight = 1000\nIODeviceLatencyTargetSec = \"/ 10ms\"\n",
+    );
+    let p = Plan::parse(&plan, None).unwrap();
+    let c = fs_
+        .plan_apply(&p.resolve(&host()).unwrap(), Default::default())
+        .unwrap();
+    assert!(c
+        .ops
+        .iter()
+        .all(|op| !op.to_string().contains("io.latency")));
+    let w: Vec<String> = c.warnings.iter().map(|d| d.to_string()).collect();
+    assert!(
+        w.iter()
+            .any(|m| m.contains("IODeviceLatencyTargetSec is not applied")
+                && m.contains("CONFIG_BLK_CGROUP_IOLATENCY")),
+        "{w:#?}"
     );
 }
 

@@ -208,8 +208,8 @@ pub fn calibrate(req: &Request) -> Result<Calibration> {
             fig.round().max(1.0) as u64
         })
     };
-    if writes {
-        // Writes first: the scratch file is filled (allocated) before reads measure it.
+    if writes && !device {
+        // The scratch file is filled (allocated) before anything is measured on it.
         fill(&file, size)?;
     }
     let rbps = measure("rbps: sequential reads, 4 MiB blocks", false, big, 2, false)?;

@@ -119,6 +119,16 @@ impl Mapper<'_> {
             why: "IO*BandwidthMax / IO*IOPSMax".into(),
             reset: Reset::IoMax,
         });
+        if !self.caps.io_latency {
+            if !s.io_latency.is_empty() {
+                self.warn(
+                    "IODeviceLatencyTargetSec",
+                    "this kernel has no io.latency (built without CONFIG_BLK_CGROUP_IOLATENCY, as Debian 12's is), so it has no effect here",
+                    "use io.cost ([iocost]) with IOWeight, or IO*BandwidthMax on the other slices",
+                );
+            }
+            return;
+        }
         let lines = s
             .io_latency
             .iter()
