@@ -482,7 +482,7 @@ fn bad_input_changes_nothing() {
         ("[slice.db]\nCPUWeight = = 5\n", ":2:"),
         (
             "[slice.db]\nIOReadBandwidthMax = \"/no/such/dev 10M\"\n",
-            "cannot resolve device",
+            "cannot open '/no/such/dev': No such file or directory",
         ),
         ("[slice.db]\nAllowedCPUs = \"0-4095\"\n", "online CPUs"),
     ];

@@ -11,7 +11,7 @@
 mod op;
 pub mod record;
 
-pub use op::{execute, plan_reset, reset, Applied, IocostOp};
+pub use op::{execute, plan_reset, plan_reset_except, reset, Applied, IocostOp};
 
 use crate::layout::{Layout, Version};
 use bulkhead_plan::iocost::ResolvedIocost;
@@ -179,6 +179,8 @@ mod tests {
         let rec = record::Record::load(&state).unwrap();
         assert_eq!(rec.files.len(), 2);
 
+        // A plan that still names the disk keeps it; one that no longer does puts it back.
+        assert!(plan_reset_except(&rec, &[r.devices[0].dev]).is_empty());
         let back = plan_reset(&rec);
         assert_eq!(back.len(), 2);
         assert!(back[0].file.ends_with(QOS), "io.cost off first");

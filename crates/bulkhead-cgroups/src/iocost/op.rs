@@ -195,13 +195,20 @@ pub fn execute(ops: &[IocostOp], state: &Path) -> Result<Applied> {
 /// What `destroy` writes to put back what the record holds: QoS lines first (io.cost off),
 /// then models. Reads the files, changes nothing.
 pub fn plan_reset(rec: &Record) -> Vec<IocostOp> {
+    plan_reset_except(rec, &[])
+}
+
+/// [`plan_reset`] for the disks not in `keep` (the ones a plan no longer names).
+pub fn plan_reset_except(rec: &Record, keep: &[DevNum]) -> Vec<IocostOp> {
     let mut files: Vec<&PathBuf> = rec.files.keys().collect();
     files.sort_by_key(|f| !is_qos(f));
     let mut ops = Vec::new();
     for file in files {
         let content = std::fs::read_to_string(file).unwrap_or_default();
         for (dev, was) in &rec.files[file] {
-            let Some(d) = parse_dev(dev) else { continue };
+            let Some(d) = parse_dev(dev).filter(|d| !keep.contains(d)) else {
+                continue;
+            };
             let value = restore_value(file, was.as_deref());
             let now = line_of(&content, d);
             if holds(now.as_deref(), &value) {

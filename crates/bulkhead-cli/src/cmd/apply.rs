@@ -24,6 +24,7 @@ pub fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
             "changes": p.changes.ops,
             "hugepages": p.hugepages.as_ref().map(|h| &h.ops),
             "iocost": p.iocost,
+            "iocost_put_back": p.iocost_stale,
             "sched_slices": p.sched,
             "warnings": p.notes,
             "outcome": done.as_ref().and_then(|d| d.slices),
@@ -65,6 +66,11 @@ fn print_planned(cli: &Cli, p: &ApplyPlan, dry_run: bool, verbose: bool) {
                     c.ops.len()
                 );
             }
+        }
+    }
+    if show {
+        for op in &p.iocost_stale {
+            println!("{op}");
         }
     }
     if let Some(ops) = &p.iocost {

@@ -30,6 +30,8 @@ pub struct ApplyPlan {
     pub hugepages: Option<hugepages::Changes>,
     /// The `[iocost]` section's writes to the cgroup2 root (None: the plan has none).
     pub iocost: Option<Vec<IocostOp>>,
+    /// io.cost lines bulkhead set on disks the plan no longer names, put back first.
+    pub iocost_stale: Vec<IocostOp>,
     /// Scheduler slices (CPUSchedulingSliceSec) to record and set on the slices' tasks.
     pub sched: Vec<crate::tasks::Change>,
     /// The plan's notes, what the host cannot honour, and the huge page section's notes.
@@ -65,6 +67,13 @@ pub fn plan(cx: &Context, req: ApplyRequest) -> Result<ApplyPlan> {
             Some(iocost::plan_apply(r, &root)?)
         }
     };
+    let keep: Vec<_> = resolved
+        .iocost
+        .iter()
+        .flat_map(|r| r.devices.iter().map(|d| d.dev))
+        .collect();
+    let record = iocost::record::Record::load(&iocost::record::default_path())?;
+    let iocost_stale = iocost::plan_reset_except(&record, &keep);
     let changes = chosen.plan_apply(
         &resolved,
         ApplyOptions {
@@ -89,6 +98,7 @@ pub fn plan(cx: &Context, req: ApplyRequest) -> Result<ApplyPlan> {
         changes,
         hugepages: hp,
         iocost,
+        iocost_stale,
         sched,
         notes,
     })
@@ -120,6 +130,7 @@ impl ApplyPlan {
         self.changes.is_empty()
             && self.sched.is_empty()
             && self.iocost.as_ref().is_none_or(Vec::is_empty)
+            && self.iocost_stale.is_empty()
             && self.hugepages.as_ref().is_none_or(|h| h.ops.is_empty())
     }
 
@@ -185,6 +196,9 @@ impl ApplyPlan {
     }
 
     fn execute_iocost(&self, report: &mut ApplyReport) -> Result<Option<iocost::Applied>> {
+        if !self.iocost_stale.is_empty() {
+            iocost::reset(&self.iocost_stale, &iocost::record::default_path())?;
+        }
         let Some(ops) = self.iocost.as_ref().filter(|o| !o.is_empty()) else {
             return Ok(None);
         };
