@@ -608,7 +608,8 @@ fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
     }
     let host_memory = bulkhead::units::parse_size(&a.host_memory, 1024)
         .map_err(|e| bad(format!("--host-memory: {e}")))?;
-    let plan = Plan::load(cli.config.as_deref())?.resolve(&Host::detect())?;
+    let plan = Plan::load(cli.config.as_deref())?;
+    let plan = plan.resolve(&Host::detect_for(plan.device_paths()))?;
     let parse = |s: &str, flag: &str| SliceName::parse(s).map_err(|e| bad(format!("{flag}: {e}")));
     let spec = Spec {
         hogs: each(&a.hog, HogKind::parse)?,

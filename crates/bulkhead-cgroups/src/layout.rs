@@ -58,6 +58,8 @@ pub struct Caps {
     pub bfq_devices: Vec<String>,
     /// v2 io.cost is available (io.weight works without BFQ).
     pub io_cost: bool,
+    /// v2 io.latency exists (CONFIG_BLK_CGROUP_IOLATENCY; Debian 12's 6.1 kernel has none).
+    pub io_latency: bool,
     /// v1 memory.memsw.* exists (swap accounting).
     pub memsw: bool,
     /// hugetlb.<size>.rsvd.* exists.
@@ -214,8 +216,27 @@ impl Layout {
                         .is_ok_and(|t| t.contains("enable=1"))
                 }),
             swap_v2: self.swap_v2(),
+            io_latency: self.io_latency(),
             memsw: exists("memory", "memory.memsw.limit_in_bytes"),
             hugetlb_rsvd,
+        }
+    }
+
+    /// Whether v2 cgroups get io.latency. It is a file of non-root cgroups only: look at a
+    /// child of the v2 root that has the io controller; with none to look at, the kernel's
+    /// config (/boot/config-RELEASE) when it says, else assume yes.
+    fn io_latency(&self) -> bool {
+        let Some(h) = self.hierarchy("io").filter(|h| h.version == Version::V2) else {
+            return false;
+        };
+        let child = fs::read_dir(&h.mount).ok().and_then(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .find(|p| p.join("io.stat").exists())
+        });
+        match child {
+            Some(p) => p.join("io.latency").exists(),
+            None => kernel_config("CONFIG_BLK_CGROUP_IOLATENCY").unwrap_or(true),
         }
     }
 
@@ -281,6 +302,20 @@ impl Layout {
             Kind::Hybrid => format!("hybrid: {} on v1; {v2}", v1.join(",")),
         }
     }
+}
+
+/// A `CONFIG_X=y|m` / `# CONFIG_X is not set` line of the running kernel's config, if the
+/// config is in /boot.
+fn kernel_config(key: &str) -> Option<bool> {
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let text = fs::read_to_string(format!("/boot/config-{}", release.trim())).ok()?;
+    text.lines().find_map(|l| {
+        if l == format!("# {key} is not set") {
+            return Some(false);
+        }
+        let v = l.strip_prefix(key)?.strip_prefix('=')?;
+        Some(v == "y" || v == "m")
+    })
 }
 
 fn kernel_at_least(major: u32, minor: u32) -> bool {

@@ -66,6 +66,7 @@ fn backends_of_changed_plans() {
                 io_cost: !caps_on,
                 memsw: caps_on,
                 hugetlb_rsvd: caps_on,
+                io_latency: caps_on,
                 swap_v2: caps_on,
             };
             for s in &resolved.slices {

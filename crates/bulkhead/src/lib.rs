@@ -13,6 +13,7 @@
 
 pub mod actions;
 pub mod activate;
+pub mod calibrate;
 pub mod context;
 pub mod exposition;
 pub mod guard;

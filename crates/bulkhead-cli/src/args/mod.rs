@@ -5,6 +5,7 @@ mod backend;
 pub mod guard;
 pub mod hugepages;
 pub mod image;
+pub mod iocost;
 mod spawn;
 
 pub use backend::BackendArg;
@@ -194,6 +195,9 @@ BULKHEAD_HUGEPAGES_STATE overrides it), /sys/kernel/mm/hugepages, \
 /sys/kernel/mm/transparent_hugepage, /proc/PID/smaps_rollup."
     )]
     Hugepages(hugepages::HugepagesCmd),
+    /// io.cost, the [iocost] section's controller: measure a disk's cost model
+    #[command(subcommand)]
+    Iocost(iocost::IocostCmd),
     /// Print a shell completion script to standard output
     #[command(
         long_about = "Print the completion script of a shell to standard output. Load it for this \

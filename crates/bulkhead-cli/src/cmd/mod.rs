@@ -10,6 +10,7 @@ mod exporter;
 mod guard;
 mod hugepages;
 mod image;
+mod iocost;
 mod moves;
 mod plan;
 mod run;
@@ -39,6 +40,7 @@ pub fn dispatch(cli: &Cli) -> Result<i32> {
         Command::Agent(a) => agent::exec(cli, a),
         Command::Image(i) => image::dispatch(cli, i),
         Command::Hugepages(h) => hugepages::dispatch(cli, h),
+        Command::Iocost(c) => iocost::dispatch(cli, c),
         Command::Completions(a) => completions::completions(a),
         Command::Manpages(a) => completions::manpages(a),
     }

@@ -4,7 +4,9 @@
 //! (a MAP_HUGETLB map of 2 MiB pages, every page touched), `cpus` (print the CPUs this
 //! process may run on), `spawn:N` (start N `sleep 2` at once, print how many started and
 //! how many were refused), `read:DEV:OFFSET_MIB:LEN_MIB:SECS` (O_DIRECT reads of 64 KiB
-//! over a region of a block device by four threads, round and round, for SECS).
+//! over a region of a block device by four threads, round and round, for SECS),
+//! `lat:DEV:OFFSET_MIB:LEN_MIB:SECS` (a latency-sensitive reader: one O_DIRECT 4 KiB read at
+//! a random place of the region every millisecond, for SECS; prints `p50=US p99=US n=N`).
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +23,12 @@ fn child() {
         ["alloc", mib, secs] => alloc(mib.parse().unwrap(), secs.parse().unwrap()),
         ["hugetlb", mib] => hugetlb(mib.parse().unwrap()),
         ["read", dev, off, len, secs] => read(
+            dev,
+            off.parse().unwrap(),
+            len.parse().unwrap(),
+            secs.parse().unwrap(),
+        ),
+        ["lat", dev, off, len, secs] => lat(
             dev,
             off.parse().unwrap(),
             len.parse().unwrap(),
@@ -95,6 +103,39 @@ fn read_region(dev: &str, off_mib: u64, len_mib: u64, end: Instant) {
             pos = start;
         }
     }
+}
+
+/// One 4 KiB direct read at a time, a millisecond apart, at random places: the latency a
+/// database's point reads see. Prints the median and 99th percentile in microseconds.
+fn lat(dev: &str, off_mib: u64, len_mib: u64, secs: f64) -> i32 {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_DIRECT.bits())
+        .open(dev)
+        .unwrap_or_else(|e| panic!("{dev}: {e}"));
+    let mut v = vec![0u8; 8192];
+    let skip = v.as_ptr().align_offset(4096);
+    let buf = &mut v[skip..skip + 4096];
+    let pages = (len_mib << 20) / 4096;
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut lats: Vec<u64> = Vec::new();
+    while Instant::now() < end {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let at = (off_mib << 20) + (x % pages) * 4096;
+        let t = Instant::now();
+        f.read_exact_at(buf, at)
+            .unwrap_or_else(|e| panic!("read {dev} at {at}: {e}"));
+        lats.push(t.elapsed().as_micros() as u64);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    lats.sort_unstable();
+    let q = |p: f64| lats[((lats.len() - 1) as f64 * p) as usize];
+    eprintln!("p50={} p99={} n={}", q(0.5), q(0.99), lats.len());
+    0
 }
 
 fn spawn(n: usize) -> i32 {

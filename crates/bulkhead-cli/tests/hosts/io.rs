@@ -65,6 +65,11 @@ impl Loop {
     /// the pace (on a 2-CPU host or an emulated guest the CPU is slower than any loop device).
     /// None where the kernel has no null_blk or configfs.
     pub fn throttled(tag: &str, mib: u64, mbps: u64) -> Option<Loop> {
+        Loop::throttled_with(tag, mib, mbps, "bfq")
+    }
+
+    /// [`Loop::throttled`] with another scheduler (`none`: as NVMe and virtio disks have it).
+    pub fn throttled_with(tag: &str, mib: u64, mbps: u64, sched: &str) -> Option<Loop> {
         let _ = Command::new("modprobe")
             .args(["-q", "null_blk", "nr_devices=0"])
             .status();
@@ -102,21 +107,30 @@ impl Loop {
             mounted: None,
             nullb: Some(dir),
         };
-        Some(l.with_bfq())
+        Some(l.with_scheduler(sched))
     }
 
-    fn with_bfq(mut self) -> Loop {
+    fn with_bfq(self) -> Loop {
+        self.with_scheduler("bfq")
+    }
+
+    /// Set the disk's scheduler (put back when dropped).
+    pub fn with_scheduler(mut self, sched: &str) -> Loop {
         let l = &mut self;
         let name = l.dev.trim_start_matches("/dev/").to_string();
-        let _ = Command::new("modprobe").args(["-q", "bfq"]).status();
+        if sched == "bfq" {
+            let _ = Command::new("modprobe").args(["-q", "bfq"]).status();
+        }
         let q = format!("/sys/block/{name}/queue/scheduler");
         let cur = std::fs::read_to_string(&q).unwrap_or_default();
-        l.sched_before = cur
-            .split_whitespace()
-            .find(|s| s.starts_with('['))
-            .map(|s| s.trim_matches(|c| c == '[' || c == ']').to_string());
-        std::fs::write(&q, "bfq")
-            .unwrap_or_else(|e| panic!("BFQ on {}: {e} (scheduler: {cur})", l.dev));
+        if l.sched_before.is_none() {
+            l.sched_before = cur
+                .split_whitespace()
+                .find(|s| s.starts_with('['))
+                .map(|s| s.trim_matches(|c| c == '[' || c == ']').to_string());
+        }
+        std::fs::write(&q, sched)
+            .unwrap_or_else(|e| panic!("{sched} on {}: {e} (scheduler: {cur})", l.dev));
         // Weights only: no boost for queues BFQ takes for interactive ones (new readers are).
         let _ = std::fs::write(format!("/sys/block/{name}/queue/iosched/low_latency"), "0");
         self
@@ -344,4 +358,258 @@ fn writeback_is_charged_to_the_slice_on_v2() {
             "v2: writeback of the slice's pages was not charged to it"
         );
     }
+}
+
+/// A disk with the `none` scheduler (as NVMe and virtio disks have it): null_blk at `mbps`
+/// where the kernel has it, else a loop device; and what it is, for the report.
+fn none_disk(h: &Host, mib: u64, mbps: u64) -> (Loop, String) {
+    match Loop::throttled_with(&h.parent, mib, mbps, "none") {
+        Some(l) => (l, format!("null_blk at {mbps} MB/s, scheduler none")),
+        None => (
+            Loop::new(h.tmp(), mib).with_scheduler("none"),
+            "loop device, scheduler none (CPU-bound)".into(),
+        ),
+    }
+}
+
+/// `lat` child's `p50=US p99=US n=N`.
+fn latencies(out: &std::process::Output) -> (u64, u64, u64) {
+    let text = String::from_utf8_lossy(&out.stderr);
+    let field = |k: &str| {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{k}="))?.parse().ok())
+            .unwrap_or_else(|| panic!("no {k}= in the reader's output: {text}"))
+    };
+    (field("p50"), field("p99"), field("n"))
+}
+
+/// The latency reader's p50/p99 in slice `lat` while `hog` reads with four threads.
+fn p99_under_hog(h: &Host, l: &Loop, secs: f64) -> (u64, u64, u64) {
+    let warm = if crate::memory::in_guest() { 3.0 } else { 1.0 };
+    let mut hog = reader(h, "hog", l, 0, 256, warm + secs + 1.0);
+    std::thread::sleep(Duration::from_secs_f64(warm));
+    let out = h
+        .child_in("lat", &format!("lat:{}:256:256:{secs}", l.dev))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "latency reader: {}",
+        ended(&out.status)
+    );
+    let st = hog.wait().unwrap();
+    assert!(st.success(), "hog: {}", ended(&st));
+    latencies(&out)
+}
+
+/// IODeviceLatencyTargetSec: on v2, io.latency holds the target for the disk (read back
+/// from the slice's own file, whoever wrote it: bulkhead or systemd), and a latency-sensitive
+/// reader's p99 beside a four-thread hog is measured without and with it (reported; it must
+/// not be worse with the target). With the I/O controller on v1, apply says it has no effect.
+#[test]
+fn io_latency_target_is_set_and_protects_a_reader() {
+    let _s = crate::serial();
+    let Some(h) = Host::new() else { return };
+    if !h.v2("io") {
+        let warned = h.apply(&[("lat", "IODeviceLatencyTargetSec = \"/var/tmp 10ms\"")]);
+        h.report(
+            "IODeviceLatencyTargetSec",
+            "I/O controller on v1: apply warns that it has no effect",
+        );
+        assert!(
+            warned.contains("IODeviceLatencyTargetSec") && warned.contains("no effect"),
+            "{warned}"
+        );
+        return;
+    }
+    let (l, what) = none_disk(&h, 512, 40);
+    if !h.layout.caps().io_latency {
+        // Debian 12's kernel is built without io.latency: apply must say so.
+        let warned = h.apply(&[(
+            "lat",
+            &format!("IODeviceLatencyTargetSec = \"{} 2ms\"", l.dev),
+        )]);
+        h.report(
+            "IODeviceLatencyTargetSec",
+            "this kernel has no io.latency (CONFIG_BLK_CGROUP_IOLATENCY off): apply warns that it has no effect",
+        );
+        assert!(
+            warned.contains("IODeviceLatencyTargetSec") && warned.contains("no effect"),
+            "{warned}"
+        );
+        return;
+    }
+    let secs = if crate::memory::in_guest() { 8.0 } else { 4.0 };
+    h.apply(&[("lat", "IOWeight = 100"), ("hog", "IOWeight = 100")]);
+    let (b50, b99, bn) = p99_under_hog(&h, &l, secs);
+    let target = "2ms";
+    h.apply(&[
+        (
+            "lat",
+            &format!(
+                "IOWeight = 100\nIODeviceLatencyTargetSec = \"{} {target}\"",
+                l.dev
+            ),
+        ),
+        ("hog", "IOWeight = 100"),
+    ]);
+    let d = h.dir("io", "lat").expect("the slice has an io directory");
+    let file = std::fs::read_to_string(d.join("io.latency")).unwrap_or_default();
+    let (p50, p99, n) = p99_under_hog(&h, &l, secs);
+    h.report(
+        "IODeviceLatencyTargetSec",
+        &format!(
+            "{target} on {what}: io.latency reads \"{}\"; a 4K reader beside a 4-thread hog: p50/p99 {b50}/{b99} us without ({bn} reads), {p50}/{p99} us with the target ({n} reads), p99 ratio {:.2}",
+            file.trim(),
+            p99 as f64 / b99.max(1) as f64
+        ),
+    );
+    assert_eq!(file.trim(), format!("{} target=2000", l.num), "io.latency");
+    assert!(
+        p99 as f64 <= b99 as f64 * 1.5,
+        "with the target the reader's p99 is {p99} us, without {b99} us"
+    );
+}
+
+/// The [iocost] section on a `none`-scheduler disk: IOWeight 25:100 shares it close to the
+/// weights with io.cost on (the plan's, with a model measured by `iocost calibrate`), about
+/// evenly without; io.weight is written in the slices; destroy puts io.cost back as it was.
+#[test]
+fn io_cost_makes_io_weight_share_a_none_disk() {
+    let _s = crate::serial();
+    let Some(h) = Host::new() else { return };
+    let Some(root) = h
+        .layout
+        .hierarchy("io")
+        .filter(|x| x.version == bulkhead::cgroup::Version::V2)
+        .map(|x| x.mount.clone())
+        .filter(|m| m.join("io.cost.qos").exists())
+    else {
+        h.write_plan_with(
+            &[("w", "IOWeight = 25")],
+            "\n[iocost]\ndevices = [\"/var/tmp\"]\n",
+        );
+        let o = h.bulkhead(&["apply"]);
+        let err = crate::common::stderr(&o);
+        h.report(
+            "[iocost]",
+            "no io.cost on this host's cgroup2 root: apply refuses the plan, nothing changed",
+        );
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("[iocost] cannot be applied on this host"),
+            "{err}"
+        );
+        return;
+    };
+    let (l, what) = none_disk(&h, 512, 40);
+    let qos_line = || {
+        let t = std::fs::read_to_string(root.join("io.cost.qos")).unwrap_or_default();
+        t.lines()
+            .find(|x| x.starts_with(&format!("{} ", l.num)))
+            .map(|x| x.to_string())
+    };
+    let before = qos_line();
+    let warm = if crate::memory::in_guest() { 4.0 } else { 1.5 };
+    let window = 5.0;
+    let measure = || {
+        let mut a = reader(&h, "low", &l, 0, 256, warm + window + 1.0);
+        let mut b = reader(&h, "high", &l, 256, 256, warm + window + 1.0);
+        std::thread::sleep(Duration::from_secs_f64(warm));
+        let s0 = (
+            io_bytes(&h, "low", &l.num).0,
+            io_bytes(&h, "high", &l.num).0,
+        );
+        std::thread::sleep(Duration::from_secs_f64(window));
+        let s1 = (
+            io_bytes(&h, "low", &l.num).0,
+            io_bytes(&h, "high", &l.num).0,
+        );
+        for k in [&mut a, &mut b] {
+            let st = k.wait().unwrap();
+            assert!(st.success(), "reader: {}", ended(&st));
+        }
+        let (lo, hi) = (s1.0 - s0.0, s1.1 - s0.1);
+        (lo, hi, hi as f64 / lo.max(1) as f64)
+    };
+    let slices = [("low", "IOWeight = 25"), ("high", "IOWeight = 100")];
+    h.apply(&slices);
+    let (off_lo, off_hi, off) = measure();
+
+    // The model, measured on the disk itself (a null_blk holds no data).
+    let o = h.bulkhead(&[
+        "iocost",
+        "calibrate",
+        &l.dev,
+        "--destroy-data",
+        "--seconds",
+        "1",
+        "--json",
+    ]);
+    assert!(
+        o.status.success(),
+        "calibrate: {}",
+        crate::common::stderr(&o)
+    );
+    let cal: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let c = &cal["coefs"];
+    let model = format!(
+        "{{ rbps = {}, rseqiops = {}, rrandiops = {}, wbps = {}, wseqiops = {}, wrandiops = {} }}",
+        c["rbps"], c["rseqiops"], c["rrandiops"], c["wbps"], c["wseqiops"], c["wrandiops"]
+    );
+    let section = format!(
+        "\n[iocost]\ndevices = [\"{}\"]\nrlat = \"50ms\"\nmin = \"25%\"\nmax = \"100%\"\nmodel = {model}\n",
+        l.dev
+    );
+    h.write_plan_with(&slices, &section);
+    let o = h.bulkhead(&["apply", "--dry-run"]);
+    let planned = crate::common::stdout(&o);
+    assert!(
+        planned.contains(&format!("io.cost.qos = \"{} enable=1 ctrl=user", l.num)),
+        "{planned}"
+    );
+    let o = h.bulkhead(&["apply"]);
+    assert!(o.status.success(), "apply: {}", crate::common::stderr(&o));
+    let on_line = qos_line().unwrap_or_default();
+    assert!(on_line.contains("enable=1"), "io.cost.qos: {on_line}");
+    let w = |n: &str| {
+        std::fs::read_to_string(h.dir("io", n).unwrap().join("io.weight")).unwrap_or_default()
+    };
+    assert!(w("low").contains("default 25"), "io.weight: {}", w("low"));
+    assert!(
+        w("high").contains("default 100"),
+        "io.weight: {}",
+        w("high")
+    );
+    let (on_lo, on_hi, on) = measure();
+
+    let o = h.bulkhead(&["destroy", "--kill"]);
+    assert!(o.status.success(), "destroy: {}", crate::common::stderr(&o));
+    let after = qos_line();
+    let mib = |b: u64| b as f64 / 1048576.0;
+    h.report(
+        "[iocost] + IOWeight",
+        &format!(
+            "25:100 on {what}, direct reads over {window} s: without io.cost {:.1}:{:.1} MiB (ratio {off:.2}), with io.cost (model {model}) {:.1}:{:.1} MiB (ratio {on:.2}, want 4 -40%..+50%); io.cost.qos after destroy: {:?}",
+            mib(off_lo), mib(off_hi), mib(on_lo), mib(on_hi), after
+        ),
+    );
+    match &before {
+        None => assert!(
+            after.as_deref().is_none_or(|a| a.contains("enable=0")),
+            "destroy left io.cost on: {after:?}"
+        ),
+        Some(b) => assert!(
+            after.as_deref().is_some_and(|a| a.contains(
+                b.split_whitespace()
+                    .find(|t| t.starts_with("enable="))
+                    .unwrap()
+            )),
+            "before {b}, after {after:?}"
+        ),
+    }
+    assert!(
+        (2.4..=6.0).contains(&on),
+        "io.cost: IOWeight 25:100 gave {on:.2}"
+    );
 }
