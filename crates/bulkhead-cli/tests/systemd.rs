@@ -25,10 +25,9 @@ MemoryMax = { value = "5%", min = "1400M" }
 [slice.good]
 CPUWeight = 50
 
-# systemd refuses paths with "." parts (bulkhead resolves it: the file is on a disk).
+# A site drop-in makes systemd fail this slice's start job (the test writes it).
 [slice.worse]
 CPUWeight = 60
-IODeviceWeight = "/usr/local/bin/./bulkhead 200"
 "#;
 
 fn units(c: &Container, pattern: &str) -> String {
@@ -96,18 +95,23 @@ fn transient_slices_idempotent_rolled_back_and_refused() {
         out(&o)
     );
 
-    // A value systemd rejects: the error names the directive, and everything is put back
-    // (db-helper's CPUWeight, the new 'good' slice).
+    // A slice systemd cannot start (a site's drop-in asserts a file that is not there; the
+    // plan itself cannot know): the error names the unit and the journal, and everything is
+    // put back (db-helper's CPUWeight, the new 'good' slice).
+    c.sh("mkdir -p /etc/systemd/system/worse.slice.d");
+    c.write(
+        "/etc/systemd/system/worse.slice.d/site.conf",
+        "[Unit]\nAssertPathExists=/nonexistent-site-marker\n",
+    );
+    c.sh("systemctl daemon-reload");
     c.write("/tmp/changed.toml", PLAN_CHANGED);
     let o = c.bulkhead(&["-c", "/tmp/changed.toml", "apply"]);
-    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
     let e = err(&o);
-    assert!(e.contains("systemd refused worse.slice"), "{e}");
-    assert!(
-        e.contains("IODeviceWeight=/usr/local/bin/./bulkhead 200"),
-        "{e}"
-    );
+    assert!(e.contains("systemd could not start worse.slice"), "{e}");
+    assert!(e.contains("journalctl -u worse.slice"), "{e}");
     assert!(e.contains("were undone"), "{e}");
+    c.sh("rm -r /etc/systemd/system/worse.slice.d && systemctl daemon-reload");
     assert_eq!(
         c.show("db-helper.slice", "CPUWeight"),
         "idle",

@@ -169,13 +169,22 @@ impl Systemd {
                 }
                 match self.bus.wait_settled(unit, Duration::from_secs(30))? {
                     Some(s) if s == "active" => Ok(()),
-                    s => Err(Error::failed_with(
+                    s => {
+                        // The unit never ran: nothing to undo later, so no record either.
+                        let _ = std::fs::remove_file(record(unit));
+                        Err(Error::failed_with(
                         Diagnostic::error(format!(
-                            "systemd could not start {unit} (it is {})",
-                            s.unwrap_or_else(|| "gone".into())
+                            "systemd could not start {unit} ({})",
+                            match s {
+                                Some(s) => format!("it is {s}"),
+                                None => "its start job failed and systemd unloaded it".into(),
+                            }
                         ))
-                        .hint(format!("see: journalctl -u {unit}")),
-                    )),
+                        .hint(format!(
+                            "see: journalctl -u {unit}; a drop-in's Condition/Assert or a dependency can stop a slice: systemctl cat {unit}"
+                        )),
+                    ))
+                    }
                 }
             }
             Call::SetUnitProperties {
