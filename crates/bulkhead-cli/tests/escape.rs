@@ -10,6 +10,8 @@ pub fn bin() -> std::ffi::OsString {
     std::env::var_os("BULKHEAD_UNDER_TEST").unwrap_or_else(|| env!("CARGO_BIN_EXE_bulkhead").into())
 }
 
+#[path = "escape/exporter.rs"]
+mod exporter;
 #[path = "escape/input.rs"]
 mod input;
 #[path = "escape/sandbox.rs"]
