@@ -18,3 +18,5 @@ mod input;
 mod sandbox;
 #[path = "escape/sockets.rs"]
 mod sockets;
+#[path = "escape/targets.rs"]
+mod targets;
