@@ -43,7 +43,8 @@ Defaults are sized for a few minutes on 2 CPUs and need about 3x --size of free 
 both pools)."
     )]
     Tlb(TlbBench),
-    /// What one Prometheus scrape costs: read N slices' cgroup files and render the exposition
+    /// What one Prometheus scrape costs: read N slices' cgroup files and render the
+    /// exposition; with --attack, what an attacker with N connections costs a running exporter
     Metrics(MetricsBench),
     /// The Kubernetes agent at scale against a test API server: N nodes' status writes (one
     /// BulkheadNode each) beside the previous shared-status design, and the real agent's CPU,
@@ -55,6 +56,9 @@ both pools)."
     /// The server `bench activation` reaches through each peer
     #[command(hide = true)]
     Backend(BackendArgs),
+    /// The attacker `bench metrics --attack` runs as UID 65534
+    #[command(hide = true)]
+    Attacker(AttackerArgs),
     /// One hog (the isolation bench runs them in slices)
     #[command(hide = true, subcommand)]
     Hog(HogCmd),
@@ -74,12 +78,47 @@ pub struct MetricsBench {
     /// Slices created under the bench's own cgroup root (removed at the end)
     #[arg(long, default_value_t = 50)]
     slices: usize,
-    /// Scrapes timed
-    #[arg(long, default_value_t = 500)]
-    scrapes: usize,
+    /// Scrapes timed [default: 500; with --attack, legitimate scrapes per build, scenario
+    /// and round: 20]
+    #[arg(long)]
+    scrapes: Option<usize>,
+    /// Run real exporters and attack them: a local user (UID 65534) with --idle connections
+    /// renewed as they close and/or --flood threads scraping in a loop, beside legitimate
+    /// scrapes every 250 ms
+    #[arg(long)]
+    attack: bool,
+    /// With --attack: idle connections the attacker holds
+    #[arg(long, default_value_t = 24, requires = "attack")]
+    idle: usize,
+    /// With --attack: threads the attacker floods with
+    #[arg(long, default_value_t = 8, requires = "attack")]
+    flood: usize,
+    /// With --attack: rounds (the builds alternate within each)
+    #[arg(long, default_value_t = 3, requires = "attack")]
+    rounds: usize,
+    /// With --attack: another bulkhead binary (e.g. the previous release) attacked in the
+    /// same run
+    #[arg(long, value_name = "BULKHEAD", requires = "attack")]
+    against: Option<PathBuf>,
+    /// With --attack: each exporter's CPU quota, as the packaged unit's CPUQuota= ("none"
+    /// for no quota)
+    #[arg(long, default_value = "20%", requires = "attack")]
+    quota: String,
     /// Print JSON
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+pub struct AttackerArgs {
+    #[arg(long)]
+    addr: std::net::SocketAddr,
+    #[arg(long, default_value_t = 0)]
+    idle: usize,
+    #[arg(long, default_value_t = 0)]
+    flood: usize,
+    #[arg(long)]
+    secs: f64,
 }
 
 #[derive(Args)]
@@ -516,7 +555,13 @@ pub fn dispatch(cli: &Cli, b: &BenchCmd) -> Result<i32> {
         BenchCmd::Spawn(a) => spawn_bench(cli, a),
         BenchCmd::Activation(a) => activation_bench(cli, a),
         BenchCmd::Tlb(a) => tlb_bench(cli, a),
+        BenchCmd::Metrics(a) if a.attack => metrics_attack(cli, a),
         BenchCmd::Metrics(a) => metrics_bench(a),
+        BenchCmd::Attacker(a) => {
+            let r = bulkhead_bench::metrics_attack::attack(a.addr, a.idle, a.flood, a.secs);
+            println!("{}", serde_json::to_string(&r).unwrap_or_default());
+            Ok(0)
+        }
         BenchCmd::Fleet(a) => fleet_bench(cli, a),
         BenchCmd::Loadgen(a) => loadgen(a),
         BenchCmd::Hog(h) => hog(h),
@@ -524,10 +569,59 @@ pub fn dispatch(cli: &Cli, b: &BenchCmd) -> Result<i32> {
     }
 }
 
+fn metrics_attack(cli: &Cli, a: &MetricsBench) -> Result<i32> {
+    use bulkhead_bench::metrics_attack;
+    if !bulkhead::sys::process::is_root() {
+        return Err(
+            bad("bench metrics --attack needs root (cgroups, an attacker of another UID)")
+                .with_hint("run it with sudo"),
+        );
+    }
+    let quota = match a.quota.as_str() {
+        "none" => None,
+        q => Some(
+            bulkhead::units::parse_percent(q)
+                .and_then(|r| r.ok())
+                .filter(|f| *f > 0.0)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "--quota {q}: give a percentage such as 20%, or none"
+                    ))
+                })?,
+        ),
+    };
+    let mut builds = vec![("this".to_string(), bulkhead_bin()?)];
+    if let Some(p) = &a.against {
+        if !p.is_file() {
+            return Err(bad(format!("--against {}: no such file", p.display())));
+        }
+        builds.push(("against".to_string(), p.clone()));
+    }
+    bulkhead_bench::stop::install_handler();
+    let r = metrics_attack::run(&metrics_attack::Spec {
+        slices: a.slices,
+        idle: a.idle,
+        flood: a.flood,
+        scrapes: a.scrapes.unwrap_or(20),
+        rounds: a.rounds,
+        builds,
+        bench: std::env::current_exe().map_err(|e| Error::failed(e.to_string()))?,
+        quota,
+        progress: !cli.quiet,
+    })
+    .map_err(Error::failed)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r).unwrap_or_default());
+    } else {
+        print!("{}", metrics_attack::text(&r));
+    }
+    Ok(0)
+}
+
 fn metrics_bench(a: &MetricsBench) -> Result<i32> {
     let r = bulkhead_bench::metrics::run(&bulkhead_bench::metrics::Spec {
         slices: a.slices,
-        scrapes: a.scrapes,
+        scrapes: a.scrapes.unwrap_or(500),
     })
     .map_err(Error::failed)?;
     if a.json {

@@ -26,6 +26,15 @@ pub struct Report {
     pub max_ms: f64,
 }
 
+/// A plan of `n` slices with a weight and memory and task limits, as hosts have them.
+pub fn slices_plan(n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            format!("[slice.bmetrics{i}]\nCPUWeight = 100\nMemoryMax = \"1G\"\nTasksMax = 512\n")
+        })
+        .collect()
+}
+
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
@@ -37,11 +46,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
     crate::env::clean_stale();
     // Dropped at every return: the slices go with the bench root.
     let env = Env::create()?;
-    let text: String = (0..spec.slices)
-        .map(|i| {
-            format!("[slice.bmetrics{i}]\nCPUWeight = 100\nMemoryMax = \"1G\"\nTasksMax = 512\n")
-        })
-        .collect();
+    let text = slices_plan(spec.slices);
     let plan = Plan::parse(&text, None)
         .and_then(|p| p.resolve(&Host::detect_for(p.device_paths())))
         .map_err(|e| e.to_string())?;

@@ -347,24 +347,42 @@ fn per_connection_mode_gives_each_client_its_own_sandbox() {
         return;
     }
     let s = Scratch::new("activate");
+    let t = common::TestRoot::new();
     let name = s.name("inetd");
     let port = free_port();
+    // Every sandbox of the socket runs in a slice that bounds them (the plan refuses one
+    // without).
     let plan = s.write(
         "plan.toml",
         &format!(
             r#"
+[slice.inetd]
+TasksMax = 256
+MemoryMax = "1G"
+
 [socket.{name}]
 listen = ["127.0.0.1:{port}"]
 mode = "per-connection"
 [socket.{name}.target]
 rootfs = "{root}"
+slice = "inetd"
 command = ["/bin/sh", "-c", "read line; ls /root; touch /root/mark; echo \"$line pid=$$ from=$REMOTE_ADDR\""]
 "#,
             root = s.root().display()
         ),
     );
+    let in_root = |args: &[&str]| {
+        let mut c = bulkhead();
+        c.env("BULKHEAD_CGROUP_ROOT", &t.cgroup)
+            .arg("-c")
+            .arg(&plan);
+        c.args(args);
+        c
+    };
+    let o = in_root(&["apply", "-q"]).output().unwrap();
+    assert!(o.status.success(), "{}", common::stderr(&o));
     let before = sandbox_entries();
-    let mut serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let mut serve = Serve::start_cmd(in_root(&["serve"]), s.dir.join("serve.log"));
     let talk = |msg: &str| {
         let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();

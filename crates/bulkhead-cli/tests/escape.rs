@@ -10,9 +10,15 @@ pub fn bin() -> std::ffi::OsString {
     std::env::var_os("BULKHEAD_UNDER_TEST").unwrap_or_else(|| env!("CARGO_BIN_EXE_bulkhead").into())
 }
 
+#[path = "escape/exporter.rs"]
+mod exporter;
 #[path = "escape/input.rs"]
 mod input;
+#[path = "escape/probe.rs"]
+mod probe;
 #[path = "escape/sandbox.rs"]
 mod sandbox;
 #[path = "escape/sockets.rs"]
 mod sockets;
+#[path = "escape/targets.rs"]
+mod targets;

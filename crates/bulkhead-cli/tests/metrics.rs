@@ -222,7 +222,9 @@ fn status_prometheus_and_exporter_match_the_cgroup_files() {
         "{head}"
     );
     check(&t, body, before, after);
-    // The counter goes on: a second scrape reads afresh.
+    // The counter goes on: a second scrape after the shared page went stale (1 s) reads
+    // afresh.
+    std::thread::sleep(Duration::from_millis(1200));
     let again = parse(
         http(addr, b"GET /metrics HTTP/1.0\r\n\r\n")
             .split_once("\r\n\r\n")

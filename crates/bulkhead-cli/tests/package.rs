@@ -361,8 +361,21 @@ fn package_installs_boots_serves_and_purges() {
             "Before= lacks {u}: {before_units}"
         );
     }
-    // The exporter, locked down, still reads the slices.
+    // The exporter, locked down and bounded, still reads the slices.
     assert_eq!(c.show("bulkhead-exporter.service", "ActiveState"), "active");
+    for (property, want) in [
+        ("CPUQuotaPerSecUSec", "200ms"),
+        ("CPUWeight", "20"),
+        ("MemoryMax", "67108864"),
+        ("TasksMax", "16"),
+        ("LimitNOFILE", "1024"),
+    ] {
+        assert_eq!(
+            c.show("bulkhead-exporter.service", property),
+            want,
+            "{property}"
+        );
+    }
     let metrics = bash(
         &c,
         "metrics",

@@ -719,3 +719,64 @@ fn inherited_capabilities_do_not_reach_the_sandbox() {
         stdout(&o)
     );
 }
+
+/// Every tmpfs has a size: --tmp-size, --shm-size and --overlay-size set them (the plan's
+/// tmp_size, shm_size, overlay_size), writing past one fails inside, and --dry-run shows them.
+#[test]
+fn tmpfs_sizes_are_set_and_enforced() {
+    if !prerequisites() {
+        return;
+    }
+    let r = Root::new();
+    let fill = "for f in /tmp/a /dev/shm/b /c; do dd if=/dev/zero of=$f bs=1M count=6 2>/dev/null; echo $f=$?; rm -f $f; done; \
+                dd if=/dev/zero of=/dev/shm/d bs=1M count=2 2>/dev/null; echo small=$?";
+    let args = [
+        "-x",
+        "--snapshot",
+        "overlay",
+        "--tmp-size",
+        "4M",
+        "--shm-size",
+        "3M",
+        "--overlay-size",
+        "5M",
+    ];
+    let out = stdout(&spawn(&r, &args, fill));
+    for f in ["/tmp/a", "/dev/shm/b", "/c"] {
+        assert!(
+            out.contains(&format!("{f}=1\n")),
+            "{f} past its size: {out}"
+        );
+    }
+    assert!(out.contains("small=0\n"), "{out}");
+    let o = bulkhead()
+        .args([
+            "spawn",
+            "-D",
+            r.path(),
+            "--dry-run",
+            "--shm-size",
+            "3M",
+            "--",
+            "/bin/true",
+        ])
+        .output()
+        .unwrap();
+    let plan = stdout(&o);
+    assert!(plan.contains("size=3145728"), "{plan}");
+    assert!(plan.contains(&format!("size={}", 256u64 << 20)), "{plan}");
+    let o = bulkhead()
+        .args([
+            "spawn",
+            "-D",
+            r.path(),
+            "--tmp-size",
+            "0",
+            "--",
+            "/bin/true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("at least 1M"), "{}", stderr(&o));
+}

@@ -65,6 +65,55 @@ impl std::str::FromStr for Bind {
     }
 }
 
+/// The size of every tmpfs a sandbox gets (a tmpfs without `size=` may take half the
+/// host's RAM): /tmp and each `--tmpfs`, /dev/shm, and the overlay's upper layer, where an
+/// ephemeral root's writes go. Bytes. Writing past one fails with ENOSPC inside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TmpfsSizes {
+    pub tmp: u64,
+    pub shm: u64,
+    pub overlay: u64,
+}
+
+impl TmpfsSizes {
+    /// 256M for /tmp and each --tmpfs, 64M for /dev/shm (Docker's --shm-size), 1G for the
+    /// overlay's upper layer.
+    pub const DEFAULT: TmpfsSizes = TmpfsSizes {
+        tmp: 256 << 20,
+        shm: 64 << 20,
+        overlay: 1 << 30,
+    };
+}
+
+impl Default for TmpfsSizes {
+    fn default() -> TmpfsSizes {
+        TmpfsSizes::DEFAULT
+    }
+}
+
+/// The smallest size a sandbox's tmpfs may be given (0 would mean no limit to tmpfs).
+pub const MIN_TMPFS: u64 = 1 << 20;
+
+/// A tmpfs size: `64M`, `1G`, `1048576` (bytes), at least 1M.
+pub fn parse_tmpfs_size(s: &str) -> Result<u64, String> {
+    let n = bulkhead_sys::units::parse_size(s.trim(), 1024)?;
+    if n < MIN_TMPFS {
+        return Err(format!(
+            "'{s}' is too small for a tmpfs: give at least 1M (e.g. \"64M\")"
+        ));
+    }
+    Ok(n)
+}
+
+/// The mount options of a sandbox's tmpfs: its mode, its size, and inodes in proportion
+/// (one per 4 KiB, at least 4096), so that empty files cannot take unbounded kernel memory.
+pub fn tmpfs_options(mode: &str, bytes: u64) -> String {
+    format!(
+        "mode={mode},size={bytes},nr_inodes={}",
+        (bytes / 4096).max(4096)
+    )
+}
+
 /// A user namespace: IDs 0..size inside are base..base+size outside.
 pub use bulkhead_sys::launch::IdRange as UserRange;
 
@@ -189,6 +238,24 @@ impl std::str::FromStr for Choice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tmpfs_sizes_are_bounded_and_spelled_for_mount() {
+        assert_eq!(parse_tmpfs_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_tmpfs_size(" 2G "), Ok(2 << 30));
+        assert!(parse_tmpfs_size("0").unwrap_err().contains("at least 1M"));
+        assert!(parse_tmpfs_size("512K").is_err());
+        assert!(parse_tmpfs_size("lots").is_err());
+        assert!(parse_tmpfs_size("99999999999999999999999G").is_err());
+        assert_eq!(
+            tmpfs_options("1777", 64 << 20),
+            "mode=1777,size=67108864,nr_inodes=16384"
+        );
+        assert_eq!(
+            tmpfs_options("0755", 1 << 20),
+            "mode=0755,size=1048576,nr_inodes=4096"
+        );
+    }
 
     #[test]
     fn method_and_choice_names_round_trip() {

@@ -25,6 +25,7 @@ pub mod pty;
 pub mod remove;
 pub mod sched;
 pub mod signals;
+pub mod sockdiag;
 pub mod statfs;
 pub mod tree;
 pub mod trusted;

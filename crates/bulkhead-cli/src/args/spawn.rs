@@ -1,5 +1,6 @@
 //! `bulkhead spawn`'s options.
 
+use bulkhead::plan::sandbox::parse_tmpfs_size;
 use bulkhead::sandbox::{Bind, Net};
 use bulkhead::snapshot::Choice;
 use clap::Args;
@@ -51,6 +52,16 @@ pub struct SpawnArgs {
     /// Mount a tmpfs at this path inside the sandbox (repeatable)
     #[arg(long, value_name = "DST")]
     pub tmpfs: Vec<PathBuf>,
+    /// The size of /tmp and of each --tmpfs; writing past it fails with ENOSPC [default: 256M]
+    #[arg(long, value_name = "SIZE", value_parser = parse_tmpfs_size)]
+    pub tmp_size: Option<u64>,
+    /// The size of /dev/shm [default: 64M]
+    #[arg(long, value_name = "SIZE", value_parser = parse_tmpfs_size)]
+    pub shm_size: Option<u64>,
+    /// The size of the tmpfs that holds an --ephemeral overlay's changes (the root's writes)
+    /// [default: 1G]
+    #[arg(long, value_name = "SIZE", value_parser = parse_tmpfs_size)]
+    pub overlay_size: Option<u64>,
     /// A user namespace: root inside is an unprivileged ID outside. `auto` leases a free 64K
     /// range (never one another live sandbox holds; /etc/subuid is honoured); or give
     /// BASE[:SIZE]

@@ -5,7 +5,7 @@ use crate::args::{Cli, SpawnArgs};
 use crate::cmd::report;
 use bulkhead::actions::spawn::{self, SpawnRequest};
 use bulkhead::run::RunError;
-use bulkhead::sandbox::SandboxSpec;
+use bulkhead::sandbox::{SandboxSpec, TmpfsSizes};
 
 pub fn spawn(cli: &Cli, a: &SpawnArgs) -> i32 {
     match spawn_inner(cli, a) {
@@ -32,6 +32,11 @@ fn request(a: &SpawnArgs) -> SpawnRequest {
             hostname: a.hostname.clone(),
             binds,
             tmpfs: a.tmpfs.clone(),
+            sizes: TmpfsSizes {
+                tmp: a.tmp_size.unwrap_or(TmpfsSizes::DEFAULT.tmp),
+                shm: a.shm_size.unwrap_or(TmpfsSizes::DEFAULT.shm),
+                overlay: a.overlay_size.unwrap_or(TmpfsSizes::DEFAULT.overlay),
+            },
             uid: a.uid.clone(),
             gid: a.gid.clone(),
             cwd: a.cwd.clone(),

@@ -109,6 +109,7 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
     if let Some(g) = &guard {
         crate::guard::check_slices(&source, g, &slices, &mut errors);
     }
+    crate::socket::check_slices(&source, &sockets, &slices, &mut errors);
     if !errors.is_empty() {
         return Err(Error::Invalid(errors));
     }

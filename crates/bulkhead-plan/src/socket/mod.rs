@@ -15,8 +15,11 @@
 //! ```
 
 mod keys;
+mod limits;
 mod rules;
 mod target;
+
+pub(crate) use limits::check_slices;
 
 use crate::values::Ctx;
 use crate::{Loc, SliceName, Source};
@@ -146,6 +149,16 @@ pub struct TargetSpec {
     pub snapshot: Option<String>,
     /// Sandbox only: a user namespace, `auto` or `BASE[:SIZE]` (as `spawn --private-users`).
     pub private_users: Option<String>,
+    /// Sandbox only: the size of /tmp, of /dev/shm and of the overlay's upper layer, in
+    /// bytes (`spawn --tmp-size`, `--shm-size`, `--overlay-size`); None: spawn's default.
+    pub tmp_size: Option<u64>,
+    pub shm_size: Option<u64>,
+    pub overlay_size: Option<u64>,
+    /// Where the target's table and its `slice` key stand, for messages.
+    #[serde(skip)]
+    pub loc: Loc,
+    #[serde(skip)]
+    pub slice_at: Option<Loc>,
 }
 
 /// One `[socket.NAME]` section, checked.
@@ -224,6 +237,9 @@ pub(crate) const TARGET_KEYS: &[&str] = &[
     "bind",
     "snapshot",
     "private_users",
+    "tmp_size",
+    "shm_size",
+    "overlay_size",
 ];
 
 /// A socket name is a plain name: it names files under /run/bulkhead/sockets.

@@ -29,6 +29,11 @@ pub(super) fn parse(c: &mut Ctx<'_>, loc: Loc, v: &DeValue<'_>) -> Option<Target
         bind: Vec::new(),
         snapshot: None,
         private_users: None,
+        tmp_size: None,
+        shm_size: None,
+        overlay_size: None,
+        loc,
+        slice_at: None,
     };
     let mut seen = std::collections::HashMap::new();
     for (k, v) in table.iter() {
@@ -45,6 +50,7 @@ pub(super) fn parse(c: &mut Ctx<'_>, loc: Loc, v: &DeValue<'_>) -> Option<Target
             }
             "rootfs" => t.rootfs = c.string(kloc, &tkey, val),
             "slice" => {
+                t.slice_at = Some(kloc);
                 if let Some(s) = c.string(kloc, &tkey, val) {
                     match SliceName::parse(&s) {
                         Ok(n) => t.slice = Some(n),
@@ -122,6 +128,27 @@ pub(super) fn parse(c: &mut Ctx<'_>, loc: Loc, v: &DeValue<'_>) -> Option<Target
                     }
                 }
             }
+            "tmp_size" | "shm_size" | "overlay_size" => {
+                let text = match val {
+                    DeValue::String(s) => Some(s.to_string()),
+                    DeValue::Integer(i) => Some(i.as_str().to_string()),
+                    _ => None,
+                };
+                match text.map(|s| crate::sandbox::parse_tmpfs_size(&s)) {
+                    Some(Ok(n)) => match key {
+                        "tmp_size" => t.tmp_size = Some(n),
+                        "shm_size" => t.shm_size = Some(n),
+                        _ => t.overlay_size = Some(n),
+                    },
+                    Some(Err(m)) => c.err(kloc, &tkey, m, "write a size such as \"64M\" or \"1G\""),
+                    None => c.err(
+                        kloc,
+                        &tkey,
+                        format!("{key} must be a size"),
+                        "write a size such as \"64M\" or \"1G\"",
+                    ),
+                }
+            }
             other => {
                 let hint = match crate::directives::suggest(other, TARGET_KEYS) {
                     Some(s) => format!("did you mean {s}?"),
@@ -152,7 +179,15 @@ pub(super) fn parse(c: &mut Ctx<'_>, loc: Loc, v: &DeValue<'_>) -> Option<Target
         );
     }
     if t.rootfs.is_none() {
-        for k in ["network", "bind", "snapshot", "private_users"] {
+        for k in [
+            "network",
+            "bind",
+            "snapshot",
+            "private_users",
+            "tmp_size",
+            "shm_size",
+            "overlay_size",
+        ] {
             if let Some(l) = seen.get(k) {
                 c.err(
                     *l,

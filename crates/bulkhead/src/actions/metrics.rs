@@ -85,7 +85,8 @@ impl Exporter {
         use tokio::signal::unix::{signal, SignalKind};
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
-            .max_blocking_threads(http::Limits::default().connections)
+            // One render at a time (the page is shared), and room for a second.
+            .max_blocking_threads(2)
             .build()
             .map_err(|e| Error::failed(format!("cannot start the event loop: {e}")))?;
         let scraper = Arc::new(self.scraper);

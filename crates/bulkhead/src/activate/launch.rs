@@ -54,6 +54,15 @@ impl Launcher {
             for b in &t.bind {
                 a.extend(["--bind".into(), b.into()]);
             }
+            for (flag, size) in [
+                ("--tmp-size", t.tmp_size),
+                ("--shm-size", t.shm_size),
+                ("--overlay-size", t.overlay_size),
+            ] {
+                if let Some(n) = size {
+                    a.extend([flag.into(), n.to_string().into()]);
+                }
+            }
             if let Some(u) = &t.user {
                 a.extend(["--uid".into(), u.into()]);
             }

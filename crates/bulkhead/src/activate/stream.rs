@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{Semaphore, TryAcquireError};
+use tokio::sync::TryAcquireError;
 
 enum AnyListener {
     Tcp(tokio::net::TcpListener),
@@ -70,8 +70,8 @@ pub async fn accept_loop(act: Arc<Activator>, fd: OwnedFd, mode: Mode) {
         }
     };
     let max = act.spec.max_connections;
-    let sem = Arc::new(Semaphore::new(max as usize));
-    let sources = Sources::new(act.spec.max_connections_per_source);
+    // The socket's, shared by its listeners: the limits hold per socket.
+    let (sem, sources) = (act.slots.clone(), act.sources.clone());
     loop {
         // At max_connections, stop accepting: new clients wait in the kernel's backlog.
         let permit = match sem.clone().try_acquire_owned() {

@@ -83,6 +83,11 @@ pub struct Activator {
     pub log: super::Log,
     /// Set when `serve` stops: loops that own a target process stop it and return.
     pub stopping: watch::Sender<bool>,
+    /// max_connections, shared by every listener of the socket (in per-connection mode:
+    /// the socket's live sandboxes).
+    pub slots: Arc<tokio::sync::Semaphore>,
+    /// max_connections_per_source, shared by every listener of the socket.
+    pub sources: Arc<super::sources::Sources>,
 }
 
 /// Counts a connection while it lives.
@@ -101,7 +106,11 @@ impl Activator {
         notify_dir: Option<PathBuf>,
         log: super::Log,
     ) -> Arc<Activator> {
+        let slots = Arc::new(tokio::sync::Semaphore::new(spec.max_connections as usize));
+        let sources = super::sources::Sources::new(spec.max_connections_per_source);
         Arc::new(Activator {
+            slots,
+            sources,
             spec,
             launcher,
             inner: Mutex::new(Inner {

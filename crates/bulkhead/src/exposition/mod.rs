@@ -5,10 +5,12 @@
 //! reported as 0); [`http`] answers `GET /metrics` with whatever a render function returns,
 //! within fixed limits.
 
+mod cache;
 mod dashboard;
 pub mod guard;
 pub mod http;
 pub mod hugepages;
+pub mod served;
 pub mod slices;
 pub mod sockets;
 pub mod text;

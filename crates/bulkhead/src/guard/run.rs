@@ -190,8 +190,15 @@ impl<'a> Loop<'a> {
         );
         let prober = match g.spec.probe {
             Some(p) => Some(
-                super::probe::Prober::start(p, g.spec.period)
-                    .map_err(|e| Error::failed(format!("cannot start the probe: {e}")))?,
+                super::probe::Prober::start(
+                    p,
+                    g.spec.period,
+                    Some(super::probe::PeerCheck::new(
+                        g.levers.chosen.reader().clone(),
+                        g.spec.protect.clone(),
+                    )),
+                )
+                .map_err(|e| Error::failed(format!("cannot start the probe: {e}")))?,
             ),
             None => None,
         };

@@ -20,7 +20,7 @@ pub mod userns;
 use crate::run::{RunError, EXIT_RUN_FAILED};
 use crate::snapshot::{self, Snapshot};
 use bulkhead_cgroups::{Joiner, Placement};
-pub use bulkhead_plan::sandbox::{Bind, Choice, Net, UserRange};
+pub use bulkhead_plan::sandbox::{Bind, Choice, Net, TmpfsSizes, UserRange};
 use bulkhead_plan::SliceName;
 use bulkhead_sys::error::{errno_text, Diagnostic, Error};
 use std::ffi::OsString;
@@ -44,6 +44,8 @@ pub struct SandboxSpec {
     pub hostname: Option<String>,
     pub binds: Vec<Bind>,
     pub tmpfs: Vec<PathBuf>,
+    /// The size of /tmp and each --tmpfs, /dev/shm, and the overlay's upper layer.
+    pub sizes: TmpfsSizes,
     pub private_users: Option<UserRange>,
     /// `--private-users auto`: a free range is leased at start ([`userns::allocate`]) and
     /// put in `private_users`.

@@ -4,6 +4,7 @@
 
 use super::{cstr, in_root, Create, Op, Target};
 use crate::sandbox::{Net, SandboxSpec};
+use bulkhead_plan::sandbox::tmpfs_options;
 use bulkhead_sys::error::Result;
 use std::ffi::CString;
 use std::path::Path;
@@ -154,7 +155,7 @@ pub fn dev(ops: &mut Vec<Op>, spec: &SandboxSpec, root: &Path, mp: Create) -> Re
         Target::Abs(r("dev/shm")?),
         "tmpfs",
         NOSUID_NODEV,
-        Some("mode=1777"),
+        Some(&tmpfs_options("1777", spec.sizes.shm)),
     )?);
     Ok(())
 }
@@ -167,7 +168,7 @@ pub fn tmp_binds_tmpfs(ops: &mut Vec<Op>, spec: &SandboxSpec, mp: Create) -> Res
         in_root(Path::new("tmp"), mp)?,
         "tmpfs",
         NOSUID_NODEV,
-        Some("mode=1777"),
+        Some(&tmpfs_options("1777", spec.sizes.tmp)),
     )?);
     let writable_root = spec.ephemeral || spec.writable;
     for b in &spec.binds {
@@ -199,7 +200,7 @@ pub fn tmp_binds_tmpfs(ops: &mut Vec<Op>, spec: &SandboxSpec, mp: Create) -> Res
             in_root(t, create)?,
             "tmpfs",
             NOSUID_NODEV,
-            Some("mode=0755"),
+            Some(&tmpfs_options("0755", spec.sizes.tmp)),
         )?);
     }
     Ok(())

@@ -5,6 +5,7 @@
 use super::{cstr, Op, Target};
 use crate::sandbox::SandboxSpec;
 use crate::snapshot::{mount_point, Method, Snapshot};
+use bulkhead_plan::sandbox::tmpfs_options;
 use bulkhead_sys::error::Result;
 use std::path::{Path, PathBuf};
 
@@ -20,7 +21,7 @@ pub struct Root {
 pub fn root(spec: &SandboxSpec, rootfs: &Path, snap: Option<&Snapshot>) -> Result<Root> {
     let userns = spec.private_users.is_some();
     match snap {
-        Some(s) if s.method == Method::Overlay => overlay(s, userns),
+        Some(s) if s.method == Method::Overlay => overlay(s, userns, spec.sizes.overlay),
         // The ID-mapped copy goes on the shared mount point: the snapshot's own path is in a
         // directory only the host's root may enter, and the sandbox is not that root.
         Some(s) if userns => Ok(Root {
@@ -80,14 +81,14 @@ pub fn root(spec: &SandboxSpec, rootfs: &Path, snap: Option<&Snapshot>) -> Resul
 
 /// An overlay: a tmpfs on the shared state directory (in the sandbox's own mount namespace)
 /// holding the upper and work layers, the source (or its ID-mapped copy) below.
-fn overlay(s: &Snapshot, userns: bool) -> Result<Root> {
+fn overlay(s: &Snapshot, userns: bool, size: u64) -> Result<Root> {
     let st = &s.state_dir;
     let mut ops = vec![Op::Mount {
         src: Some(cstr("bulkhead")?),
         target: Target::Abs(cstr(st)?),
         fstype: Some(cstr("tmpfs")?),
         flags: libc::MS_NOSUID | libc::MS_NODEV,
-        data: Some(cstr("mode=0755")?),
+        data: Some(cstr(tmpfs_options("0755", size))?),
     }];
     for d in ["upper", "work", "root", "lower"] {
         ops.push(Op::Mkdir {
