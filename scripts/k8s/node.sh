@@ -226,7 +226,7 @@ node_start() {
   done
   log "containerd $CONTAINERD_VERSION up (pid $pid) after $(($(now_ms) - t0)) ms"
   "$ROOT/scripts/k8s/oci-image" --out "$n/pause.tar" --name "$PAUSE_IMAGE" \
-    --add "$BIN/pause:/pause" --entrypoint /pause >/dev/null
+    --add "$LOCAL_BIN/pause:/pause" --entrypoint /pause >/dev/null
   node_import "$dir" "$n/pause.tar"
   node_sysctls_save "$dir"
   spawn "$n/kubelet.pid" "$n/kubelet.log" "$BIN/kubelet" \

@@ -168,6 +168,33 @@ impl Agent {
             .await;
     }
 
+    /// The chart is being uninstalled: remove what the applied plan made (slices, huge page
+    /// settings), the node's plan labels, and say so in the report. Errors are logged.
+    pub async fn uninstall(&mut self, node: &Node) -> Result<(), String> {
+        let state = State::load(&self.machine.state_file()).unwrap_or_default();
+        let res = self
+            .machine
+            .remove(&state.created)
+            .and_then(|()| self.machine.reset_hugepages());
+        if let Err(e) = &res {
+            log(format!(
+                "uninstall: removing what plan {:?} made failed: {e}",
+                state.plan
+            ));
+        } else {
+            log(format!(
+                "uninstall: removed slices {:?} of plan {:?}; huge page settings as they were",
+                state.created, state.plan
+            ));
+            self.save(&State::default());
+        }
+        self.label(node, None).await;
+        self.reporter
+            .publish(node, report::summary(Reports::new(), None))
+            .await;
+        res
+    }
+
     /// Remove what the previous plan made; false (and its report says why) when it cannot.
     fn remove_previous(
         &mut self,

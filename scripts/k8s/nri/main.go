@@ -48,12 +48,12 @@ type answer struct {
 	Seq    uint64  `json:"seq"`
 	Error  string  `json:"error,omitempty"`
 	Adjust *adjust `json:"adjust,omitempty"`
-	// Post: the policy also wants the container's cgroup once it exists (PostCreateContainer),
+	// Post: the policy also wants the container's cgroup once it exists (StartContainer),
 	// for what the OCI resources cannot carry (cpu.idle on a v1 node).
 	Post bool `json:"post,omitempty"`
 }
 
-// At most this many containers waiting for their PostCreateContainer.
+// At most this many containers waiting for their StartContainer.
 const maxPosts = 4096
 
 type adjust struct {
@@ -128,14 +128,15 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	return a.Adjust.apply(), nil, nil
 }
 
-// PostCreateContainer: the container's cgroup exists, its process has not started.
-func (p *plugin) PostCreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+// StartContainer: the runtime has created the container (runc create: its cgroup exists)
+// and not started it yet; an error fails the start.
+func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
 	if _, ok := p.posts.LoadAndDelete(ctr.GetId()); !ok {
 		return nil
 	}
 	atomic.AddInt64(&p.npost, -1)
 	a, err := p.ask(&request{
-		Event: "postCreate", Namespace: pod.GetNamespace(), Pod: pod.GetName(), UID: pod.GetUid(),
+		Event: "start", Namespace: pod.GetNamespace(), Pod: pod.GetName(), UID: pod.GetUid(),
 		Container: ctr.GetName(), ID: ctr.GetId(), Cgroups: ctr.GetLinux().GetCgroupsPath(),
 	})
 	if err != nil {
@@ -147,7 +148,7 @@ func (p *plugin) PostCreateContainer(_ context.Context, pod *api.PodSandbox, ctr
 	return nil
 }
 
-// RemoveContainer: forget a container that never got to PostCreateContainer.
+// RemoveContainer: forget a container that never got to StartContainer.
 func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	if _, ok := p.posts.LoadAndDelete(ctr.GetId()); ok {
 		atomic.AddInt64(&p.npost, -1)
