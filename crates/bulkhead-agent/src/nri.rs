@@ -120,14 +120,19 @@ impl Cgroups {
     }
 }
 
-/// A control file the plugin writes itself once the container's cgroup exists, for what the
-/// OCI resources have no field for (cpu.idle and the BFQ weight on a v1 node).
+/// A control file the plugin writes itself once the container's cgroup exists: what the OCI
+/// resources have no field for (cpu.idle and the BFQ weight on a v1 node), and the pod's own
+/// cgroup for cpu.idle and the IO weight. Those two work between siblings only: a container
+/// idle inside its pod competes with nothing, so the pod (the sibling of the other pods of
+/// its QoS class) is marked too. The kubelet never writes either file, so nothing fights.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
     /// The controller by its v2 name (`io` for v1's blkio), as `Layout::hierarchy` takes it.
     pub controller: &'static str,
     pub file: &'static str,
     pub value: String,
+    /// Into the pod's cgroup (the container's parent) instead of the container's.
+    pub pod: bool,
 }
 
 /// The decision for one container: the adjustment, the files to write after creation, the
@@ -280,25 +285,28 @@ fn limit_i64(l: Limit) -> i64 {
 /// it cannot take is a note (logged), as the agent warns for a slice.
 fn map(s: &ResolvedSlice, cg: Cgroups, d: &mut Decision) {
     let (a, notes) = (&mut d.adjust, &mut d.notes);
-    let write = |controller, file, value: String| Write {
+    let write = |controller, file, value: String, pod| Write {
         controller,
         file,
         value,
+        pod,
     };
     match (s.cpu_weight, cg) {
         (Some(CpuWeight::Weight(w)), Cgroups::V2) => {
             a.unified.insert("cpu.weight".into(), w.to_string());
         }
-        (Some(CpuWeight::Idle), Cgroups::V2) => {
-            a.unified.insert("cpu.idle".into(), "1".into());
-        }
         (Some(CpuWeight::Weight(w)), Cgroups::V1) => {
             a.cpu_shares = Some(bulkhead::plan::convert::weight_to_shares(w));
         }
-        (Some(CpuWeight::Idle), Cgroups::V1) => {
-            // The v1 cpu controller has cpu.idle too (Linux 5.15), but OCI has no field for
-            // it and runc refuses unified keys on v1: written after creation.
-            d.writes.push(write("cpu", "cpu.idle", "1".into()));
+        (Some(CpuWeight::Idle), cg) => {
+            if cg == Cgroups::V2 {
+                a.unified.insert("cpu.idle".into(), "1".into());
+            } else {
+                // The v1 cpu controller has cpu.idle too (Linux 5.15), but OCI has no field
+                // for it and runc refuses unified keys on v1: written after creation.
+                d.writes.push(write("cpu", "cpu.idle", "1".into(), false));
+            }
+            d.writes.push(write("cpu", "cpu.idle", "1".into(), true));
         }
         (None, _) => {}
     }
@@ -321,12 +329,15 @@ fn map(s: &ResolvedSlice, cg: Cgroups, d: &mut Decision) {
     }
     match (s.io_weight, cg) {
         (Some(w), Cgroups::V2) => {
-            a.unified.insert("io.weight".into(), format!("default {w}"));
+            let v = format!("default {w}");
+            a.unified.insert("io.weight".into(), v.clone());
+            d.writes.push(write("io", "io.weight", v, true));
         }
         (Some(w), Cgroups::V1) => {
-            let bfq = bulkhead::plan::convert::io_weight_to_bfq(w);
+            let bfq = bulkhead::plan::convert::io_weight_to_bfq(w).to_string();
             d.writes
-                .push(write("io", "blkio.bfq.weight", bfq.to_string()));
+                .push(write("io", "blkio.bfq.weight", bfq.clone(), false));
+            d.writes.push(write("io", "blkio.bfq.weight", bfq, true));
         }
         (None, _) => {}
     }

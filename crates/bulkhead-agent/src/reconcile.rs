@@ -383,11 +383,15 @@ impl Agent {
                 ));
             }
         }
+        let mut sched_warning = None;
         if Machine::has_work(&pending) {
-            if let Err(e) = self.machine.execute(&pending) {
-                log(format!("plan {name}: apply failed: {e}"));
-                reports.insert(name.clone(), failed("ApplyFailed", e));
-                return running.map(|r| (name, r));
+            match self.machine.execute(&pending) {
+                Err(e) => {
+                    log(format!("plan {name}: apply failed: {e}"));
+                    reports.insert(name.clone(), failed("ApplyFailed", e));
+                    return running.map(|r| (name, r));
+                }
+                Ok(w) => sched_warning = w,
             }
         }
         if !same {
@@ -406,12 +410,15 @@ impl Agent {
             .map(|s| s.name().to_string())
             .collect();
         let mut warnings = pending.warnings.clone();
+        warnings.extend(sched_warning);
         warnings.extend(cx.kubelet.problem.clone());
         let from_kubelet = self
             .machine
             .kubelet_warnings(&cx.kubelet.cfg, &pending, cx.node);
         warnings.extend(from_kubelet.iter().cloned());
-        let ok_msg = match (pending.warnings.len(), from_kubelet.len()) {
+        let cannot =
+            warnings.len() - from_kubelet.len() - usize::from(cx.kubelet.problem.is_some());
+        let ok_msg = match (cannot, from_kubelet.len()) {
             (0, 0) => "the plan applies as written".to_string(),
             (n, 0) => format!("{n} directive(s) this node cannot honour: see warnings"),
             (0, k) => format!("{k} disagreement(s) with the kubelet: see warnings"),

@@ -385,54 +385,26 @@ async fn scenario() {
     let api = api_url.trim_start_matches("https://");
     let (api_host, api_port) = api.rsplit_once(':').unwrap();
     let state_host = tmp.0.join("state");
-    let sets = [
-        "image.repository=bulkhead.local/bulkhead-agent".to_string(),
-        "image.tag=test".into(),
-        "image.pullPolicy=Never".into(),
-        "backend=cgroupfs".into(),
-        "interval=1".into(),
-        format!("cgroupRoot={}", root.cgroup),
-        format!("stateHostPath={}", state_host.display()),
-        format!("apiServer.host={api_host}"),
-        format!("apiServer.port={api_port}"),
-        format!("kubeletConfig.path={}", env.var("K8S_NODE_KUBELET_CONFIG")),
-        "nri.enabled=true".into(),
-        format!("nri.socketPath={}", env.var("K8S_NODE_NRI_SOCKET")),
-        "nri.allow={CPUWeight,IOWeight}".into(),
-    ];
-    let mut args = vec![
-        "install",
-        "bulkhead-agent",
-        "deploy/helm/bulkhead",
-        "--namespace",
-        NS,
-        "--create-namespace",
-    ];
-    let set_args: Vec<String> = sets
-        .iter()
-        .flat_map(|s| ["--set".into(), s.clone()])
-        .collect();
-    args.extend(set_args.iter().map(String::as_str));
+    let chart = Chart {
+        env: &env,
+        sets: vec![
+            "image.repository=bulkhead.local/bulkhead-agent".to_string(),
+            "image.tag=test".into(),
+            "image.pullPolicy=Never".into(),
+            "backend=cgroupfs".into(),
+            "interval=1".into(),
+            format!("cgroupRoot={}", root.cgroup),
+            format!("stateHostPath={}", state_host.display()),
+            format!("apiServer.host={api_host}"),
+            format!("apiServer.port={api_port}"),
+            format!("kubeletConfig.path={}", env.var("K8S_NODE_KUBELET_CONFIG")),
+            "nri.enabled=true".into(),
+            format!("nri.socketPath={}", env.var("K8S_NODE_NRI_SOCKET")),
+            "nri.allow={CPUWeight,IOWeight}".into(),
+        ],
+    };
     let t0 = Instant::now();
-    let out = std::process::Command::new(env.bin.join("helm"))
-        .args(&args)
-        .current_dir(REPO)
-        .env("KUBECONFIG", env.dir.join("kubeconfig"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "helm install: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let agent_pod = wait("the agent's pod Ready (both containers)", 120, || async {
-        let l = agents
-            .list(&ListParams::default().labels("app.kubernetes.io/name=bulkhead"))
-            .await
-            .ok()?;
-        l.items.into_iter().find(ready)
-    })
-    .await;
+    let agent_pod = chart.install(agents, &[]).await;
     eprintln!(
         "helm install to the DaemonSet's pod Ready: {} ms",
         t0.elapsed().as_millis()
@@ -461,7 +433,8 @@ async fn scenario() {
             "slices": {
                 "db": {"Description": "databases"},
                 "db-server": {"CPUWeight": 1000},
-                "db-helper": {"CPUWeight": "idle", "IOWeight": 20, "MemoryMax": "100M"},
+                "db-helper": {"CPUWeight": "idle", "IOWeight": 20, "MemoryMax": "100M",
+                              "CPUSchedulingSliceSec": "5ms"},
             },
         },
     }))
@@ -492,6 +465,16 @@ async fn scenario() {
         read(&root.dir("memory", "db.slice/db-helper.slice").join(mem)),
         (100u64 << 20).to_string()
     );
+    // A task of another user in db-helper gets the scheduler slice (SYS_NICE, hostPID).
+    let other = Foreign::spawn(&root, "db.slice/db-helper.slice");
+    let pid = other.pid();
+    wait(
+        "a task of another user gets CPUSchedulingSliceSec",
+        30,
+        || async move { (se_slice(pid) == Some(SLICE_NS)).then_some(()) },
+    )
+    .await;
+    drop(other);
     // What the agent keeps is on the host, where the chart put it.
     assert!(read(&state_host.join("agent/state.json")).contains("\"redis\""));
 
@@ -561,13 +544,7 @@ async fn scenario() {
     })
     .await;
     let t0 = Instant::now();
-    let out = env.helm(&["uninstall", "bulkhead-agent", "--namespace", NS, "--wait"]);
-    assert!(
-        out.status.success(),
-        "helm uninstall: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    chart.uninstall();
     eprintln!("helm uninstall took {} ms", t0.elapsed().as_millis());
     wait("slices removed by the uninstall", 30, || async {
         (!root.dir("cpu", "db.slice").exists()).then_some(())
@@ -598,13 +575,195 @@ async fn scenario() {
     .await;
     let state = read(&state_host.join("agent/state.json"));
     assert!(state.contains("\"plan\": null"), "{state}");
-    // The plan stays (helm keeps CRDs and the objects of them); nothing applies it.
+    // 7. Each privilege the chart grants, taken away: what breaks. The plan stays (helm
+    //    keeps CRDs and their objects) and each install applies it again.
+    privileges(&chart, &root, agents, reports, node).await;
     plans
         .delete("redis", &DeleteParams::default())
         .await
         .unwrap();
     std::mem::forget(guard);
     eprintln!("node test done in {} s", t_all.elapsed().as_secs());
+}
+
+/// The planned CPUSchedulingSliceSec (5ms), in ns.
+const SLICE_NS: u64 = 5_000_000;
+
+/// `se.slice` of a task (/proc/PID/sched, EEVDF kernels), in ns.
+fn se_slice(pid: u32) -> Option<u64> {
+    let t = std::fs::read_to_string(format!("/proc/{pid}/sched")).ok()?;
+    t.lines()
+        .find(|l| l.starts_with("se.slice"))?
+        .split(':')
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// A `sleep` of uid 65534 moved into a slice (every hierarchy that has it), killed on drop.
+struct Foreign(std::process::Child);
+impl Foreign {
+    fn spawn(root: &TestRoot, slice: &str) -> Foreign {
+        let child = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sleep",
+                "300",
+            ])
+            .spawn()
+            .expect("setpriv sleep");
+        let pid = child.id();
+        for d in &root.dirs {
+            let procs = d.join(slice).join("cgroup.procs");
+            if procs.exists() {
+                std::fs::write(&procs, pid.to_string())
+                    .unwrap_or_else(|e| panic!("{}: {e}", procs.display()));
+            }
+        }
+        Foreign(child)
+    }
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+impl Drop for Foreign {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The chart with the test's values; `install` waits for the agent's pod to be Ready.
+struct Chart<'a> {
+    env: &'a TestEnv,
+    sets: Vec<String>,
+}
+
+impl Chart<'_> {
+    async fn install(&self, agents: &Api<Pod>, extra: &[&str]) -> Pod {
+        let mut args: Vec<String> = ["install", "bulkhead-agent", "deploy/helm/bulkhead"]
+            .into_iter()
+            .chain(["--namespace", NS, "--create-namespace"])
+            .map(String::from)
+            .collect();
+        for s in self
+            .sets
+            .iter()
+            .map(String::as_str)
+            .chain(extra.iter().copied())
+        {
+            args.extend(["--set".to_string(), s.to_string()]);
+        }
+        let out = Command::new(self.env.bin.join("helm"))
+            .args(&args)
+            .current_dir(REPO)
+            .env("KUBECONFIG", self.env.dir.join("kubeconfig"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "helm install: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        wait("the agent's pod Ready (both containers)", 120, || async {
+            let l = agents
+                .list(&ListParams::default().labels("app.kubernetes.io/name=bulkhead"))
+                .await
+                .ok()?;
+            l.items.into_iter().find(ready)
+        })
+        .await
+    }
+
+    fn uninstall(&self) {
+        let out = self
+            .env
+            .helm(&["uninstall", "bulkhead-agent", "--namespace", NS, "--wait"]);
+        assert!(
+            out.status.success(),
+            "helm uninstall: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The plan `redis` (created by the scenario, with db-helper's CPUSchedulingSliceSec) under
+/// the chart with one privilege taken away each time.
+async fn privileges(
+    chart: &Chart<'_>,
+    root: &TestRoot,
+    agents: &Api<Pod>,
+    reports: &Api<BulkheadNode>,
+    node: &str,
+) {
+    // Without SYS_ADMIN: the trusted.bulkhead mark cannot be written, nothing is applied.
+    eprintln!("privileges: no SYS_ADMIN");
+    chart.install(agents, &["capabilities={SYS_NICE}"]).await;
+    let e = wait("ApplyFailed without SYS_ADMIN", 60, || async {
+        entry(reports, "redis", node)
+            .await
+            .filter(|e| is(e, "Degraded", "True").as_deref() == Some("ApplyFailed"))
+    })
+    .await;
+    let msg = &e
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .unwrap()
+        .message;
+    eprintln!("    {msg}");
+    assert!(!root.dir("cpu", "db.slice/db-helper.slice").exists());
+    chart.uninstall();
+
+    // Without SYS_NICE: another user's task refuses its scheduler slice, and the report
+    // says so.
+    eprintln!("privileges: no SYS_NICE");
+    chart.install(agents, &["capabilities={SYS_ADMIN}"]).await;
+    wait("applied without SYS_NICE", 60, || async {
+        root.dir("cpu", "db.slice/db-helper.slice")
+            .exists()
+            .then_some(())
+    })
+    .await;
+    let other = Foreign::spawn(root, "db.slice/db-helper.slice");
+    let e = wait("the scheduler slice refused, in the report", 60, || async {
+        entry(reports, "redis", node).await.filter(|e| {
+            e.warnings
+                .iter()
+                .any(|w| w.contains("CPUSchedulingSliceSec"))
+        })
+    })
+    .await;
+    eprintln!("    {:?}", e.warnings);
+    assert_ne!(se_slice(other.pid()), Some(SLICE_NS));
+    drop(other);
+    chart.uninstall();
+
+    // Without the host's PID namespace: the agent does not see the slices' tasks at all.
+    eprintln!("privileges: no hostPID");
+    chart.install(agents, &["hostPID=false"]).await;
+    wait("applied without hostPID", 60, || async {
+        root.dir("cpu", "db.slice/db-helper.slice")
+            .exists()
+            .then_some(())
+    })
+    .await;
+    let other = Foreign::spawn(root, "db.slice/db-helper.slice");
+    // Five passes (interval 1 s) that would have set it.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let got = se_slice(other.pid());
+    eprintln!("    se.slice of the task after 5 passes: {got:?} (planned {SLICE_NS})");
+    assert_ne!(got, Some(SLICE_NS));
+    drop(other);
+    chart.uninstall();
+    wait("slices removed by the last uninstall", 30, || async {
+        (!root.dir("cpu", "db.slice").exists()).then_some(())
+    })
+    .await;
 }
 
 /// Prints the agent pod's logs when the test fails.
@@ -647,6 +806,9 @@ async fn nri(root: &TestRoot, node_root: &str, pods: &Api<Pod>, client: &kube::C
     let pc = container_cgroup(node_root, &plain);
     let under = |c: &str, rel: &str, f: &str| root.path(c, rel, f);
     assert_eq!(read(&under("cpu", &hc, "cpu.idle")), "1", "{hc}");
+    // Its pod too (idle counts between siblings: the pod among the other pods).
+    let hp = hc.rsplit_once('/').unwrap().0;
+    assert_eq!(read(&under("cpu", hp, "cpu.idle")), "1", "{hp}");
     assert_eq!(read(&under("cpu", &pc, "cpu.idle")), "0", "{pc}");
     let limit = if root.v1("memory") {
         "memory.limit_in_bytes"
@@ -661,6 +823,7 @@ async fn nri(root: &TestRoot, node_root: &str, pods: &Api<Pod>, client: &kube::C
         // BFQ's weight for IOWeight=20 (the library's conversion).
         let w = bulkhead::plan::convert::io_weight_to_bfq(20).to_string();
         assert_eq!(read(&under("io", &hc, "blkio.bfq.weight")), w);
+        assert_eq!(read(&under("io", hp, "blkio.bfq.weight")), w);
         assert_eq!(read(&under("io", &pc, "blkio.bfq.weight")), "100");
     } else {
         assert_eq!(read(&under("io", &hc, "io.weight")), "default 20");

@@ -127,7 +127,12 @@ fn handle(
                     serde_json::to_string(&d.adjust).unwrap_or_default(),
                     d.writes
                         .iter()
-                        .map(|w| format!("{}={}", w.file, w.value))
+                        .map(|w| format!(
+                            "{}{}={}",
+                            if w.pod { "pod " } else { "" },
+                            w.file,
+                            w.value
+                        ))
                         .collect::<Vec<_>>()
                         .join(" ")
                 ));
@@ -164,16 +169,23 @@ fn handle(
     v
 }
 
-/// Write the files into the container's cgroup, in the hierarchy of each one's controller.
+/// Write the files into the container's cgroup or its pod's (its parent), in the hierarchy of
+/// each one's controller.
 fn write_all(cgroups_path: &str, writes: &[Write]) -> Result<(), String> {
     let rel = cgroup_dir(cgroups_path)
         .ok_or_else(|| format!("the runtime's cgroups path {cgroups_path:?} is not one I read"))?;
     let layout = Layout::detect().map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+    let pod = rel.parent().filter(|p| !p.as_os_str().is_empty());
     for w in writes {
         let h = layout
             .hierarchy(w.controller)
             .ok_or_else(|| format!("no {} hierarchy is mounted here", w.controller))?;
-        let path = h.mount.join(&rel).join(w.file);
+        let dir = match (w.pod, pod) {
+            (false, _) => rel.as_path(),
+            (true, Some(p)) => p,
+            (true, None) => return Err(format!("{cgroups_path:?} has no pod cgroup above it")),
+        };
+        let path = h.mount.join(dir).join(w.file);
         bulkhead::sys::cgroupfs::write_file(&path, &w.value)
             .map_err(|e| format!("write {} = {}: {e}", path.display(), w.value))?;
     }

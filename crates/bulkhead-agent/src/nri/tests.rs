@@ -41,14 +41,24 @@ fn directives_by_annotation_on_v2_and_v1() {
     assert_eq!(v2.adjust.unified["cpu.idle"], "1");
     assert_eq!(v2.adjust.unified["memory.high"], (512u64 << 20).to_string());
     assert_eq!(v2.adjust.unified["io.weight"], "default 50");
-    assert!(v2.writes.is_empty());
+    // The pod's own cgroup too: idle and IO weights count between siblings.
+    let files =
+        |d: &Decision| -> Vec<(bool, &str)> { d.writes.iter().map(|w| (w.pod, w.file)).collect() };
+    assert_eq!(files(&v2), [(true, "cpu.idle"), (true, "io.weight")]);
     let v1 = p.decide(&a, Cgroups::V1, &host()).unwrap();
     assert!(
         v1.adjust.unified.is_empty(),
         "runc refuses unified keys on v1"
     );
-    let files: Vec<&str> = v1.writes.iter().map(|w| w.file).collect();
-    assert_eq!(files, ["cpu.idle", "blkio.bfq.weight"]);
+    assert_eq!(
+        files(&v1),
+        [
+            (false, "cpu.idle"),
+            (true, "cpu.idle"),
+            (false, "blkio.bfq.weight"),
+            (true, "blkio.bfq.weight")
+        ]
+    );
     assert!(v1.notes.iter().any(|n| n.contains("MemoryHigh")));
     let w = p
         .decide(
