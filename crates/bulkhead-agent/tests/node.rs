@@ -679,6 +679,7 @@ impl Chart<'_> {
     }
 
     fn uninstall(&self) {
+        let t0 = Instant::now();
         let out = self
             .env
             .helm(&["uninstall", "bulkhead-agent", "--namespace", NS, "--wait"]);
@@ -688,6 +689,7 @@ impl Chart<'_> {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        eprintln!("  helm uninstall: {} ms", t0.elapsed().as_millis());
     }
 }
 

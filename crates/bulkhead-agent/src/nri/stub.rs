@@ -39,8 +39,22 @@ struct Envelope {
     request: Request,
 }
 
+/// SIGINT and SIGTERM (the same numbers on every Linux architecture).
+const STOP_SIGNALS: [i32; 2] = [2, 15];
+
 pub fn serve(o: Options) -> Result<(), String> {
     o.policy.validate()?;
+    // SIGTERM ends the plugin at once, also as PID 1 of its container (which ignores signals
+    // it has no handler for); the stub sees its parent gone and ends within a second.
+    let sigs = bulkhead::sys::signals::SignalPipe::install(&STOP_SIGNALS)
+        .map_err(|e| format!("cannot catch SIGTERM: {e}"))?;
+    let reader = sigs.reader().map_err(|e| e.to_string())?;
+    std::thread::spawn(move || {
+        if let Some(sig) = reader.recv() {
+            log(format!("nri: signal {sig}: stopping"));
+            std::process::exit(0);
+        }
+    });
     let cg = Cgroups::detect();
     let host = Host::detect();
     let mut child = Command::new(&o.stub)
