@@ -85,14 +85,33 @@ impl Machine {
         })
     }
 
-    /// Whether executing has anything to do (changes, or scheduler slices to set on tasks).
+    /// Whether executing has anything to do: changes, or scheduler slices to set on the
+    /// slices' tasks (every pass: tasks come and go, and the record alone does not say
+    /// whether a task that arrived has its slice).
     pub fn has_work(p: &Pending) -> bool {
-        !p.changes.is_empty() || !p.plan.sched.is_empty()
+        !p.changes.is_empty()
+            || !p.plan.sched.is_empty()
+            || p.plan
+                .resolved
+                .slices
+                .iter()
+                .any(|s| s.sched_slice_ns.is_some())
     }
 
-    /// Carry a planned apply out.
-    pub fn execute(&self, p: &Pending) -> Result<(), String> {
-        p.plan.execute().map(|_| ()).map_err(|e| error_text(&e))
+    /// Carry a planned apply out. Ok(Some(warning)) when threads refused their scheduler
+    /// slice (CPUSchedulingSliceSec): tasks of other users need CAP_SYS_NICE, and only a
+    /// process in the host's PID namespace sees the slices' tasks at all.
+    pub fn execute(&self, p: &Pending) -> Result<Option<String>, String> {
+        let report = p.plan.execute().map_err(|e| error_text(&e))?;
+        let s = report.sched;
+        Ok((s.failed > 0).then(|| {
+            format!(
+                "CPUSchedulingSliceSec: {} of {} thread(s) refused their scheduler slice ({}); the agent needs CAP_SYS_NICE for other users' tasks",
+                s.failed,
+                s.failed + s.threads,
+                s.error.unwrap_or_default()
+            )
+        }))
     }
 
     /// Remove these slices (children first; a slice with processes in it is refused).

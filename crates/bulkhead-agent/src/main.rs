@@ -33,6 +33,12 @@ enum BackendArg {
     Cgroupfs,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum OnRefusedArg {
+    Fail,
+    Log,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Print the CustomResourceDefinitions, BulkheadPlan and BulkheadNode (a JSON List;
@@ -71,6 +77,58 @@ enum Cmd {
         /// Serve /healthz and /readyz on this address, e.g. 127.0.0.1:9650
         #[arg(long)]
         health_listen: Option<std::net::SocketAddr>,
+        /// The DaemonSet running this agent: when it is being deleted at SIGTERM (the chart
+        /// is uninstalled), the agent removes what it made before it exits
+        #[arg(long, env = "BULKHEAD_DAEMONSET")]
+        daemonset: Option<String>,
+        /// The DaemonSet's namespace (the downward API's metadata.namespace)
+        #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+        namespace: String,
+    },
+    /// The NRI plugin: per-pod isolation from bulkhead.io pod annotations, through the
+    /// runtime's NRI socket (containerd 2.x, CRI-O); docs/FLEET.md has the annotations
+    Nri {
+        /// The runtime's NRI socket
+        #[arg(long, default_value = "/var/run/nri/nri.sock")]
+        socket: PathBuf,
+        /// bulkhead-nri-stub, the NRI protocol's side (the NRI project's Go stub)
+        #[arg(long, default_value = "/usr/bin/bulkhead-nri-stub")]
+        stub: PathBuf,
+        /// Directives a bulkhead.io/DIRECTIVE annotation may set (comma-separated; of
+        /// CPUWeight, CPUQuota, MemoryHigh, MemoryMax, IOWeight, TasksMax). None by default
+        #[arg(long, value_delimiter = ',')]
+        allow: Vec<String>,
+        /// Slices bulkhead.io/slice may name (comma-separated; default: any slice of the
+        /// plan the agent applied on this node)
+        #[arg(long = "slice", value_delimiter = ',')]
+        slices: Vec<String>,
+        /// The agent's state directory (the plan it applied)
+        #[arg(long, default_value = "/run/bulkhead/agent")]
+        state_dir: PathBuf,
+        /// A refused annotation fails the container's creation (an event on the pod), or
+        /// is only logged and nothing is applied to the pod
+        #[arg(long, value_enum, default_value = "fail")]
+        on_refused: OnRefusedArg,
+        /// The plugin's name and index (its order among the runtime's plugins)
+        #[arg(long, default_value = "bulkhead")]
+        name: String,
+        #[arg(long, default_value = "50")]
+        index: String,
+    },
+    /// The chart's pre-delete hook: delete the agents' DaemonSet so that its pods undo what
+    /// they made (foreground: the DaemonSet stays until its pods are gone), wait for that,
+    /// then delete the BulkheadNode reports
+    Uninstall {
+        /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, or the in-cluster account)
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+        namespace: String,
+        #[arg(long)]
+        daemonset: String,
+        /// Seconds to wait for the agents' pods to finish
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
     },
 }
 
@@ -87,6 +145,27 @@ fn write_crds(dir: &std::path::Path) -> i32 {
     0
 }
 
+/// Run one of the agent's async commands on a current-thread runtime; its exit code.
+fn block_on(f: impl std::future::Future<Output = Result<(), String>>) -> i32 {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bulkhead-agent: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    match rt.block_on(f) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("bulkhead-agent: {e}");
+            1
+        }
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
     let code = match cli.cmd {
@@ -95,6 +174,51 @@ fn main() {
             0
         }
         Cmd::Crd { dir: Some(dir) } => write_crds(&dir),
+        Cmd::Nri {
+            socket,
+            stub,
+            allow,
+            slices,
+            state_dir,
+            on_refused,
+            name,
+            index,
+        } => {
+            use bulkhead_agent::nri::{stub, OnRefused, Policy};
+            let o = stub::Options {
+                stub,
+                socket,
+                name,
+                index,
+                policy: Policy {
+                    allow: allow.into_iter().collect(),
+                    slices: slices.into_iter().collect(),
+                    state_dir,
+                    on_refused: match on_refused {
+                        OnRefusedArg::Fail => OnRefused::Fail,
+                        OnRefusedArg::Log => OnRefused::Log,
+                    },
+                },
+            };
+            match stub::serve(o) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("bulkhead-agent nri: {e}");
+                    1
+                }
+            }
+        }
+        Cmd::Uninstall {
+            kubeconfig,
+            namespace,
+            daemonset,
+            timeout,
+        } => block_on(bulkhead_agent::uninstall::run(
+            kubeconfig,
+            namespace,
+            daemonset,
+            Duration::from_secs(timeout),
+        )),
         Cmd::Run {
             node,
             kubeconfig,
@@ -104,6 +228,8 @@ fn main() {
             kubelet_config,
             no_kubelet_config,
             health_listen,
+            daemonset,
+            namespace,
         } => {
             for (flag, v) in [("--interval", interval), ("--report-every", report_every)] {
                 if !(v.is_finite() && (0.1..=3600.0).contains(&v)) {
@@ -138,24 +264,9 @@ fn main() {
                 report_every: Duration::from_secs_f64(report_every),
                 kubelet_config: (!no_kubelet_config).then_some(kubelet_config),
                 health: health_listen,
+                daemonset: daemonset.map(|d| (namespace, d)),
             };
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("bulkhead-agent: cannot start the runtime: {e}");
-                    std::process::exit(1);
-                }
-            };
-            match rt.block_on(bulkhead_agent::run::run(opts)) {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("bulkhead-agent: {e}");
-                    1
-                }
-            }
+            block_on(bulkhead_agent::run::run(opts))
         }
     };
     std::process::exit(code);

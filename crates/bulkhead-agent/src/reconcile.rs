@@ -168,6 +168,33 @@ impl Agent {
             .await;
     }
 
+    /// The chart is being uninstalled: remove what the applied plan made (slices, huge page
+    /// settings), the node's plan labels, and say so in the report. Errors are logged.
+    pub async fn uninstall(&mut self, node: &Node) -> Result<(), String> {
+        let state = State::load(&self.machine.state_file()).unwrap_or_default();
+        let res = self
+            .machine
+            .remove(&state.created)
+            .and_then(|()| self.machine.reset_hugepages());
+        if let Err(e) = &res {
+            log(format!(
+                "uninstall: removing what plan {:?} made failed: {e}",
+                state.plan
+            ));
+        } else {
+            log(format!(
+                "uninstall: removed slices {:?} of plan {:?}; huge page settings as they were",
+                state.created, state.plan
+            ));
+            self.save(&State::default());
+        }
+        self.label(node, None).await;
+        self.reporter
+            .publish(node, report::summary(Reports::new(), None))
+            .await;
+        res
+    }
+
     /// Remove what the previous plan made; false (and its report says why) when it cannot.
     fn remove_previous(
         &mut self,
@@ -356,11 +383,15 @@ impl Agent {
                 ));
             }
         }
+        let mut sched_warning = None;
         if Machine::has_work(&pending) {
-            if let Err(e) = self.machine.execute(&pending) {
-                log(format!("plan {name}: apply failed: {e}"));
-                reports.insert(name.clone(), failed("ApplyFailed", e));
-                return running.map(|r| (name, r));
+            match self.machine.execute(&pending) {
+                Err(e) => {
+                    log(format!("plan {name}: apply failed: {e}"));
+                    reports.insert(name.clone(), failed("ApplyFailed", e));
+                    return running.map(|r| (name, r));
+                }
+                Ok(w) => sched_warning = w,
             }
         }
         if !same {
@@ -379,12 +410,15 @@ impl Agent {
             .map(|s| s.name().to_string())
             .collect();
         let mut warnings = pending.warnings.clone();
+        warnings.extend(sched_warning);
         warnings.extend(cx.kubelet.problem.clone());
         let from_kubelet = self
             .machine
             .kubelet_warnings(&cx.kubelet.cfg, &pending, cx.node);
         warnings.extend(from_kubelet.iter().cloned());
-        let ok_msg = match (pending.warnings.len(), from_kubelet.len()) {
+        let cannot =
+            warnings.len() - from_kubelet.len() - usize::from(cx.kubelet.problem.is_some());
+        let ok_msg = match (cannot, from_kubelet.len()) {
             (0, 0) => "the plan applies as written".to_string(),
             (n, 0) => format!("{n} directive(s) this node cannot honour: see warnings"),
             (0, k) => format!("{k} disagreement(s) with the kubelet: see warnings"),

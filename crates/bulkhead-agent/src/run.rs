@@ -27,9 +27,30 @@ pub struct Options {
     /// The kubelet's configuration file to check plans against (None: not checked).
     pub kubelet_config: Option<std::path::PathBuf>,
     pub health: Option<SocketAddr>,
+    /// The DaemonSet that runs this agent (namespace, name): when it is being deleted at
+    /// SIGTERM, the chart is being uninstalled and the agent undoes what it made.
+    pub daemonset: Option<(String, String)>,
 }
 
-async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, String> {
+/// Whether the agent's DaemonSet is being deleted (or gone): the chart's uninstall. Any
+/// other answer (the API away, no permission) is no.
+async fn uninstalling(client: &kube::Client, ns: &str, name: &str) -> bool {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let api: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
+    match tokio::time::timeout(Duration::from_secs(10), api.get_opt(name)).await {
+        Ok(Ok(Some(ds))) => ds.metadata.deletion_timestamp.is_some(),
+        Ok(Ok(None)) => true,
+        Ok(Err(e)) => {
+            log(format!(
+                "cannot read DaemonSet {ns}/{name}: {e}; the slices stay"
+            ));
+            false
+        }
+        Err(_) => false,
+    }
+}
+
+pub(crate) async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, String> {
     let mut cfg = match kubeconfig {
         Some(p) => {
             let kc = kube::config::Kubeconfig::read_from(p)
@@ -48,6 +69,7 @@ pub async fn run(o: Options) -> Result<(), String> {
     std::fs::create_dir_all(&o.machine.state_dir)
         .map_err(|e| format!("{}: {e}", o.machine.state_dir.display()))?;
     let client = client(o.kubeconfig.as_deref()).await?;
+    let api_client = client.clone();
     let ready = Arc::new(AtomicBool::new(false));
     if let Some(addr) = o.health {
         let l = tokio::net::TcpListener::bind(addr)
@@ -139,7 +161,19 @@ pub async fn run(o: Options) -> Result<(), String> {
                 while kick.try_recv().is_ok() {}
             }
             _ = tick.tick() => {}
-            _ = term.recv() => { log("SIGTERM: stopping; the slices stay"); return Ok(()); }
+            _ = term.recv() => {
+                if let Some((ns, name)) = &o.daemonset {
+                    if uninstalling(&api_client, ns, name).await {
+                        log(format!("SIGTERM and DaemonSet {ns}/{name} is being deleted: undoing what the agent made"));
+                        return match nodes.get(&ObjectRef::new(&o.node)) {
+                            Some(node) => agent.uninstall(&node).await,
+                            None => Err(format!("node {} unknown: nothing undone", o.node)),
+                        };
+                    }
+                }
+                log("SIGTERM: stopping; the slices stay");
+                return Ok(());
+            }
             _ = tokio::signal::ctrl_c() => { log("SIGINT: stopping; the slices stay"); return Ok(()); }
         }
     }

@@ -12,7 +12,7 @@ use bulkhead_agent::crd::{BulkheadNode, BulkheadPlan, Condition, PlanReport};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -316,7 +316,7 @@ fn http_get(port: u16, path: &str) -> String {
 }
 
 /// The chart rendered by the real helm (`helm lint` first), its objects in order, for the
-/// release `bulkhead-agent` in `ns`.
+/// release `bulkhead-agent` in `ns`; without the uninstall hook (tests/node.rs runs it).
 fn helm_template(env: &TestEnv, ns: &str) -> Vec<serde_json::Value> {
     let chart = Path::new(REPO).join("deploy/helm/bulkhead");
     let lint = Command::new(env.bin.join("helm"))
@@ -332,7 +332,7 @@ fn helm_template(env: &TestEnv, ns: &str) -> Vec<serde_json::Value> {
     let out = Command::new(env.bin.join("helm"))
         .args(["template", "bulkhead-agent"])
         .arg(&chart)
-        .args(["--namespace", ns, "--include-crds"])
+        .args(["--namespace", ns, "--include-crds", "--no-hooks"])
         .output()
         .expect("helm template");
     assert!(
@@ -425,6 +425,8 @@ async fn scenario() {
             "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
             "DaemonSet"
         ],
         "the chart's objects"
@@ -458,6 +460,14 @@ async fn scenario() {
                 .await
                 .map(|_| ()),
             "ClusterRoleBinding" => Api::<ClusterRoleBinding>::all(client.clone())
+                .create(&real, &serde_json::from_value(v).unwrap())
+                .await
+                .map(|_| ()),
+            "Role" => Api::<Role>::namespaced(client.clone(), ns)
+                .create(&real, &serde_json::from_value(v).unwrap())
+                .await
+                .map(|_| ()),
+            "RoleBinding" => Api::<RoleBinding>::namespaced(client.clone(), ns)
                 .create(&real, &serde_json::from_value(v).unwrap())
                 .await
                 .map(|_| ()),

@@ -65,3 +65,22 @@ fn agent_gets_the_global_options() {
         "{err}"
     );
 }
+
+#[test]
+fn nri_is_the_agents_plugin() {
+    if !agent_built() {
+        return;
+    }
+    // `bulkhead nri` is `bulkhead-agent nri`: an allow-list entry no container can take is
+    // refused by the plugin before it starts the stub.
+    let o = Command::new(env!("CARGO_BIN_EXE_bulkhead"))
+        .args(["nri", "--allow", "AllowedCPUs", "--stub", "/nowhere"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--allow AllowedCPUs") && err.contains("bulkhead-agent nri"),
+        "{err}"
+    );
+}

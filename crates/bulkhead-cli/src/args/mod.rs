@@ -170,6 +170,10 @@ afresh. Metrics a hierarchy cannot give are left out, never reported as 0. Reque
     /// The Kubernetes node agent (BulkheadPlan resources): `agent crd`, `agent run --node N`
     #[command(disable_help_flag = true)]
     Agent(AgentArgs),
+    /// Per-pod isolation from bulkhead.io pod annotations, as an NRI plugin of the container
+    /// runtime (runs `bulkhead-agent nri`)
+    #[command(disable_help_flag = true)]
+    Nri(AgentArgs),
     /// Root file system images for sandboxes, and the btrfs store that holds them
     #[command(
         subcommand,

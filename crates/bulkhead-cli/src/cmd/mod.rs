@@ -38,6 +38,7 @@ pub fn dispatch(cli: &Cli) -> Result<i32> {
         Command::Spawn(a) => Ok(spawn::spawn(cli, a)),
         Command::Bench(b) => bench::exec(cli, b),
         Command::Agent(a) => agent::exec(cli, a),
+        Command::Nri(a) => agent::nri(cli, a),
         Command::Image(i) => image::dispatch(cli, i),
         Command::Hugepages(h) => hugepages::dispatch(cli, h),
         Command::Iocost(c) => iocost::dispatch(cli, c),

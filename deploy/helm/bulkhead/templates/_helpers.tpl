@@ -22,3 +22,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{- define "bulkhead.image" -}}
+"{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+{{- end -}}
+
+{{/* KUBERNETES_SERVICE_HOST/PORT when apiServer.host is set (no kube-proxy to reach the Service). */}}
+{{- define "bulkhead.apiServerEnv" -}}
+{{- if .Values.apiServer.host }}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ .Values.apiServer.host | quote }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ .Values.apiServer.port | default "443" | quote }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,207 @@
+//! The NRI plugin's process: start `bulkhead-nri-stub` (the NRI project's Go stub, which
+//! holds the connection to the runtime) with pipes, and answer its requests one JSON line at
+//! a time until it ends. Lines are bounded; the files written after creation are kept for at
+//! most `MAX_PENDING` containers.
+
+use super::{cgroup_dir, Answer, Cgroups, Policy, Request, Write};
+use crate::logging::log;
+use bulkhead::cgroup::Layout;
+use bulkhead::host::Host;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write as _};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// The longest request line read (pod annotations are at most 256 KiB in Kubernetes).
+const MAX_LINE: u64 = 1 << 20;
+/// Containers whose files wait for their StartContainer.
+const MAX_PENDING: usize = 4096;
+
+pub struct Options {
+    pub stub: PathBuf,
+    pub socket: PathBuf,
+    pub name: String,
+    pub index: String,
+    pub policy: Policy,
+}
+
+/// The stub's request: a container being created, or about to start (created by the
+/// runtime: its cgroup exists).
+#[derive(serde::Deserialize)]
+struct Envelope {
+    #[serde(default)]
+    event: String,
+    #[serde(default)]
+    id: String,
+    #[serde(default, rename = "cgroupsPath")]
+    cgroups_path: String,
+    #[serde(flatten)]
+    request: Request,
+}
+
+/// SIGINT and SIGTERM (the same numbers on every Linux architecture).
+const STOP_SIGNALS: [i32; 2] = [2, 15];
+
+pub fn serve(o: Options) -> Result<(), String> {
+    o.policy.validate()?;
+    // SIGTERM ends the plugin at once, also as PID 1 of its container (which ignores signals
+    // it has no handler for); the stub sees its parent gone and ends within a second.
+    let sigs = bulkhead::sys::signals::SignalPipe::install(&STOP_SIGNALS)
+        .map_err(|e| format!("cannot catch SIGTERM: {e}"))?;
+    let reader = sigs.reader().map_err(|e| e.to_string())?;
+    std::thread::spawn(move || {
+        if let Some(sig) = reader.recv() {
+            log(format!("nri: signal {sig}: stopping"));
+            std::process::exit(0);
+        }
+    });
+    let cg = Cgroups::detect();
+    let host = Host::detect();
+    let mut child = Command::new(&o.stub)
+        .arg("-socket")
+        .arg(&o.socket)
+        .args(["-name", &o.name, "-idx", &o.index])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", o.stub.display()))?;
+    log(format!(
+        "nri: plugin {}-{} on {} (cgroup {:?} node; allowed directives: {}; slices: {})",
+        o.index,
+        o.name,
+        o.socket.display(),
+        cg,
+        super::list(&o.policy.allow),
+        if o.policy.slices.is_empty() {
+            "any of the applied plan".into()
+        } else {
+            super::list(&o.policy.slices)
+        }
+    ));
+    let (Some(mut to_stub), Some(from_stub)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err("the stub's pipes are missing".into());
+    };
+    let mut lines = BufReader::new(from_stub);
+    let mut pending: HashMap<String, Vec<Write>> = HashMap::new();
+    loop {
+        let mut line = String::new();
+        let n = (&mut lines)
+            .take(MAX_LINE)
+            .read_line(&mut line)
+            .map_err(|e| format!("reading the stub: {e}"))?;
+        if n == 0 {
+            let st = child.wait().map_err(|e| e.to_string())?;
+            return Err(format!("bulkhead-nri-stub ended ({st})"));
+        }
+        if !line.ends_with('\n') {
+            let _ = child.kill();
+            return Err(format!(
+                "a request longer than {MAX_LINE} bytes from the stub"
+            ));
+        }
+        let answer = match serde_json::from_str::<Envelope>(&line) {
+            Ok(env) => handle(&o.policy, cg, &host, env, &mut pending),
+            Err(e) => {
+                let _ = child.kill();
+                return Err(format!("a request the stub should not send: {e}"));
+            }
+        };
+        let mut text = serde_json::to_string(&answer).map_err(|e| e.to_string())?;
+        text.push('\n');
+        to_stub
+            .write_all(text.as_bytes())
+            .map_err(|e| format!("writing to the stub: {e}"))?;
+    }
+}
+
+fn handle(
+    policy: &Policy,
+    cg: Cgroups,
+    host: &Host,
+    env: Envelope,
+    pending: &mut HashMap<String, Vec<Write>>,
+) -> serde_json::Value {
+    let r = &env.request;
+    let who = format!("pod {}/{} container {}", r.namespace, r.pod, r.container);
+    let mut answer = Answer {
+        seq: r.seq,
+        error: None,
+        adjust: None,
+    };
+    let mut post = false;
+    match env.event.as_str() {
+        "create" => match policy.decide(&r.annotations, cg, host) {
+            Ok(d) => {
+                for n in &d.notes {
+                    log(format!("nri: {who}: {n}"));
+                }
+                log(format!(
+                    "nri: {who}: {} {}",
+                    serde_json::to_string(&d.adjust).unwrap_or_default(),
+                    d.writes
+                        .iter()
+                        .map(|w| format!(
+                            "{}{}={}",
+                            if w.pod { "pod " } else { "" },
+                            w.file,
+                            w.value
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ));
+                if !d.writes.is_empty() && pending.len() < MAX_PENDING {
+                    pending.insert(env.id.clone(), d.writes);
+                    post = true;
+                } else if !d.writes.is_empty() {
+                    answer.error = Some("bulkhead: too many containers being created".into());
+                }
+                answer.adjust = Some(d.adjust);
+            }
+            Err(e) if policy.on_refused == super::OnRefused::Fail => {
+                log(format!("nri: {who}: {e}"));
+                answer.error = Some(format!("bulkhead: {e}"));
+            }
+            Err(e) => log(format!("nri: {who}: {e}; nothing applied")),
+        },
+        "start" => {
+            if let Some(writes) = pending.remove(&env.id) {
+                if let Err(e) = write_all(&env.cgroups_path, &writes) {
+                    log(format!("nri: {who}: {e}"));
+                    answer.error = Some(format!("bulkhead: {e}"));
+                } else {
+                    log(format!("nri: {who}: written in {}", env.cgroups_path));
+                }
+            }
+        }
+        other => answer.error = Some(format!("bulkhead: unknown event {other:?}")),
+    }
+    let mut v = serde_json::to_value(&answer).unwrap_or_default();
+    if post {
+        v["post"] = true.into();
+    }
+    v
+}
+
+/// Write the files into the container's cgroup or its pod's (its parent), in the hierarchy of
+/// each one's controller.
+fn write_all(cgroups_path: &str, writes: &[Write]) -> Result<(), String> {
+    let rel = cgroup_dir(cgroups_path)
+        .ok_or_else(|| format!("the runtime's cgroups path {cgroups_path:?} is not one I read"))?;
+    let layout = Layout::detect().map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+    let pod = rel.parent().filter(|p| !p.as_os_str().is_empty());
+    for w in writes {
+        let h = layout
+            .hierarchy(w.controller)
+            .ok_or_else(|| format!("no {} hierarchy is mounted here", w.controller))?;
+        let dir = match (w.pod, pod) {
+            (false, _) => rel.as_path(),
+            (true, Some(p)) => p,
+            (true, None) => return Err(format!("{cgroups_path:?} has no pod cgroup above it")),
+        };
+        let path = h.mount.join(dir).join(w.file);
+        bulkhead::sys::cgroupfs::write_file(&path, &w.value)
+            .map_err(|e| format!("write {} = {}: {e}", path.display(), w.value))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,861 @@
+//! The chart on a real node, no mocks: scripts/k8s-testenv starts etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler, containerd 2.x + runc + the CNI bridge and a kubelet
+//! (all v1.34.4 / v2.4.2, built from source), the agent's image is built from this test's
+//! `bulkhead-agent` binary as an OCI archive and imported, and the real `helm install` puts
+//! the chart's DaemonSet there with the NRI plugin on. Then, through the pod: a plan applied
+//! to the node's real cgroups, drift repaired, the report, pods isolated by annotation
+//! (bulkhead.io/slice, a refused annotation, an unannotated pod), the plan deleted, and
+//! `helm uninstall` undoing everything. Every process, mount, cgroup and link is removed at
+//! the end, also when the test fails (Drop guards; the node's own by k8s-testenv stop).
+
+use bulkhead::cgroup::{Layout, Version};
+use bulkhead_agent::crd::{BulkheadNode, BulkheadPlan, PlanReport};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+const NS: &str = "bulkhead-system";
+
+fn testenv() -> PathBuf {
+    Path::new(REPO).join("scripts/k8s-testenv")
+}
+
+fn have(c: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {c}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// True when the test can run: outside CI a missing prerequisite skips with a SKIPPED line,
+/// in CI (CI=true) it fails the test.
+fn prerequisites() -> bool {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false);
+    let problem = if !root {
+        Some("the node test needs root".to_string())
+    } else if !Path::new("/usr/sbin/runc").exists() {
+        Some("runc is needed (apt-get install runc; scripts/setup does)".into())
+    } else if !Path::new("/usr/lib/cni/bridge").exists() {
+        Some("the CNI plugins are needed (apt-get install containernetworking-plugins)".into())
+    } else {
+        ["go", "openssl", "curl", "flock", "ip", "python3"]
+            .into_iter()
+            .find(|c| !have(c))
+            .map(|c| format!("{c} is needed for scripts/k8s-testenv (scripts/setup installs it)"))
+    };
+    match problem {
+        None => true,
+        Some(p) if ci => panic!("prerequisite missing in CI: {p}"),
+        Some(p) => {
+            eprintln!("SKIPPED: {p}");
+            false
+        }
+    }
+}
+
+/// The control plane and the node, stopped and removed on drop.
+struct TestEnv {
+    dir: PathBuf,
+    bin: PathBuf,
+    env: BTreeMap<String, String>,
+}
+
+impl TestEnv {
+    fn start(dir: PathBuf, node: &str) -> TestEnv {
+        let out = Command::new(testenv())
+            .args([
+                "build",
+                "etcd",
+                "kube-apiserver",
+                "helm",
+                "kubelet",
+                "containerd",
+            ])
+            .args([
+                "containerd-shim-runc-v2",
+                "ctr",
+                "pause",
+                "bulkhead-nri-stub",
+            ])
+            .args(["kube-scheduler", "kube-controller-manager"])
+            .env(
+                "BULKHEAD_BUILD_LOCK",
+                "/tmp/bulkhead-k8s-testenv-build.lock",
+            )
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run scripts/k8s-testenv build");
+        assert!(out.status.success(), "scripts/k8s-testenv build failed");
+        let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        let t0 = Instant::now();
+        let st = Command::new(testenv())
+            .arg("start")
+            .arg(&dir)
+            .args(["--node", node])
+            .status()
+            .expect("run scripts/k8s-testenv start");
+        let mut env = TestEnv {
+            dir,
+            bin,
+            env: BTreeMap::new(),
+        };
+        assert!(st.success(), "scripts/k8s-testenv start --node failed");
+        eprintln!(
+            "control plane + node Ready in {} ms",
+            t0.elapsed().as_millis()
+        );
+        // DIR/env: `export K=V` lines, values shell-quoted (%q) but plain here.
+        for l in read(&env.dir.join("env")).lines() {
+            if let Some((k, v)) = l.trim_start_matches("export ").split_once('=') {
+                env.env.insert(k.into(), v.trim_matches('\'').into());
+            }
+        }
+        env
+    }
+
+    fn var(&self, k: &str) -> &str {
+        self.env
+            .get(k)
+            .unwrap_or_else(|| panic!("{k} not in {}/env", self.dir.display()))
+    }
+
+    fn helm(&self, args: &[&str]) -> std::process::Output {
+        Command::new(self.bin.join("helm"))
+            .args(args)
+            .env("KUBECONFIG", self.dir.join("kubeconfig"))
+            .output()
+            .expect("run helm")
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        let _ = Command::new(testenv()).arg("stop").arg(&self.dir).status();
+    }
+}
+
+/// A unique cgroup root for the plans' slices in every hierarchy, removed on drop.
+struct TestRoot {
+    cgroup: String,
+    dirs: Vec<PathBuf>,
+    layout: Layout,
+}
+
+impl TestRoot {
+    fn new(name: &str) -> TestRoot {
+        let layout = Layout::detect().expect("mountinfo");
+        let mut dirs = vec![];
+        for h in layout.v1.iter().chain(layout.unified.iter()) {
+            let d = h.mount.join(name);
+            std::fs::create_dir(&d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
+            if h.has("cpuset") && h.version == Version::V1 {
+                for f in ["cpuset.cpus", "cpuset.mems"] {
+                    let v = std::fs::read_to_string(h.mount.join(f)).unwrap();
+                    std::fs::write(d.join(f), v.trim()).unwrap();
+                }
+            }
+            dirs.push(d);
+        }
+        TestRoot {
+            cgroup: format!("/{name}"),
+            dirs,
+            layout,
+        }
+    }
+
+    /// `rel` (under the cgroup root `under`, "/" for the hierarchy's root) in the hierarchy
+    /// holding `controller` (its v2 name: `io`, not `blkio`).
+    fn path(&self, controller: &str, under: &str, rel: &str) -> PathBuf {
+        let h = self
+            .layout
+            .hierarchy(controller)
+            .or(self.layout.unified.as_ref())
+            .expect("a hierarchy");
+        h.mount.join(under.trim_start_matches('/')).join(rel)
+    }
+
+    fn dir(&self, controller: &str, rel: &str) -> PathBuf {
+        self.path(controller, &self.cgroup, rel)
+    }
+
+    /// Whether `controller` (its v2 name) is in a v1 hierarchy.
+    fn v1(&self, controller: &str) -> bool {
+        self.layout
+            .hierarchy(controller)
+            .is_some_and(|h| h.version == Version::V1)
+    }
+}
+
+impl Drop for TestRoot {
+    fn drop(&mut self) {
+        if let Err(e) = bulkhead::cgroup::fs::remove_trees(&self.dirs) {
+            eprintln!("test cleanup: {e}");
+        }
+    }
+}
+
+struct TempDir(PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p)
+        .unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+        .trim()
+        .to_string()
+}
+
+async fn wait<T, F, Fut>(what: &str, secs: u64, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            eprintln!("  {what}: after {} ms", t0.elapsed().as_millis());
+            return v;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "timed out after {secs} s waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn entry(reports: &Api<BulkheadNode>, plan: &str, node: &str) -> Option<PlanReport> {
+    let n = reports.get(node).await.ok()?;
+    n.status?.plans.into_iter().find(|r| r.plan == plan)
+}
+
+fn is(e: &PlanReport, t: &str, status: &str) -> Option<String> {
+    e.conditions
+        .iter()
+        .find(|c| c.type_ == t && c.status == status)
+        .map(|c| c.reason.clone())
+}
+
+fn ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The agent's pod's log (both containers), for a failing test.
+fn pod_logs(env: &TestEnv) -> String {
+    let logs = env.dir.join("node/kubelet/pod-logs");
+    let mut out = String::new();
+    for e in walk(&logs) {
+        if e.extension().is_some_and(|x| x == "log") && e.to_string_lossy().contains(NS) {
+            out += &format!("==== {}\n{}\n", e.display(), read(&e));
+        }
+    }
+    out
+}
+
+fn walk(d: &Path) -> Vec<PathBuf> {
+    let mut v = vec![];
+    if let Ok(rd) = std::fs::read_dir(d) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                v.extend(walk(&p));
+            } else {
+                v.push(p);
+            }
+        }
+    }
+    v
+}
+
+/// A pod of the pause image, with these annotations, on the node.
+fn pause_pod(name: &str, annotations: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+        "spec": {
+            "containers": [{"name": "c", "image": "bulkhead.local/pause:test",
+                            "imagePullPolicy": "Never"}],
+            "terminationGracePeriodSeconds": 1,
+        },
+    }))
+    .unwrap()
+}
+
+/// The cgroup path (under a hierarchy's mount) of a running pod's first container: the
+/// kubelet's cgroupfs layout, `<root>/kubepods/<qos>/pod<uid>/<container id>`.
+fn container_cgroup(node_root: &str, p: &Pod) -> String {
+    let uid = p.metadata.uid.as_deref().unwrap();
+    let st = p.status.as_ref().unwrap();
+    let qos = st.qos_class.as_deref().unwrap().to_ascii_lowercase();
+    let id = st.container_statuses.as_ref().unwrap()[0]
+        .container_id
+        .as_deref()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    let qos = if qos == "guaranteed" {
+        String::new()
+    } else {
+        format!("{qos}/")
+    };
+    format!("{node_root}/kubepods/{qos}pod{uid}/{id}")
+}
+
+#[test]
+fn chart_and_nri_on_a_real_node() {
+    if !prerequisites() {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(scenario());
+}
+
+async fn scenario() {
+    let t_all = Instant::now();
+    let id = format!("bulkhead-node-test-{}", std::process::id());
+    let tmp = TempDir(std::env::temp_dir().join(&id));
+    std::fs::create_dir_all(&tmp.0).unwrap();
+    let node = format!("{id}-node");
+    let env = TestEnv::start(tmp.0.join("k8s"), &node);
+    let root = TestRoot::new(&id);
+    let node_root = env.var("K8S_NODE_CGROUP_ROOT").to_string();
+
+    // The agent's image from this test's binary, into the node's containerd.
+    let t0 = Instant::now();
+    let image = tmp.0.join("agent.tar");
+    let st = Command::new(testenv())
+        .arg("image-agent")
+        .arg(&image)
+        .arg(env!("CARGO_BIN_EXE_bulkhead-agent"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "k8s-testenv image-agent");
+    let st = Command::new(testenv())
+        .arg("import")
+        .arg(&env.dir)
+        .arg(&image)
+        .status()
+        .unwrap();
+    assert!(st.success(), "k8s-testenv import");
+    eprintln!(
+        "agent image built and imported in {} ms",
+        t0.elapsed().as_millis()
+    );
+
+    let kc = kube::config::Kubeconfig::read_from(env.dir.join("kubeconfig")).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(cfg).unwrap();
+    let plans: Api<BulkheadPlan> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let reports: Api<BulkheadNode> = Api::all(client.clone());
+    let agents: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (plans, nodes, reports, agents, pods) = (&plans, &nodes, &reports, &agents, &pods);
+    let node = node.as_str();
+
+    // helm install, as an operator would, with the values a cluster without kube-proxy and
+    // a node with its own paths need.
+    let api_url = env.var("K8S_API_URL").to_string();
+    let api = api_url.trim_start_matches("https://");
+    let (api_host, api_port) = api.rsplit_once(':').unwrap();
+    let state_host = tmp.0.join("state");
+    let chart = Chart {
+        env: &env,
+        sets: vec![
+            "image.repository=bulkhead.local/bulkhead-agent".to_string(),
+            "image.tag=test".into(),
+            "image.pullPolicy=Never".into(),
+            "backend=cgroupfs".into(),
+            "interval=1".into(),
+            format!("cgroupRoot={}", root.cgroup),
+            format!("stateHostPath={}", state_host.display()),
+            format!("apiServer.host={api_host}"),
+            format!("apiServer.port={api_port}"),
+            format!("kubeletConfig.path={}", env.var("K8S_NODE_KUBELET_CONFIG")),
+            "nri.enabled=true".into(),
+            format!("nri.socketPath={}", env.var("K8S_NODE_NRI_SOCKET")),
+            "nri.allow={CPUWeight,IOWeight}".into(),
+        ],
+    };
+    let t0 = Instant::now();
+    let agent_pod = chart.install(agents, &[]).await;
+    eprintln!(
+        "helm install to the DaemonSet's pod Ready: {} ms",
+        t0.elapsed().as_millis()
+    );
+    let agent_name = agent_pod.metadata.name.clone().unwrap();
+    let spec = agent_pod.spec.as_ref().unwrap();
+    assert_eq!(spec.node_name.as_deref(), Some(node));
+    assert_eq!(spec.host_pid, Some(true));
+
+    let guard = Logs(&env);
+    // 1. Apply through the pod.
+    eprintln!("apply");
+    nodes
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"pool": "redis"}}})),
+        )
+        .await
+        .unwrap();
+    let plan: BulkheadPlan = serde_json::from_value(json!({
+        "apiVersion": "bulkhead.io/v1alpha1", "kind": "BulkheadPlan",
+        "metadata": {"name": "redis"},
+        "spec": {
+            "nodeSelector": {"pool": "redis"},
+            "slices": {
+                "db": {"Description": "databases"},
+                "db-server": {"CPUWeight": 1000},
+                "db-helper": {"CPUWeight": "idle", "IOWeight": 20, "MemoryMax": "100M",
+                              "CPUSchedulingSliceSec": "5ms"},
+            },
+        },
+    }))
+    .unwrap();
+    plans.create(&PostParams::default(), &plan).await.unwrap();
+    let e = wait("Applied=True, revision 1", 60, || async {
+        entry(reports, "redis", node)
+            .await
+            .filter(|e| is(e, "Applied", "True").is_some() && e.applied_revision == Some(1))
+    })
+    .await;
+    assert!(is(&e, "Degraded", "False").is_some(), "{e:?}");
+    let (cpu_file, shares) = if root.v1("cpu") {
+        ("cpu.shares", "10240")
+    } else {
+        ("cpu.weight", "1000")
+    };
+    let server_cpu = root.dir("cpu", "db.slice/db-server.slice").join(cpu_file);
+    assert_eq!(read(&server_cpu), shares);
+    let helper_idle = root.dir("cpu", "db.slice/db-helper.slice/cpu.idle");
+    assert_eq!(read(&helper_idle), "1");
+    let mem = if root.v1("memory") {
+        "memory.limit_in_bytes"
+    } else {
+        "memory.max"
+    };
+    assert_eq!(
+        read(&root.dir("memory", "db.slice/db-helper.slice").join(mem)),
+        (100u64 << 20).to_string()
+    );
+    // A task of another user in db-helper gets the scheduler slice (SYS_NICE, hostPID).
+    let other = Foreign::spawn(&root, "db.slice/db-helper.slice");
+    let pid = other.pid();
+    wait(
+        "a task of another user gets CPUSchedulingSliceSec",
+        30,
+        || async move { (se_slice(pid) == Some(SLICE_NS)).then_some(()) },
+    )
+    .await;
+    drop(other);
+    // What the agent keeps is on the host, where the chart put it.
+    assert!(read(&state_host.join("agent/state.json")).contains("\"redis\""));
+
+    // 2. Drift, repaired by the pod.
+    eprintln!("drift");
+    std::fs::write(&server_cpu, "512").unwrap();
+    let sc = &server_cpu;
+    wait("the drifted value put back", 30, || async {
+        (read(sc) == shares).then_some(())
+    })
+    .await;
+    wait("Drifted=False reason Repaired", 30, || async {
+        entry(reports, "redis", node).await.filter(|e| {
+            is(e, "Drifted", "False").as_deref() == Some("Repaired")
+                && is(e, "Applied", "True").is_some()
+        })
+    })
+    .await;
+
+    // 3. The report: the node's BulkheadNode, owned by the Node; the node's labels.
+    let r = reports.get(node).await.unwrap();
+    let st = r.status.unwrap();
+    assert_eq!(
+        (st.plan.as_deref(), st.applied_revision, st.state.as_str()),
+        (Some("redis"), Some(1), "Applied")
+    );
+    let n = nodes.get(node).await.unwrap();
+    assert_eq!(n.metadata.labels.unwrap()["bulkhead.io/plan"], "redis");
+
+    // 4. Per-pod isolation through NRI.
+    eprintln!("nri");
+    nri(&root, &node_root, pods, &client).await;
+
+    // 5. The plan deleted: its slices and labels go.
+    eprintln!("delete");
+    plans
+        .delete("redis", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait("slices removed after delete", 30, || async {
+        (!root.dir("cpu", "db.slice").exists() && !root.dir("memory", "db.slice").exists())
+            .then_some(())
+    })
+    .await;
+    wait("labels removed after delete", 30, || async {
+        let l = nodes
+            .get(node)
+            .await
+            .ok()?
+            .metadata
+            .labels
+            .unwrap_or_default();
+        (!l.contains_key("bulkhead.io/plan")).then_some(())
+    })
+    .await;
+
+    // 6. Applied again, then `helm uninstall`: the pre-delete hook deletes the DaemonSet,
+    //    the agent undoes what it made at SIGTERM, the reports go, the release is gone.
+    eprintln!("uninstall");
+    let mut again = plan.clone();
+    again.metadata.resource_version = None;
+    plans.create(&PostParams::default(), &again).await.unwrap();
+    wait("applied again", 60, || async {
+        root.dir("cpu", "db.slice/db-helper.slice")
+            .exists()
+            .then_some(())
+    })
+    .await;
+    let t0 = Instant::now();
+    chart.uninstall();
+    eprintln!("helm uninstall took {} ms", t0.elapsed().as_millis());
+    wait("slices removed by the uninstall", 30, || async {
+        (!root.dir("cpu", "db.slice").exists()).then_some(())
+    })
+    .await;
+    let l = nodes
+        .get(node)
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap_or_default();
+    assert!(!l.contains_key("bulkhead.io/plan"), "{l:?}");
+    assert!(reports
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+    wait("the agent's pod gone", 60, || async {
+        agents
+            .get_opt(&agent_name)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let state = read(&state_host.join("agent/state.json"));
+    assert!(state.contains("\"plan\": null"), "{state}");
+    // 7. Each privilege the chart grants, taken away: what breaks. The plan stays (helm
+    //    keeps CRDs and their objects) and each install applies it again.
+    privileges(&chart, &root, agents, reports, node).await;
+    plans
+        .delete("redis", &DeleteParams::default())
+        .await
+        .unwrap();
+    std::mem::forget(guard);
+    eprintln!("node test done in {} s", t_all.elapsed().as_secs());
+}
+
+/// The planned CPUSchedulingSliceSec (5ms), in ns.
+const SLICE_NS: u64 = 5_000_000;
+
+/// `se.slice` of a task (/proc/PID/sched, EEVDF kernels), in ns.
+fn se_slice(pid: u32) -> Option<u64> {
+    let t = std::fs::read_to_string(format!("/proc/{pid}/sched")).ok()?;
+    t.lines()
+        .find(|l| l.starts_with("se.slice"))?
+        .split(':')
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// A `sleep` of uid 65534 moved into a slice (every hierarchy that has it), killed on drop.
+struct Foreign(std::process::Child);
+impl Foreign {
+    fn spawn(root: &TestRoot, slice: &str) -> Foreign {
+        let child = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sleep",
+                "300",
+            ])
+            .spawn()
+            .expect("setpriv sleep");
+        let pid = child.id();
+        for d in &root.dirs {
+            let procs = d.join(slice).join("cgroup.procs");
+            if procs.exists() {
+                std::fs::write(&procs, pid.to_string())
+                    .unwrap_or_else(|e| panic!("{}: {e}", procs.display()));
+            }
+        }
+        Foreign(child)
+    }
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+impl Drop for Foreign {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The chart with the test's values; `install` waits for the agent's pod to be Ready.
+struct Chart<'a> {
+    env: &'a TestEnv,
+    sets: Vec<String>,
+}
+
+impl Chart<'_> {
+    async fn install(&self, agents: &Api<Pod>, extra: &[&str]) -> Pod {
+        let mut args: Vec<String> = ["install", "bulkhead-agent", "deploy/helm/bulkhead"]
+            .into_iter()
+            .chain(["--namespace", NS, "--create-namespace"])
+            .map(String::from)
+            .collect();
+        for s in self
+            .sets
+            .iter()
+            .map(String::as_str)
+            .chain(extra.iter().copied())
+        {
+            args.extend(["--set".to_string(), s.to_string()]);
+        }
+        let out = Command::new(self.env.bin.join("helm"))
+            .args(&args)
+            .current_dir(REPO)
+            .env("KUBECONFIG", self.env.dir.join("kubeconfig"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "helm install: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        wait("the agent's pod Ready (both containers)", 120, || async {
+            let l = agents
+                .list(&ListParams::default().labels("app.kubernetes.io/name=bulkhead"))
+                .await
+                .ok()?;
+            l.items.into_iter().find(ready)
+        })
+        .await
+    }
+
+    fn uninstall(&self) {
+        let t0 = Instant::now();
+        let out = self
+            .env
+            .helm(&["uninstall", "bulkhead-agent", "--namespace", NS, "--wait"]);
+        assert!(
+            out.status.success(),
+            "helm uninstall: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!("  helm uninstall: {} ms", t0.elapsed().as_millis());
+    }
+}
+
+/// The plan `redis` (created by the scenario, with db-helper's CPUSchedulingSliceSec) under
+/// the chart with one privilege taken away each time.
+async fn privileges(
+    chart: &Chart<'_>,
+    root: &TestRoot,
+    agents: &Api<Pod>,
+    reports: &Api<BulkheadNode>,
+    node: &str,
+) {
+    // Without SYS_ADMIN: the trusted.bulkhead mark cannot be written, nothing is applied.
+    eprintln!("privileges: no SYS_ADMIN");
+    chart.install(agents, &["capabilities={SYS_NICE}"]).await;
+    let e = wait("ApplyFailed without SYS_ADMIN", 60, || async {
+        entry(reports, "redis", node)
+            .await
+            .filter(|e| is(e, "Degraded", "True").as_deref() == Some("ApplyFailed"))
+    })
+    .await;
+    let msg = &e
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .unwrap()
+        .message;
+    eprintln!("    {msg}");
+    assert!(!root.dir("cpu", "db.slice/db-helper.slice").exists());
+    chart.uninstall();
+
+    // Without SYS_NICE: another user's task refuses its scheduler slice, and the report
+    // says so.
+    eprintln!("privileges: no SYS_NICE");
+    chart.install(agents, &["capabilities={SYS_ADMIN}"]).await;
+    wait("applied without SYS_NICE", 60, || async {
+        root.dir("cpu", "db.slice/db-helper.slice")
+            .exists()
+            .then_some(())
+    })
+    .await;
+    let other = Foreign::spawn(root, "db.slice/db-helper.slice");
+    let e = wait("the scheduler slice refused, in the report", 60, || async {
+        entry(reports, "redis", node).await.filter(|e| {
+            e.warnings
+                .iter()
+                .any(|w| w.contains("CPUSchedulingSliceSec"))
+        })
+    })
+    .await;
+    eprintln!("    {:?}", e.warnings);
+    assert_ne!(se_slice(other.pid()), Some(SLICE_NS));
+    drop(other);
+    chart.uninstall();
+
+    // Without the host's PID namespace: the agent does not see the slices' tasks at all.
+    eprintln!("privileges: no hostPID");
+    chart.install(agents, &["hostPID=false"]).await;
+    wait("applied without hostPID", 60, || async {
+        root.dir("cpu", "db.slice/db-helper.slice")
+            .exists()
+            .then_some(())
+    })
+    .await;
+    let other = Foreign::spawn(root, "db.slice/db-helper.slice");
+    // Five passes (interval 1 s) that would have set it.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let got = se_slice(other.pid());
+    eprintln!("    se.slice of the task after 5 passes: {got:?} (planned {SLICE_NS})");
+    assert_ne!(got, Some(SLICE_NS));
+    drop(other);
+    chart.uninstall();
+    wait("slices removed by the last uninstall", 30, || async {
+        (!root.dir("cpu", "db.slice").exists()).then_some(())
+    })
+    .await;
+}
+
+/// Prints the agent pod's logs when the test fails.
+struct Logs<'a>(&'a TestEnv);
+impl Drop for Logs<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- pod logs ----\n{}", pod_logs(self.0));
+        }
+    }
+}
+
+/// The NRI plugin in the agent's pod: a pod taking the db-helper slice gets its cpu.idle and
+/// IO weight; an annotation outside the allow-list fails the container with an event naming
+/// it; a pod without annotations is untouched.
+async fn nri(root: &TestRoot, node_root: &str, pods: &Api<Pod>, client: &kube::Client) {
+    let pp = PostParams::default();
+    pods.create(
+        &pp,
+        &pause_pod("helper", json!({"bulkhead.io/slice": "db-helper"})),
+    )
+    .await
+    .unwrap();
+    pods.create(&pp, &pause_pod("plain", json!({})))
+        .await
+        .unwrap();
+    pods.create(
+        &pp,
+        &pause_pod("greedy", json!({"bulkhead.io/MemoryMax": "1G"})),
+    )
+    .await
+    .unwrap();
+    let running = |name: &'static str| async move {
+        let p = pods.get(name).await.ok()?;
+        ready(&p).then_some(p)
+    };
+    let helper = wait("the helper pod Running", 60, || running("helper")).await;
+    let plain = wait("the plain pod Running", 60, || running("plain")).await;
+    let hc = container_cgroup(node_root, &helper);
+    let pc = container_cgroup(node_root, &plain);
+    let under = |c: &str, rel: &str, f: &str| root.path(c, rel, f);
+    assert_eq!(read(&under("cpu", &hc, "cpu.idle")), "1", "{hc}");
+    // Its pod too (idle counts between siblings: the pod among the other pods).
+    let hp = hc.rsplit_once('/').unwrap().0;
+    assert_eq!(read(&under("cpu", hp, "cpu.idle")), "1", "{hp}");
+    assert_eq!(read(&under("cpu", &pc, "cpu.idle")), "0", "{pc}");
+    let limit = if root.v1("memory") {
+        "memory.limit_in_bytes"
+    } else {
+        "memory.max"
+    };
+    assert_eq!(
+        read(&under("memory", &hc, limit)),
+        (100u64 << 20).to_string()
+    );
+    if root.v1("io") {
+        // BFQ's weight for IOWeight=20 (the library's conversion).
+        let w = bulkhead::plan::convert::io_weight_to_bfq(20).to_string();
+        assert_eq!(read(&under("io", &hc, "blkio.bfq.weight")), w);
+        assert_eq!(read(&under("io", hp, "blkio.bfq.weight")), w);
+        assert_eq!(read(&under("io", &pc, "blkio.bfq.weight")), "100");
+    } else {
+        assert_eq!(read(&under("io", &hc, "io.weight")), "default 20");
+    }
+    // The unannotated pod kept what the kubelet gave it (BestEffort: the lowest shares).
+    if root.v1("cpu") {
+        assert_eq!(read(&under("cpu", &pc, "cpu.shares")), "2");
+    }
+    // The refused pod: its container's creation failed, and the event names the annotation.
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let msg = wait("an event naming the refused annotation", 60, || async {
+        let l = events
+            .list(&ListParams::default().fields("involvedObject.name=greedy"))
+            .await
+            .ok()?;
+        l.items
+            .into_iter()
+            .filter_map(|e| e.message)
+            .find(|m| m.contains("bulkhead.io/MemoryMax"))
+    })
+    .await;
+    assert!(msg.contains("not allowed"), "{msg}");
+    let g = pods.get("greedy").await.unwrap();
+    assert!(!ready(&g), "the refused pod must not run");
+    for p in ["helper", "plain", "greedy"] {
+        pods.delete(p, &DeleteParams::default()).await.unwrap();
+    }
+    wait("the test pods gone", 60, || async {
+        let l = pods.list(&Default::default()).await.ok()?;
+        l.items.is_empty().then_some(())
+    })
+    .await;
+}
