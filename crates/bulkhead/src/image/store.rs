@@ -6,8 +6,9 @@
 
 use super::list_in;
 use bulkhead_sys::dir::private_dir;
-use bulkhead_sys::error::{io_failed, Diagnostic, Error, Result};
+use bulkhead_sys::error::{errno_text, io_failed, Diagnostic, Error, Result};
 use bulkhead_sys::hostpath::HostPath;
+use bulkhead_sys::mountinfo::unmount;
 use bulkhead_sys::statefile;
 use bulkhead_sys::units::human_bytes;
 use std::io;
@@ -207,8 +208,8 @@ impl Undo {
 impl Drop for Undo {
     fn drop(&mut self) {
         if let Some((file, mount)) = self.mounted.take() {
-            if nix::mount::umount2(&mount, nix::mount::MntFlags::empty()).is_err() {
-                let _ = nix::mount::umount2(&mount, nix::mount::MntFlags::MNT_DETACH);
+            if unmount(&mount, false).is_err() {
+                let _ = unmount(&mount, true);
             }
             let _ = detach_loops(&file);
         }
@@ -362,13 +363,13 @@ pub fn store_umount() -> Result<(StoreRecord, Done)> {
         detach_loops(&rec.file)?;
         return Ok((rec, Done::Already));
     }
-    if let Err(e) = nix::mount::umount2(&rec.mount, nix::mount::MntFlags::empty()) {
+    if let Err(e) = unmount(&rec.mount, false) {
         return Err(Error::failed(format!(
             "cannot unmount the image store at {}: {}",
             rec.mount.display(),
-            e.desc()
+            errno_text(&e)
         ))
-        .with_hint(if e == nix::errno::Errno::EBUSY {
+        .with_hint(if e.raw_os_error() == Some(libc::EBUSY) {
             format!(
                 "sandboxes or shells still use it (fuser -vm {}); stop them first",
                 rec.mount.display()
