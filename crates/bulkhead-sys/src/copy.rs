@@ -411,3 +411,100 @@ fn at_attrs(src: &OwnedFd, dst: &OwnedFd, name: &CStr, st: &Stat) -> Result<(), 
     rustix::fs::utimensat(dst, name, &times(st), AtFlags::SYMLINK_NOFOLLOW)
         .map_err(|e| ("cannot set the times of the copy of", e.into()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("bh-copy-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// The copy's directory renamed away and replaced by a symlink to a victim mid-copy: every
+    /// later write still lands in the copy (through the descriptors held), none in the victim.
+    #[test]
+    fn a_destination_swapped_mid_copy_is_never_written_through() {
+        let d = scratch("dst");
+        let src = d.join("src");
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        for i in 0..3000 {
+            std::fs::write(src.join("sub").join(format!("f{i}")), "x").unwrap();
+        }
+        std::fs::set_permissions(src.join("sub"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let victim = d.join("victim");
+        std::fs::create_dir_all(victim.join("sub")).unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let holder = d.join("holder");
+        std::fs::create_dir(&holder).unwrap();
+        let copy = holder.join("copy");
+        let racer = {
+            let (copy, victim) = (copy.clone(), victim.clone());
+            std::thread::spawn(move || {
+                while !copy.join("sub").exists() {
+                    std::thread::yield_now();
+                }
+                std::fs::rename(&copy, copy.with_extension("aside")).unwrap();
+                symlink(&victim, &copy).unwrap();
+            })
+        };
+        let s = rustix::fs::open(&src, OFlags::PATH, Mode::empty()).unwrap();
+        let h = rustix::fs::open(&holder, OFlags::RDONLY, Mode::empty()).unwrap();
+        let r = copy_tree(
+            &CopyFrom {
+                src: s.as_fd(),
+                src_shown: &src,
+                dst_parent: h.as_fd(),
+                dst_name: OsStr::new("copy"),
+                dst_shown: &copy,
+            },
+            false,
+            true,
+        );
+        racer.join().unwrap();
+        assert!(r.is_ok());
+        assert_eq!(std::fs::read_dir(victim.join("sub")).unwrap().count(), 0);
+        let md = std::fs::metadata(&victim).unwrap();
+        assert_eq!(md.mode() & 0o7777, 0o700, "the victim's mode changed");
+        let v = std::fs::metadata(victim.join("sub")).unwrap();
+        assert_ne!(
+            v.mode() & 0o7777,
+            0o777,
+            "the victim's subdirectory was chmod'ed"
+        );
+        // All of it is in the copy, wherever its name is now.
+        let aside = copy.with_extension("aside");
+        assert_eq!(std::fs::read_dir(aside.join("sub")).unwrap().count(), 3000);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A source directory swapped for a symlink is copied as what it is when opened: the link
+    /// as a link, never the tree it names.
+    #[test]
+    fn a_source_swapped_for_a_symlink_is_copied_as_a_link() {
+        let d = scratch("src");
+        let src = d.join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        let secret = d.join("secret");
+        std::fs::create_dir(&secret).unwrap();
+        std::fs::write(secret.join("file"), "root only").unwrap();
+        symlink(&secret, src.join("link")).unwrap();
+        let s = rustix::fs::open(&src, OFlags::PATH, Mode::empty()).unwrap();
+        let h = rustix::fs::open(&d, OFlags::RDONLY, Mode::empty()).unwrap();
+        let dst = d.join("dst");
+        let from = CopyFrom {
+            src: s.as_fd(),
+            src_shown: &src,
+            dst_parent: h.as_fd(),
+            dst_name: OsStr::new("dst"),
+            dst_shown: &dst,
+        };
+        assert!(copy_tree(&from, false, true).is_ok());
+        let l = std::fs::symlink_metadata(dst.join("link")).unwrap();
+        assert!(l.file_type().is_symlink());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
