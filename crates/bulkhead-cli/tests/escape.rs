@@ -12,6 +12,8 @@ pub fn bin() -> std::ffi::OsString {
 
 #[path = "escape/input.rs"]
 mod input;
+#[path = "escape/paths.rs"]
+mod paths;
 #[path = "escape/sandbox.rs"]
 mod sandbox;
 #[path = "escape/sockets.rs"]
