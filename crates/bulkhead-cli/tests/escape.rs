@@ -14,6 +14,8 @@ pub fn bin() -> std::ffi::OsString {
 mod exporter;
 #[path = "escape/input.rs"]
 mod input;
+#[path = "escape/paths.rs"]
+mod paths;
 #[path = "escape/probe.rs"]
 mod probe;
 #[path = "escape/sandbox.rs"]

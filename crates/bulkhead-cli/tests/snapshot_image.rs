@@ -685,14 +685,12 @@ fn overlay_on_ext4() {
         "busybox\n"
     );
     discard_and_check(s);
-    // A path overlayfs options cannot carry.
+    // A path overlayfs options cannot carry: the sandbox attaches the source it holds on a
+    // directory of bulkhead's own, and only that one is named in the options.
     let odd = busybox_root(&dir.0.join("a,b"));
-    let e = snapshot::create(&odd, Choice::Only(Method::Overlay)).unwrap_err();
-    assert_eq!(e.exit_code(), 2);
-    assert!(e.to_string().contains("contains ','"), "{e}");
-    let e = snapshot::create(&odd, Choice::Auto).unwrap_err();
-    assert!(e.to_string().contains("no snapshot method works"), "{e}");
-    assert!(e.to_string().contains("hint: --snapshot copy"), "{e}");
+    let s = snapshot::create(&odd, Choice::Only(Method::Overlay)).unwrap();
+    assert_eq!(s.method, Method::Overlay);
+    discard_and_check(s);
 }
 
 #[test]

@@ -1,11 +1,10 @@
 //! btrfs through its ioctls: snapshots and subvolumes (create, destroy, read-only), and the
 //! subvolume's id, flags and generation.
 
-use crate::dir::parent_and_name;
+use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 pub use crate::statfs::{BTRFS_MAGIC, XFS_MAGIC};
@@ -60,13 +59,18 @@ unsafe fn ioctl(fd: RawFd, req: u32, arg: *mut libc::c_void) -> io::Result<()> {
     Ok(())
 }
 
-/// A writable snapshot of the subvolume open as `src_fd`, at `dest` (same file system).
-pub fn snapshot(src_fd: RawFd, dest: &Path) -> io::Result<()> {
-    let (parent, name) = parent_and_name(dest, 4039)?;
+/// A writable snapshot of the subvolume open (for reading) as `src_fd`, named `name` in the
+/// directory open (for reading) as `parent` (same file system).
+pub fn snapshot_at(src_fd: BorrowedFd<'_>, parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+    let name = name.as_bytes();
+    if name.is_empty() || name.len() > 4039 {
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    let src_fd = src_fd.as_raw_fd();
     // SAFETY: all-zero is a valid value of this plain C struct.
     let mut args: Box<VolArgsV2> = Box::new(unsafe { std::mem::zeroed() });
     args.fd = src_fd as i64;
-    args.name[..name.len()].copy_from_slice(&name);
+    args.name[..name.len()].copy_from_slice(name);
     // SAFETY: the argument is the struct or buffer this request takes, sized as it encodes.
     unsafe {
         ioctl(
@@ -77,12 +81,15 @@ pub fn snapshot(src_fd: RawFd, dest: &Path) -> io::Result<()> {
     }
 }
 
-/// A new empty subvolume at `dest`.
-pub fn subvolume_create(dest: &Path) -> io::Result<()> {
-    let (parent, name) = parent_and_name(dest, 4087)?;
+/// A new empty subvolume `name` in the directory open (for reading) as `parent`.
+pub fn subvolume_create_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+    let name = name.as_bytes();
+    if name.is_empty() || name.len() > 4087 {
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
     // SAFETY: all-zero is a valid value of this plain C struct.
     let mut args: Box<VolArgs> = Box::new(unsafe { std::mem::zeroed() });
-    args.name[..name.len()].copy_from_slice(&name);
+    args.name[..name.len()].copy_from_slice(name);
     // SAFETY: the argument is the struct or buffer this request takes, sized as it encodes.
     unsafe {
         ioctl(
@@ -112,14 +119,20 @@ pub fn destroy_at(parent: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
     }
 }
 
-/// `path` is the root directory of a btrfs subvolume.
+/// `path` is the root directory of a btrfs subvolume (a symlink is not followed).
 pub fn is_subvolume(path: &Path) -> bool {
-    let Ok(md) = std::fs::symlink_metadata(path) else {
+    let Ok(Some(st)) = crate::statefile::lstat(path) else {
         return false;
     };
-    md.is_dir()
-        && md.ino() == FIRST_FREE_OBJECTID
+    rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+        && st.st_ino == FIRST_FREE_OBJECTID
         && crate::statfs::fs_magic(path) == Some(BTRFS_MAGIC)
+}
+
+/// The directory open as `fd` is the root of a btrfs subvolume.
+pub fn is_subvolume_fd(fd: BorrowedFd<'_>) -> bool {
+    crate::statfs::ino_and_magic(fd)
+        .is_ok_and(|(ino, magic)| ino == FIRST_FREE_OBJECTID && magic == BTRFS_MAGIC)
 }
 
 /// (subvolume id, root item flags, ctransid) of the subvolume `fd` is the root of.
@@ -131,12 +144,12 @@ pub fn subvol_info(fd: RawFd) -> io::Result<(u64, u64, u64)> {
     Ok((u64_at(0), u64_at(288), u64_at(344)))
 }
 
-/// Make the subvolume at `path` read-only (BTRFS_IOC_SUBVOL_SETFLAGS): an image then gets a
-/// pool of snapshots made ahead of time.
-pub fn set_read_only(path: &Path) -> io::Result<()> {
+/// Make the subvolume open (for reading) as `fd` read-only (BTRFS_IOC_SUBVOL_SETFLAGS): an
+/// image then gets a pool of snapshots made ahead of time.
+pub fn set_read_only(fd: BorrowedFd<'_>) -> io::Result<()> {
     // _IOW(0x94, 26, __u64); BTRFS_SUBVOL_RDONLY is bit 1 in this ioctl's flags.
     const BTRFS_IOC_SUBVOL_SETFLAGS: u32 = 0x4008_941a;
-    let f = std::fs::File::open(path)?;
+    let f = fd;
     let mut flags: u64 = 1 << 1;
     // SAFETY: the argument is the struct or buffer this request takes, sized as it encodes.
     unsafe {

@@ -1,33 +1,33 @@
-//! Directories by path: open one, make one (a private one too), and open the parent of a
-//! path bulkhead chose.
+//! Directories by path: open one (by the host path rule, [`crate::hostpath`]), make a private
+//! one, and open the parent of a path bulkhead chose.
 
-use std::ffi::CString;
+use crate::hostpath::{open_no_foreign_links, reopen_dir, DirError};
+use rustix::fs::{FileType, Mode, OFlags};
+use std::ffi::OsStr;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-pub(crate) fn cpath(p: &Path) -> io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "the path contains a NUL byte"))
+fn dir_error(e: DirError) -> io::Error {
+    match e {
+        DirError::Io(_, e) => e,
+        DirError::Untrusted { path, why } => io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} {why}", path.display()),
+        ),
+    }
 }
 
-/// Open a directory (following symlinks: for paths bulkhead chose).
+/// Open a directory for reading, by the host path rule (no symlink another user owns on the
+/// way, [`crate::hostpath`]).
 pub fn open_dir(p: &Path) -> io::Result<OwnedFd> {
-    use rustix::fs::{Mode, OFlags};
-    rustix::fs::open(
-        p,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(Into::into)
+    let fd = open_no_foreign_links(p, None).map_err(dir_error)?;
+    reopen_dir(fd.as_fd())
 }
 
-pub(crate) fn mkdir(p: &Path, mode: libc::mode_t) -> io::Result<()> {
-    rustix::fs::mkdir(p, rustix::fs::Mode::from_raw_mode(mode)).map_err(Into::into)
-}
-
-/// The parent directory, opened, and the last component as bytes of at most `max` bytes.
+/// The parent directory, opened for reading by the host path rule, and the last component as
+/// bytes of at most `max` bytes.
 pub(crate) fn parent_and_name(p: &Path, max: usize) -> io::Result<(OwnedFd, Vec<u8>)> {
     let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
@@ -45,23 +45,41 @@ pub(crate) fn parent_and_name(p: &Path, max: usize) -> io::Result<(OwnedFd, Vec<
 }
 
 /// Make `dir` a directory only root can enter (0700, owned by root), creating it if missing;
-/// refuse a symlink or a directory someone else owns (someone prepared it for us).
-pub fn private_dir(dir: &Path) -> io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
-        _ => {}
+/// refuse a symlink or a directory someone else owns (someone prepared it for us). Returns it
+/// opened for reading: use it through the descriptor, not by name.
+pub fn private_dir(dir: &Path) -> io::Result<OwnedFd> {
+    let (parent, name) = parent_and_name(dir, 255)?;
+    private_dir_at(parent.as_fd(), OsStr::from_bytes(&name))
+}
+
+/// [`private_dir`] for `name` in the directory open as `parent`.
+pub fn private_dir_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
+    match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o700)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => return Err(e.into()),
     }
-    let md = std::fs::symlink_metadata(dir)?;
-    if !md.is_dir() || md.uid() != 0 {
-        return Err(io::Error::new(
+    let refused = || {
+        io::Error::new(
             io::ErrorKind::PermissionDenied,
             "not a directory owned by root (a symlink, or another user's directory)",
-        ));
+        )
+    };
+    let fd = match rustix::fs::openat(
+        parent,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => return Err(refused()),
+        Err(e) => return Err(e.into()),
+    };
+    let st = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory || st.st_uid != 0 {
+        return Err(refused());
     }
-    if md.mode() & 0o077 != 0 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    if st.st_mode & 0o077 != 0 {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))?;
     }
-    Ok(())
+    Ok(fd)
 }

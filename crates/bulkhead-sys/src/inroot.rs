@@ -80,7 +80,7 @@ pub fn fd_path(fd: BorrowedFd<'_>) -> PathBuf {
 }
 
 /// Read `rel` (relative to the tree's top, `/` meaning the top) of the tree open as `root`.
-pub fn read_in_root(root: &OwnedFd, rel: &str, max: u64) -> Result<Vec<u8>, InRootError> {
+pub fn read_in_root(root: BorrowedFd<'_>, rel: &str, max: u64) -> Result<Vec<u8>, InRootError> {
     let fd = rustix::fs::openat2(
         root,
         rel,
@@ -135,8 +135,14 @@ mod tests {
         symlink("/secret", d.join("etc/abs")).unwrap();
         symlink("../../../../secret", d.join("etc/up")).unwrap();
         let root = open_root(&d).unwrap();
-        assert_eq!(read_in_root(&root, "etc/abs", 100).unwrap(), b"inside\n");
-        assert_eq!(read_in_root(&root, "etc/up", 100).unwrap(), b"inside\n");
+        assert_eq!(
+            read_in_root(root.as_fd(), "etc/abs", 100).unwrap(),
+            b"inside\n"
+        );
+        assert_eq!(
+            read_in_root(root.as_fd(), "etc/up", 100).unwrap(),
+            b"inside\n"
+        );
         std::fs::remove_dir_all(&d).unwrap();
     }
 
@@ -172,16 +178,16 @@ mod tests {
         std::fs::write(d.join("etc/big"), vec![b'x'; 2000]).unwrap();
         let root = open_root(&d).unwrap();
         assert!(matches!(
-            read_in_root(&root, "etc/fifo", 100),
+            read_in_root(root.as_fd(), "etc/fifo", 100),
             Err(InRootError::NotRegular("a FIFO"))
         ));
         // /dev/zero inside the tree does not exist: the link cannot reach the host's.
         assert!(matches!(
-            read_in_root(&root, "etc/zero", 100),
+            read_in_root(root.as_fd(), "etc/zero", 100),
             Err(InRootError::Io(e)) if e.kind() == io::ErrorKind::NotFound
         ));
         assert!(matches!(
-            read_in_root(&root, "etc/big", 1000),
+            read_in_root(root.as_fd(), "etc/big", 1000),
             Err(InRootError::TooLarge(1000))
         ));
         std::fs::remove_dir_all(&d).unwrap();

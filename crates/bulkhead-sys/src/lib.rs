@@ -8,11 +8,13 @@
 pub mod btrfs;
 pub mod cgdir;
 pub mod cgroupfs;
+pub mod copy;
 pub mod dir;
 pub mod error;
 pub mod exit;
 pub mod fd;
 pub mod host;
+pub mod hostpath;
 pub mod inroot;
 pub mod launch;
 pub mod listenfds;
@@ -26,10 +28,12 @@ pub mod remove;
 pub mod sched;
 pub mod signals;
 pub mod sockdiag;
+pub mod statefile;
 pub mod statfs;
 pub mod tree;
 pub mod trusted;
 pub mod units;
+pub mod usage;
 pub mod xattr;
 
 pub use error::{Diagnostic, Error, Result, Severity};

@@ -40,6 +40,17 @@ pub fn unescape(s: &str) -> PathBuf {
     PathBuf::from(OsString::from_vec(out))
 }
 
+/// Unmount the file system mounted at `point` (a mount point root chose, e.g. the image
+/// store's), lazily with `detach`. UMOUNT_NOFOLLOW: a symlink put in its place is not
+/// followed to another mount.
+pub fn unmount(point: &Path, detach: bool) -> std::io::Result<()> {
+    let mut flags = rustix::mount::UnmountFlags::NOFOLLOW;
+    if detach {
+        flags |= rustix::mount::UnmountFlags::DETACH;
+    }
+    rustix::mount::unmount(point, flags).map_err(Into::into)
+}
+
 /// Lazily unmount everything at or below `dir`; returns what was unmounted.
 pub fn detach_under(dir: &Path) -> Vec<PathBuf> {
     let mut done = Vec::new();

@@ -9,7 +9,7 @@ use crate::btrfs::{self, BTRFS_MAGIC, FIRST_FREE_OBJECTID};
 use crate::dir::parent_and_name;
 use crate::mountinfo;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
-use std::ffi::{CStr, CString};
+use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -20,18 +20,28 @@ type Failed = (PathBuf, io::Error);
 /// A swapped entry is looked at again this many times before the walk gives up.
 const RETRIES: usize = 16;
 
-/// Remove the tree at `path` (a path bulkhead chose: its parent directories are trusted,
-/// what is inside is not). A subvolume is destroyed; mounts below it are detached first.
+/// Remove the tree at `path` (a path bulkhead chose: its parent is opened by the host path
+/// rule, [`crate::hostpath`]; what is inside is not trusted). A subvolume is destroyed; mounts
+/// below it are detached first.
 pub fn remove_tree(path: &Path) -> Result<(), Failed> {
     let fail = |e: io::Error| (path.to_path_buf(), e);
     let (parent, name) = parent_and_name(path, 255).map_err(fail)?;
-    let name = CString::new(name).map_err(|_| fail(io::Error::from_raw_os_error(libc::EINVAL)))?;
-    match remove_entry(parent.as_fd(), &name, None, path) {
+    remove_tree_at(parent.as_fd(), OsStr::from_bytes(&name), path)
+}
+
+/// Remove the tree `name` in the directory open (for reading) as `parent`; `path` is where it
+/// is, for messages and for detaching what is mounted below it.
+pub fn remove_tree_at(parent: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result<(), Failed> {
+    let fail = |e: io::Error| (path.to_path_buf(), e);
+    let name = CString::new(name.as_bytes())
+        .map_err(|_| fail(io::Error::from_raw_os_error(libc::EINVAL)))?;
+    let parent = parent.as_fd();
+    match remove_entry(parent, &name, None, path) {
         Err((_, e)) if e.raw_os_error() == Some(libc::EBUSY) => {
             if mountinfo::detach_under(path).is_empty() {
                 return Err(fail(e));
             }
-            remove_entry(parent.as_fd(), &name, None, path)
+            remove_entry(parent, &name, None, path)
         }
         r => r,
     }

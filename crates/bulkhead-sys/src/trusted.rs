@@ -1,34 +1,12 @@
 //! Directories root can trust to make files in (unix socket files that others then connect
 //! to): nobody but root can change what any component of their path names.
 
-use crate::inroot::open_root;
-use rustix::fs::{FileType, Mode, OFlags, Stat};
-use std::collections::VecDeque;
-use std::ffi::OsString;
+use crate::hostpath::open_no_foreign_links;
+pub use crate::hostpath::DirError;
+use rustix::fs::{FileType, Stat};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStringExt;
-use std::path::{Component, Path, PathBuf};
-
-/// Why a directory cannot be trusted, or could not be opened.
-#[derive(Debug)]
-pub enum DirError {
-    Io(PathBuf, io::Error),
-    /// Someone other than root (or this process's user) can change what `path` names.
-    Untrusted {
-        path: PathBuf,
-        why: String,
-    },
-}
-
-impl std::fmt::Display for DirError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DirError::Io(p, e) => write!(f, "{}: {e}", p.display()),
-            DirError::Untrusted { path, why } => write!(f, "{} {why}", path.display()),
-        }
-    }
-}
+use std::os::fd::OwnedFd;
+use std::path::Path;
 
 /// Why the directory with this status is not trusted, if it is not: owned by someone else
 /// than root or `me`, or writable by its group or others without the sticky bit (with it,
@@ -54,14 +32,6 @@ pub fn untrusted_dir(st: &Stat, me: u32) -> Option<String> {
     None
 }
 
-fn components(p: &Path) -> impl Iterator<Item = OsString> + '_ {
-    p.components().filter_map(|c| match c {
-        Component::Normal(n) => Some(n.to_os_string()),
-        Component::ParentDir => Some("..".into()),
-        _ => None,
-    })
-}
-
 /// Open the directory `dir` (an absolute path) to make files in as root, when nobody but
 /// root or this process's user can change what its path names: every directory from `/` on
 /// passes [`untrusted_dir`], and a symlink on the way is followed only when root or this
@@ -69,81 +39,29 @@ fn components(p: &Path) -> impl Iterator<Item = OsString> + '_ {
 /// Returns an O_PATH handle on the directory.
 pub fn open_trusted_dir(dir: &Path) -> Result<OwnedFd, DirError> {
     let me = rustix::process::geteuid().as_raw();
-    let io_at = |p: &Path| {
-        let p = p.to_path_buf();
-        move |e: rustix::io::Errno| DirError::Io(p, e.into())
+    let mut check = |st: &Stat, at: &Path| match untrusted_dir(st, me) {
+        Some(why) => Err(DirError::Untrusted {
+            path: at.to_path_buf(),
+            why,
+        }),
+        None => Ok(()),
     };
-    let check = |fd: BorrowedFd<'_>, at: &Path| -> Result<(), DirError> {
-        let st = rustix::fs::fstat(fd).map_err(io_at(at))?;
-        match untrusted_dir(&st, me) {
-            Some(why) => Err(DirError::Untrusted {
-                path: at.to_path_buf(),
-                why,
-            }),
-            None => Ok(()),
-        }
-    };
-    let open_top = || open_root(Path::new("/")).map_err(|e| DirError::Io("/".into(), e));
-    let mut cur = open_top()?;
-    let mut at = PathBuf::from("/");
-    check(cur.as_fd(), &at)?;
-    let mut todo: VecDeque<OsString> = components(dir).collect();
-    let mut hops = 0;
-    while let Some(c) = todo.pop_front() {
-        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let next = rustix::fs::openat(&cur, c.as_os_str(), flags, Mode::empty())
-            .map_err(io_at(&at.join(&c)))?;
-        let st = rustix::fs::fstat(&next).map_err(io_at(&at.join(&c)))?;
-        match FileType::from_raw_mode(st.st_mode) {
-            FileType::Directory => {
-                if c == ".." {
-                    at.pop();
-                } else {
-                    at.push(&c);
-                }
-                check(next.as_fd(), &at)?;
-                cur = next;
-            }
-            FileType::Symlink => {
-                let link = at.join(&c);
-                if st.st_uid != 0 && st.st_uid != me {
-                    return Err(DirError::Untrusted {
-                        path: link,
-                        why: format!("is a symlink owned by UID {}, not root", st.st_uid),
-                    });
-                }
-                hops += 1;
-                if hops > 40 {
-                    return Err(DirError::Io(
-                        link,
-                        io::Error::from_raw_os_error(libc::ELOOP),
-                    ));
-                }
-                let target = rustix::fs::readlinkat(&next, "", Vec::new()).map_err(io_at(&link))?;
-                let target = PathBuf::from(OsString::from_vec(target.into_bytes()));
-                if target.is_absolute() {
-                    cur = open_top()?;
-                    at = PathBuf::from("/");
-                }
-                for (i, t) in components(&target).enumerate() {
-                    todo.insert(i, t);
-                }
-            }
-            _ => {
-                return Err(DirError::Io(
-                    at.join(&c),
-                    io::Error::from_raw_os_error(libc::ENOTDIR),
-                ))
-            }
-        }
+    let fd = open_no_foreign_links(dir, Some(&mut check))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| DirError::Io(dir.into(), e.into()))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        return Err(DirError::Io(
+            dir.into(),
+            io::Error::from_raw_os_error(libc::ENOTDIR),
+        ));
     }
-    Ok(cur)
+    Ok(fd)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+    use std::path::PathBuf;
 
     fn scratch(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("bh-trusted-{tag}-{}", std::process::id()));

@@ -18,13 +18,13 @@ fn say(what: &str, result: &str) {
 
 /// A scratch directory under /var/tmp (a world-traversable parent, as a user's ROOTFS would
 /// have), with a busybox root at `root`; removed on drop.
-struct Scratch {
-    dir: PathBuf,
-    root: PathBuf,
+pub(crate) struct Scratch {
+    pub(crate) dir: PathBuf,
+    pub(crate) root: PathBuf,
 }
 
 impl Scratch {
-    fn new(tag: &str) -> Scratch {
+    pub(crate) fn new(tag: &str) -> Scratch {
         let dir = PathBuf::from(format!(
             "/var/tmp/bulkhead-escape-{tag}-{}-{}",
             std::process::id(),
@@ -37,7 +37,7 @@ impl Scratch {
         busybox_root(&root);
         Scratch { dir, root }
     }
-    fn root(&self) -> &str {
+    pub(crate) fn root(&self) -> &str {
         self.root.to_str().unwrap()
     }
 }
@@ -76,13 +76,13 @@ fn as_nobody(script: &str) -> Output {
 }
 
 /// A loop device over a file that starts with a marker, detached on drop.
-struct LoopDev {
-    dev: String,
-    file: PathBuf,
+pub(crate) struct LoopDev {
+    pub(crate) dev: String,
+    pub(crate) file: PathBuf,
 }
 
 impl LoopDev {
-    fn new(dir: &Path) -> LoopDev {
+    pub(crate) fn new(dir: &Path) -> LoopDev {
         let file = dir.join("disk.img");
         let mut data = b"HOSTDISK-SECRET\n".to_vec();
         data.resize(1 << 20, 0);

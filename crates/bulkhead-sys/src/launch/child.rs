@@ -36,7 +36,20 @@ fn opt_ptr(c: &Option<CString>) -> *const libc::c_char {
     c.as_ref().map(|c| c.as_ptr()).unwrap_or(null())
 }
 
-pub(super) fn main(p: &Program, err_w: RawFd, life_r: RawFd, go_r: RawFd) -> ! {
+/// The detached trees the parent prepared, as raw descriptors aligned with `root_ops` and
+/// `ops` (-1 where an operation has none).
+pub(super) struct RawTrees<'a> {
+    pub(super) root: &'a [RawFd],
+    pub(super) ops: &'a [RawFd],
+}
+
+pub(super) fn main(
+    p: &Program,
+    trees: RawTrees<'_>,
+    err_w: RawFd,
+    life_r: RawFd,
+    go_r: RawFd,
+) -> ! {
     // SAFETY: in the forked child: FFI calls on descriptors it owns and on NUL-terminated
     // strings and buffers of the Program the parent built, which this copy of the address
     // space still holds; nothing here returns into the parent's frames.
@@ -103,8 +116,8 @@ pub(super) fn main(p: &Program, err_w: RawFd, life_r: RawFd, go_r: RawFd) -> ! {
                 &format!("cannot make / a slave mount: {}", strerror(e)),
             );
         }
-        for op in &p.root_ops {
-            do_op(op, -1, p, err_w);
+        for (op, tree) in p.root_ops.iter().zip(trees.root) {
+            do_op(op, *tree, -1, p, err_w);
         }
         let root_fd = libc::open(
             p.root.as_ptr(),
@@ -118,8 +131,8 @@ pub(super) fn main(p: &Program, err_w: RawFd, life_r: RawFd, go_r: RawFd) -> ! {
                 &format!("cannot open the root {}: {}", lossy(&p.root), strerror(e)),
             );
         }
-        for op in &p.ops {
-            do_op(op, root_fd, p, err_w);
+        for (op, tree) in p.ops.iter().zip(trees.ops) {
+            do_op(op, *tree, root_fd, p, err_w);
         }
         libc::close(root_fd);
         if libc::sethostname(p.hostname.as_ptr(), p.hostname.as_bytes().len()) != 0 {
@@ -567,7 +580,7 @@ fn fd_path(fd: RawFd) -> [u8; 32] {
     b
 }
 
-fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
+fn do_op(op: &Op, tree: RawFd, root_fd: RawFd, p: &Program, err_w: RawFd) {
     // SAFETY: in the forked child: FFI calls on descriptors it owns and on NUL-terminated
     // strings and buffers of the Program the parent built, which this copy of the address
     // space still holds; nothing here returns into the parent's frames.
@@ -653,66 +666,8 @@ fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
                     }
                 }
             }
-            Op::BindTree {
-                src,
-                target: t,
-                read_only,
-                noatime,
-                nodev,
-            } => {
-                let tree = libc::syscall(
-                    libc::SYS_open_tree,
-                    libc::AT_FDCWD,
-                    src.as_ptr(),
-                    (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint
-                        | libc::AT_RECURSIVE as libc::c_uint,
-                ) as RawFd;
-                if tree < 0 {
-                    let e = errno();
-                    die(
-                        err_w,
-                        RUN_FAILED,
-                        &format!("cannot bind {}: {}", lossy(src), strerror(e)),
-                    );
-                }
-                if *read_only || *noatime || *nodev {
-                    let mut attr = libc::mount_attr {
-                        attr_set: 0,
-                        attr_clr: 0,
-                        propagation: 0,
-                        userns_fd: 0,
-                    };
-                    if *read_only {
-                        attr.attr_set |= libc::MOUNT_ATTR_RDONLY;
-                    }
-                    if *noatime {
-                        attr.attr_clr |= libc::MOUNT_ATTR__ATIME;
-                        attr.attr_set |= libc::MOUNT_ATTR_NOATIME;
-                    }
-                    if *nodev {
-                        attr.attr_set |= libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID;
-                    }
-                    if libc::syscall(
-                        libc::SYS_mount_setattr,
-                        tree,
-                        c"".as_ptr(),
-                        (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
-                        &attr as *const libc::mount_attr,
-                        std::mem::size_of::<libc::mount_attr>(),
-                    ) != 0
-                    {
-                        let e = errno();
-                        die(
-                            err_w,
-                            RUN_FAILED,
-                            &format!(
-                                "cannot set the mount flags of {}: {}",
-                                lossy(src),
-                                strerror(e)
-                            ),
-                        );
-                    }
-                }
+            Op::BindTree { src, target: t, .. } => {
+                // The tree the parent cloned from the descriptor it decided on.
                 let (_, ptr, fd) = target(t);
                 // An in-root target is given as its O_PATH fd itself (a /proc/self/fd path would
                 // be a symlink that move_mount does not follow).
@@ -730,7 +685,6 @@ fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
                     (libc::MOVE_MOUNT_F_EMPTY_PATH | extra) as libc::c_uint,
                 );
                 let e = errno();
-                libc::close(tree);
                 if fd >= 0 {
                     libc::close(fd);
                 }
@@ -738,7 +692,12 @@ fn do_op(op: &Op, root_fd: RawFd, p: &Program, err_w: RawFd) {
                     die(
                         err_w,
                         RUN_FAILED,
-                        &format!("cannot bind {} on {}: {}", lossy(src), show(t), strerror(e)),
+                        &format!(
+                            "cannot bind {} on {}: {}",
+                            lossy(&src.shown),
+                            show(t),
+                            strerror(e)
+                        ),
                     );
                 }
             }

@@ -1,12 +1,10 @@
 //! `--private-users`: a user namespace with the sandbox's ID range mapped, and an ID-mapped
 //! copy of a tree (the root, or an overlay's lower layer) made before the clone.
 
-use super::{clone3, close, os_err, pipe, Failure, IdRange};
+use super::{clone3, close, os_err, pipe, Failure, HostRef, IdRange};
 use crate::error::{errno_text, Diagnostic, Error};
 use crate::exit::RUN_FAILED;
-use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 
 /// A user namespace with `range` mapped, as an fd (for MOUNT_ATTR_IDMAP): a child makes it
 /// and waits while its maps are written and the namespace is opened.
@@ -40,24 +38,28 @@ fn userns_fd(range: IdRange) -> Result<OwnedFd, Failure> {
     res
 }
 
-/// A detached copy of the tree at `src` whose IDs 0..size show as base..base+size: nodev and
-/// nosuid (an image's device nodes and setuid bits do nothing), and private, so that nothing
-/// mounted on it inside the sandbox propagates back to the host's peer of `src` (open_tree
-/// makes the copy in the host's namespace, a peer of a shared source mount).
-pub fn idmapped_tree(src: &std::path::Path, range: IdRange) -> Result<OwnedFd, Failure> {
+/// A detached copy of the tree open as `src` (a descriptor the caller opened by the host path
+/// rule: the tree is cloned from it, not looked up by name again) whose IDs 0..size show as
+/// base..base+size: nodev and nosuid (an image's device nodes and setuid bits do nothing), and
+/// private, so that nothing mounted on it inside the sandbox propagates back to the host's
+/// peer of `src` (open_tree makes the copy in the host's namespace, a peer of a shared source
+/// mount).
+pub fn idmapped_tree(src: &HostRef, range: IdRange) -> Result<OwnedFd, Failure> {
     let ns = userns_fd(range)?;
-    let c = CString::new(src.as_os_str().as_bytes()).unwrap_or_default();
-    // SAFETY: open_tree with a valid NUL-terminated path; the result is checked.
+    let shown = src.shown.to_string_lossy();
+    // SAFETY: open_tree on a descriptor the caller holds, with an empty C string and
+    // AT_EMPTY_PATH; the result is checked.
     let tree = unsafe {
         libc::syscall(
             libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint,
+            src.fd,
+            c"".as_ptr(),
+            (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint
+                | libc::AT_EMPTY_PATH as libc::c_uint,
         )
     } as i32;
     if tree < 0 {
-        return Err(os_err(&format!("open_tree {}", src.display())));
+        return Err(os_err(&format!("open_tree {shown}")));
     }
     // SAFETY: open_tree just returned this descriptor; nothing else owns it.
     let tree = unsafe { OwnedFd::from_raw_fd(tree) };
@@ -84,8 +86,7 @@ pub fn idmapped_tree(src: &std::path::Path, range: IdRange) -> Result<OwnedFd, F
             RUN_FAILED,
             Error::failed_with(
                 Diagnostic::error(format!(
-                    "cannot ID-map {} for --private-users: {}",
-                    src.display(),
+                    "cannot ID-map {shown} for --private-users: {}",
                     errno_text(&e)
                 ))
                 .hint("ID-mapped mounts need Linux 5.12+ and a file system that supports them (ext4, xfs, btrfs, tmpfs 6.3+)"),

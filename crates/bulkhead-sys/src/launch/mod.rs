@@ -14,11 +14,12 @@ pub mod command;
 mod idmap;
 mod parent;
 mod program;
+mod trees;
 
 pub use command::{exec_here, spawn_into_cgroup, ExecFailure, ExecSpec, Running, SpawnError, Step};
 pub use idmap::idmapped_tree;
 pub use parent::run;
-pub use program::{Create, Filter, IdRange, Op, Program, Target};
+pub use program::{Create, Filter, HostRef, IdRange, Op, Program, Target};
 
 use crate::error::{errno_text, Error};
 use crate::exit::RUN_FAILED;

@@ -8,6 +8,7 @@
 //! ([`super::command`]) waits with the same loop and the same mask.
 
 use super::idmap::write_id_maps;
+use super::trees::Trees;
 use super::{child, clone3, close, pipe, signal_set, Failure, Program};
 use crate::error::{errno_text, Diagnostic, Error};
 use crate::exit::{RUN_FAILED, TIMEOUT};
@@ -30,6 +31,10 @@ pub fn run(
     timeout: Option<Duration>,
     stop_timeout: Option<Duration>,
 ) -> Result<(i32, bool), Failure> {
+    // The binds' trees, cloned here from the descriptors the caller decided on; attached by
+    // the child. Raw numbers made before the clone: the child does not allocate.
+    let trees = Trees::prepare(p)?;
+    let (root_trees, op_trees) = (Trees::raw(&trees.root), Trees::raw(&trees.ops));
     let set = signal_set();
     let restore = Restore::block(&set);
     let pipes = Pipes {
@@ -52,7 +57,11 @@ pub fn run(
         close(pipes.err.0);
         close(pipes.life.1);
         close(pipes.go.1);
-        child::main(p, pipes.err.1, pipes.life.0, pipes.go.0)
+        let raw = child::RawTrees {
+            root: &root_trees,
+            ops: &op_trees,
+        };
+        child::main(p, raw, pipes.err.1, pipes.life.0, pipes.go.0)
     }
     let pid = pid as libc::pid_t;
     close(pipes.err.1);

@@ -3,7 +3,7 @@
 //! prints it for `--dry-run`.
 
 use std::ffi::CString;
-use std::path::PathBuf;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 /// A user namespace: IDs 0..size inside are base..base+size outside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +22,27 @@ pub struct Filter {
 impl std::fmt::Debug for Filter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Filter({} instructions)", self.program.len())
+    }
+}
+
+/// A host file or directory the parent opened by the host path rule ([`crate::hostpath`]):
+/// the child uses the descriptor, never the name. The descriptor is one of [`Program::held`].
+#[derive(Debug, Clone)]
+pub struct HostRef {
+    pub fd: RawFd,
+    /// Its path, for messages and `--dry-run`.
+    pub shown: CString,
+}
+
+impl HostRef {
+    /// Refer to `fd`, which `held` keeps open from now on.
+    pub fn hold(fd: OwnedFd, shown: CString, held: &mut Vec<OwnedFd>) -> HostRef {
+        let r = HostRef {
+            fd: fd.as_raw_fd(),
+            shown,
+        };
+        held.push(fd);
+        r
     }
 }
 
@@ -65,9 +86,11 @@ pub enum Op {
         data: Option<CString>,
     },
     /// A recursive bind mount made with open_tree + mount_setattr + move_mount, so the
-    /// read-only flag applies to the whole tree atomically.
+    /// read-only flag applies to the whole tree atomically. The source is a descriptor the
+    /// parent opened: open_tree(fd, "", AT_EMPTY_PATH) clones what it was decided on, never
+    /// what the name means by the time the child runs.
     BindTree {
-        src: CString,
+        src: HostRef,
         target: Target,
         read_only: bool,
         /// No access-time updates (a throw-away root: atime writes would only dirty
@@ -122,7 +145,10 @@ pub struct Program {
     /// The tree the parent ID-mapped before the clone ([`super::idmapped_tree`]).
     pub idmapped: Option<std::os::fd::RawFd>,
     /// What gets ID-mapped: the root, or the overlay's lower layer.
-    pub idmap_source: Option<PathBuf>,
+    pub idmap_source: Option<HostRef>,
+    /// The descriptors the operations refer to ([`HostRef`]), open until the sandbox has
+    /// exited.
+    pub held: Vec<OwnedFd>,
     pub program_name: String,
     /// fds 3..3+N stay open for the command (socket activation).
     pub listen_fds: u32,
@@ -201,7 +227,7 @@ impl Program {
                     nodev,
                 } => format!(
                     "bind {} on {}{}{}{}",
-                    s(src),
+                    s(&src.shown),
                     t(target),
                     if *read_only { " read-only" } else { "" },
                     if *noatime { " noatime" } else { "" },
@@ -211,7 +237,7 @@ impl Program {
                     "attach {} ID-mapped 0-{} -> {}-{} nodev nosuid private on {}",
                     self.idmap_source
                         .as_ref()
-                        .map(|p| p.display().to_string())
+                        .map(|h| s(&h.shown))
                         .unwrap_or_default(),
                     self.userns.map(|u| u.size - 1).unwrap_or(0),
                     self.userns.map(|u| u.base).unwrap_or(0),

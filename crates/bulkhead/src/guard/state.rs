@@ -11,6 +11,7 @@
 use super::control::{Action, Baseline, Harm};
 use bulkhead_cgroups::Throttle;
 use bulkhead_sys::paths::guard_dir;
+use bulkhead_sys::statefile;
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io::Write;
@@ -175,19 +176,23 @@ pub fn boot_id() -> String {
         .to_string()
 }
 
-/// Write a file whole (a reader never sees half of it).
+/// Write a file whole (a reader never sees half of it): a new temporary file with a unique
+/// name (O_EXCL|O_NOFOLLOW: nothing planted in the directory is written through), renamed
+/// over the old one.
 pub fn write_json<T: Serialize>(path: &Path, v: &T) -> std::io::Result<()> {
     if let Some(d) = path.parent() {
-        fs::create_dir_all(d)?;
+        statefile::ensure_dir(d, 0o755)?;
     }
-    let tmp = path.with_extension("tmp");
     let text = serde_json::to_vec_pretty(v).map_err(std::io::Error::other)?;
-    fs::write(&tmp, text)?;
-    fs::rename(&tmp, path)
+    statefile::write_atomic(path, &text, 0o644)
 }
 
+/// The guard's files are small; anything larger is not one of them.
+const MAX_JSON: u64 = 16 << 20;
+
+/// Read one of the guard's files: a regular file, not through a symlink (O_NOFOLLOW).
 pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
-    serde_json::from_slice(&fs::read(path).ok()?).ok()
+    serde_json::from_slice(&statefile::read(path, MAX_JSON).ok()?).ok()
 }
 
 /// The guard's status, if a guard ever ran since boot.
@@ -199,12 +204,10 @@ pub fn read_status() -> Option<Status> {
 pub struct ActionLog(fs::File);
 
 impl ActionLog {
+    /// Open `path` to append to (made 0640 if missing): never through a symlink, never a
+    /// FIFO or device, never a file another user owns or one with other hard links.
     pub fn open(path: &Path) -> std::io::Result<ActionLog> {
-        let f = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        Ok(ActionLog(f))
+        statefile::open_append_log(path).map(ActionLog)
     }
 
     pub fn write(&mut self, l: &Logged) {

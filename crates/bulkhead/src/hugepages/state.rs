@@ -69,10 +69,8 @@ impl Saved {
             std::fs::create_dir_all(d)
                 .map_err(|e| bulkhead_sys::error::io_failed("cannot create", d, e))?;
         }
-        let tmp = path.with_extension("json.tmp");
         let text = serde_json::to_string_pretty(self).unwrap_or_default();
-        std::fs::write(&tmp, text)
-            .and_then(|_| std::fs::rename(&tmp, path))
+        bulkhead_sys::statefile::write_atomic(path, text.as_bytes(), 0o644)
             .map_err(|e| bulkhead_sys::error::io_failed("cannot write", path, e))
     }
 

@@ -11,6 +11,13 @@
 //! namespace dies with its PID 1); an overlay and its tmpfs live only in the sandbox's own
 //! mount namespace, so they vanish with it; on-disk snapshots are registered before they are
 //! made and removed on every exit path, or by the next bulkhead start after a kill -9.
+//!
+//! The host path rule holds here (docs/SECURITY.md): ROOTFS and every `--bind` source are
+//! opened once by [`bulkhead_sys::hostpath`], decided on by `fstat`, and mounted from those
+//! descriptors; no path-taking call (clippy's `disallowed_methods`, listed in this crate's
+//! clippy.toml) is made in this module.
+
+#![deny(clippy::disallowed_methods)]
 
 pub mod seccomp;
 pub mod setup;
@@ -23,6 +30,7 @@ use bulkhead_cgroups::{Joiner, Placement};
 pub use bulkhead_plan::sandbox::{Bind, Choice, Net, TmpfsSizes, UserRange};
 use bulkhead_plan::SliceName;
 use bulkhead_sys::error::{errno_text, Diagnostic, Error};
+use bulkhead_sys::hostpath::{DirError, HostPath};
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -101,35 +109,71 @@ fn failed(e: Error) -> RunError {
     RunError::with_code(EXIT_RUN_FAILED, e)
 }
 
-/// Check the user's input against the host before anything is created.
-fn validate(spec: &SandboxSpec) -> Result<PathBuf, RunError> {
+/// ROOTFS and the `--bind` sources as validated: each host path opened once by the host path
+/// rule ([`bulkhead_sys::hostpath`]) and decided on by `fstat` of that descriptor. Everything
+/// after uses the descriptors, never the names again.
+#[derive(Debug)]
+pub struct Opened {
+    pub root: HostPath,
+    /// What the kernel calls ROOTFS (for messages, the host name and the snapshot's name).
+    pub root_path: PathBuf,
+    /// One per `spec.binds`, in order.
+    pub binds: Vec<HostPath>,
+}
+
+/// A host path that could not be opened by the rule: what, where and what to do.
+fn host_path_error(what: &str, shown: &Path, e: DirError, hint: &str) -> RunError {
+    match e {
+        DirError::Io(p, e) if p == shown => invalid(
+            format!("{what} {}: {}", shown.display(), errno_text(&e)),
+            hint,
+        ),
+        DirError::Io(p, e) => invalid(
+            format!("{what} {}: {}: {}", shown.display(), p.display(), errno_text(&e)),
+            hint,
+        ),
+        DirError::Untrusted { path, why } => invalid(
+            format!("{what} {}: {} {why}", shown.display(), path.display()),
+            "bulkhead follows only root's symlinks in a host path (another user could point one at a device or at root's files while it is used): give the path the link points to",
+        ),
+    }
+}
+
+/// Check the user's input against the host before anything is created, opening ROOTFS and
+/// the bind sources once.
+fn validate(spec: &SandboxSpec) -> Result<Opened, RunError> {
     if spec.argv.is_empty() {
         return Err(invalid(
             "no command given",
             "write the command after --, e.g. bulkhead spawn -D /var/lib/machines/debian -- /bin/sh",
         ));
     }
-    let root = &spec.rootfs;
-    let meta = std::fs::metadata(root).map_err(|e| {
-        invalid(
-            format!("-D {}: {}", root.display(), errno_text(&e)),
+    let rootfs = &spec.rootfs;
+    let root = HostPath::open(rootfs).map_err(|e| {
+        host_path_error(
+            "-D",
+            rootfs,
+            e,
             "give the directory that holds the root file system (or an image name: bulkhead image list)",
         )
     })?;
-    if !meta.is_dir() {
+    if !root.is_dir() {
         return Err(invalid(
-            format!("-D {}: not a directory", root.display()),
+            format!("-D {}: not a directory", rootfs.display()),
             "give the directory that holds the root file system; unpack a tarball with bulkhead image import",
         ));
     }
-    let root = std::fs::canonicalize(root)
-        .map_err(|e| failed(bulkhead_sys::error::io_failed("cannot resolve", root, e)))?;
-    if root == Path::new("/") {
+    // Decided on the descriptor: no name resolved later can turn it into the host's root.
+    if root.is_host_root() {
         return Err(invalid(
-            "-D /: the host's own root cannot be a sandbox root",
+            format!(
+                "-D {}: the host's own root cannot be a sandbox root",
+                rootfs.display()
+            ),
             "give a separate root file system, e.g. one made by debootstrap",
         ));
     }
+    let root_path = root.real_path();
     if spec.ephemeral && spec.writable {
         return Err(invalid(
             "--ephemeral and --writable do not go together",
@@ -142,6 +186,7 @@ fn validate(spec: &SandboxSpec) -> Result<PathBuf, RunError> {
             "add --ephemeral, or leave --snapshot out",
         ));
     }
+    let mut binds = Vec::with_capacity(spec.binds.len());
     for b in &spec.binds {
         if !b.src.is_absolute() {
             return Err(invalid(
@@ -152,12 +197,14 @@ fn validate(spec: &SandboxSpec) -> Result<PathBuf, RunError> {
                 "write the full path of the host directory or file",
             ));
         }
-        if let Err(e) = std::fs::metadata(&b.src) {
-            return Err(invalid(
-                format!("--bind {}: {}", b.src.display(), errno_text(&e)),
+        binds.push(HostPath::open(&b.src).map_err(|e| {
+            host_path_error(
+                "--bind",
+                &b.src,
+                e,
                 "the source of a bind mount must exist on the host",
-            ));
-        }
+            )
+        })?);
         check_inside(&b.dst, "--bind")?;
     }
     for t in &spec.tmpfs {
@@ -183,10 +230,13 @@ fn validate(spec: &SandboxSpec) -> Result<PathBuf, RunError> {
         // A read-only (or the user's own writable) root is used as it is: its mount points
         // must exist, bulkhead never creates directories in the user's tree.
         for d in ["proc", "dev", "sys", "tmp"] {
-            let p = root.join(d);
-            if !p.is_dir() {
+            if !root.has_dir(d) {
+                let p = root_path.join(d);
                 return Err(invalid(
-                    format!("{}: missing; the sandbox mounts /{d} there", p.display()),
+                    format!(
+                        "{}: missing (or not a directory); the sandbox mounts /{d} there",
+                        p.display()
+                    ),
                     &format!(
                         "create it (mkdir {}), or use --ephemeral, which works on a copy",
                         p.display()
@@ -195,7 +245,11 @@ fn validate(spec: &SandboxSpec) -> Result<PathBuf, RunError> {
             }
         }
     }
-    Ok(root)
+    Ok(Opened {
+        root,
+        root_path,
+        binds,
+    })
 }
 
 /// A path inside the sandbox must be absolute and may not climb out with `..`.
@@ -232,12 +286,12 @@ pub fn spawn(
     for line in snapshot::clean_stale(|| crate::image::images_dir().ok()) {
         note(&format!("removed stale sandbox state: {line}"));
     }
-    let rootfs = validate(spec)?;
-    let ids = setup::resolve_ids(&rootfs, spec)?;
+    let opened = validate(spec)?;
+    let ids = setup::resolve_ids(opened.root.fd(), spec)?;
     let t0 = Instant::now();
     let mut snap: Option<Snapshot> = if spec.ephemeral {
         let choice = spec.snapshot.unwrap_or(Choice::Auto);
-        Some(snapshot::create(&rootfs, choice).map_err(failed)?)
+        Some(snapshot::create_from(&opened.root, choice).map_err(failed)?)
     } else {
         None
     };
@@ -265,10 +319,9 @@ pub fn spawn(
     } else {
         (spec, None)
     };
-    if spec.private_users.is_some() {
-        snapshot::ensure_mount_point().map_err(failed)?;
-    }
-    let mut program = setup::build(spec, &rootfs, snap.as_ref(), ids).map_err(failed)?;
+    // Where the root is mounted in the sandbox's own mount namespace.
+    snapshot::ensure_mount_point().map_err(failed)?;
+    let mut program = setup::build(spec, &opened, snap.as_ref(), ids).map_err(failed)?;
     // Made before the clone, kept open until the sandbox has exited.
     let _idmapped = match (&program.idmap_source, spec.private_users) {
         (Some(src), Some(range)) => {
@@ -288,7 +341,7 @@ pub fn spawn(
         // root of its own cgroup namespace), as systemd-nspawn's scopes are.
         let what = format!(
             "{} ({})",
-            rootfs.display(),
+            opened.root_path.display(),
             spec.argv
                 .first()
                 .map(|a| a.to_string_lossy())
@@ -329,8 +382,8 @@ pub fn spawn(
 
 /// What `spawn --dry-run` prints: every operation the sandbox's start performs.
 pub fn describe(spec: &SandboxSpec) -> Result<Vec<String>, RunError> {
-    let rootfs = validate(spec)?;
-    let ids = setup::resolve_ids(&rootfs, spec)?;
+    let opened = validate(spec)?;
+    let ids = setup::resolve_ids(opened.root.fd(), spec)?;
     let mut out = Vec::new();
     let mut shown = spec.clone();
     if spec.private_users_auto {
@@ -344,7 +397,7 @@ pub fn describe(spec: &SandboxSpec) -> Result<Vec<String>, RunError> {
             size: userns::RANGE,
         });
     }
-    let mut program = setup::build(&shown, &rootfs, None, ids).map_err(failed)?;
+    let mut program = setup::build(&shown, &opened, None, ids).map_err(failed)?;
     // The pseudo-terminal is opened at start; the description only needs to know there is one.
     program.pty = spec.pty.then_some(-1);
     out.extend(program.describe());

@@ -8,8 +8,8 @@
 use super::UserRange;
 use bulkhead_sys::error::{io_failed, Diagnostic, Error, Result};
 use bulkhead_sys::process::start_time;
+use bulkhead_sys::statefile;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// IDs per sandbox: root inside is the range's first, and 65536 IDs cover every ID a
@@ -29,7 +29,7 @@ pub struct Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.file);
+        let _ = statefile::remove_file(&self.file);
     }
 }
 
@@ -41,15 +41,9 @@ pub fn leases_dir() -> PathBuf {
 /// Take a free range.
 pub fn allocate() -> Result<Lease> {
     let dir = leases_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| io_failed("cannot create", &dir, e))?;
+    statefile::ensure_dir(&dir, 0o755).map_err(|e| io_failed("cannot create", &dir, e))?;
     let lock_path = dir.join(".lock");
-    let lock = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&lock_path)
+    let lock = statefile::open_lock(&lock_path, 0o600)
         .map_err(|e| io_failed("cannot open", &lock_path, e))?;
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| io_failed("cannot lock", &lock_path, e.into()))?;
@@ -61,13 +55,8 @@ pub fn allocate() -> Result<Lease> {
         if held(&file) {
             continue;
         }
-        let _ = std::fs::remove_file(&file);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&file)
+        let _ = statefile::remove_file(&file);
+        let mut f = statefile::create_new(&file, 0o644)
             .map_err(|e| io_failed("cannot create the lease", &file, e))?;
         let pid = std::process::id();
         writeln!(f, "{pid} {}", start_time(pid).unwrap_or(0))
@@ -90,7 +79,7 @@ pub fn allocate() -> Result<Lease> {
 
 /// A lease whose owner still runs (the same PID with the same start time).
 fn held(file: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(file) else {
+    let Ok(text) = statefile::read_string(file, 4096) else {
         return false;
     };
     let mut it = text.split_whitespace().map(|t| t.parse::<u64>().ok());
@@ -105,7 +94,7 @@ fn held(file: &Path) -> bool {
 
 /// `name:start:count` lines of a subordinate ID file (missing file: none).
 fn read_ids(path: &str) -> Vec<(String, u64, u64)> {
-    parse_ids(&std::fs::read_to_string(path).unwrap_or_default())
+    parse_ids(&statefile::read_string(Path::new(path), 16 << 20).unwrap_or_default())
 }
 
 fn parse_ids(text: &str) -> Vec<(String, u64, u64)> {

@@ -4,21 +4,39 @@
 use super::ensure_mount_point;
 use super::registry::Entry;
 use super::{
-    remove_snapshot, snapshot_name, state_root, Choice, Method, PoolKey, Snapshot, SNAPSHOT_DIR,
+    snapshot_name, state_root, Choice, Disk, Method, PoolKey, Snapshot, SNAPSHOT_DIR,
     SNAPSHOT_PREFIX,
 };
 use bulkhead_sys::btrfs::{self, BTRFS_MAGIC, FIRST_FREE_OBJECTID, XFS_MAGIC};
-use bulkhead_sys::dir::private_dir;
+use bulkhead_sys::dir::private_dir_at;
 use bulkhead_sys::error::{errno_text, io_failed, Diagnostic, Error, Result};
+use bulkhead_sys::hostpath::{DirError, HostPath};
 use bulkhead_sys::statfs::{fs_name, ino_and_magic};
-use bulkhead_sys::tree::{copy_tree, open_dir, CopyFail};
+use bulkhead_sys::tree::{copy_tree, remove_tree_at, CopyFail, CopyFrom};
+use bulkhead_sys::trusted::open_trusted_dir;
+use rustix::fs::{AtFlags, Mode, OFlags};
+use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Make a writable copy of `src` for one sandbox.
+/// Make a writable copy of the directory `src` for one sandbox (opened here by the host path
+/// rule, [`bulkhead_sys::hostpath`]).
 pub fn create(src: &Path, choice: Choice) -> Result<Snapshot> {
+    let opened = HostPath::open(src).map_err(|e| {
+        Error::invalid(
+            Diagnostic::error(format!("cannot use {} as ROOTFS: {e}", src.display())).hint(
+                "give the directory of a root file system, or the name of an image (bulkhead image list)",
+            ),
+        )
+    })?;
+    create_from(&opened, choice)
+}
+
+/// Make a writable copy of the directory the caller opened as `src`: the copy is made from
+/// that descriptor, never from its path again.
+pub fn create_from(src: &HostPath, choice: Choice) -> Result<Snapshot> {
     let source = Source::open(src)?;
     match choice {
         Choice::Only(m) => match attempt(&source, m)? {
@@ -36,37 +54,34 @@ pub fn create(src: &Path, choice: Choice) -> Result<Snapshot> {
 }
 
 pub(super) struct Source {
+    /// What the kernel calls the source (messages, the copy's name and directory).
     pub(super) lower: PathBuf,
+    /// The source, opened for reading (listing, btrfs ioctls).
     pub(super) fd: OwnedFd,
+    pub(super) dev: u64,
     pub(super) ino: u64,
     pub(super) magic: u32,
 }
 
 impl Source {
-    fn open(src: &Path) -> Result<Source> {
-        let bad = |what: String| {
-            Error::invalid(Diagnostic::error(what).hint(
-                "give the directory of a root file system, or the name of an image (bulkhead image list)",
-            ))
+    fn open(src: &HostPath) -> Result<Source> {
+        let lower = src.real_path();
+        let bad = |e: io::Error| {
+            Error::invalid(
+                Diagnostic::error(format!(
+                    "cannot use {} as ROOTFS: {}",
+                    src.shown().display(),
+                    errno_text(&e)
+                ))
+                .hint("give the directory of a root file system, or the name of an image (bulkhead image list)"),
+            )
         };
-        let lower = std::fs::canonicalize(src).map_err(|e| {
-            bad(format!(
-                "cannot use {} as ROOTFS: {}",
-                src.display(),
-                errno_text(&e)
-            ))
-        })?;
-        let fd = open_dir(&lower).map_err(|e| {
-            bad(format!(
-                "cannot use {} as ROOTFS: {}",
-                src.display(),
-                errno_text(&e)
-            ))
-        })?;
+        let fd = src.open_dir().map_err(bad)?;
         let (ino, magic) = ino_and_magic(&fd).map_err(|e| io_failed("cannot stat", &lower, e))?;
         Ok(Source {
             lower,
             fd,
+            dev: src.stat().st_dev,
             ino,
             magic,
         })
@@ -179,17 +194,17 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
                     "load it with modprobe overlay, or use --snapshot copy",
                 )));
             }
+            // The source is given as /proc/self/fd/N: only bulkhead's own directory is named
+            // in the options.
             let bad = [',', ':', '\\'];
             let state = state_root();
-            for p in [&src.lower, &state] {
-                let text = p.to_string_lossy();
-                if let Some(c) = text.chars().find(|c| bad.contains(c)) {
-                    return Ok(Err(Refusal::new(
-                        format!("the path {} has '{c}', which overlayfs options cannot carry", p.display()),
-                        format!("{} contains '{c}', which overlayfs mount options cannot carry", p.display()),
-                        "use a path without ',', ':' or '\\' (a bind mount or symlink of it works), or --snapshot copy",
-                    )));
-                }
+            let text = state.to_string_lossy();
+            if let Some(c) = text.chars().find(|c| bad.contains(c)) {
+                return Ok(Err(Refusal::new(
+                    format!("the path {} has '{c}', which overlayfs options cannot carry", state.display()),
+                    format!("{} contains '{c}', which overlayfs mount options cannot carry", state.display()),
+                    "use a state directory without ',', ':' or '\\' (BULKHEAD_STATE_DIR), or --snapshot copy",
+                )));
             }
             let dir = ensure_mount_point()?;
             return Ok(Ok(Snapshot {
@@ -198,6 +213,10 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
                 root: dir.join("root"),
                 state_dir: dir,
                 lower: src.lower.clone(),
+                tree: src
+                    .fd
+                    .try_clone()
+                    .map_err(|e| io_failed("cannot open", &src.lower, e))?,
                 disk: None,
                 pool: None,
                 discarded: false,
@@ -206,7 +225,7 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
         }
         Method::Copy => {}
     }
-    // Btrfs, Reflink, Copy: an on-disk sibling of the source.
+    // Btrfs, Reflink, Copy: an on-disk copy in the holder beside the source.
     let (Some(parent), Some(base)) = (src.lower.parent(), src.lower.file_name()) else {
         return Ok(Err(Refusal::new(
             "ROOTFS is /",
@@ -214,33 +233,66 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
             "give a root file system below /, e.g. an image (bulkhead image import)",
         )));
     };
+    let parent_fd = match beside(src, parent, base, method)? {
+        Ok(fd) => fd,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    let holder_path = parent.join(SNAPSHOT_DIR);
+    let holder = private_dir_at(parent_fd.as_fd(), OsStr::new(SNAPSHOT_DIR)).map_err(|e| {
+        io_failed(
+            "cannot make the private snapshot directory",
+            &holder_path,
+            e,
+        )
+        .with_hint(format!(
+            "{} must be a directory of root's, or absent (bulkhead makes it, mode 0700)",
+            holder_path.display()
+        ))
+    })?;
     let pool = if method == Method::Btrfs {
-        PoolKey::of(src)
+        PoolKey::of(src, parent)
     } else {
         None
     };
-    let holder = parent.join(SNAPSHOT_DIR);
-    private_dir(&holder).map_err(|e| {
-        io_failed("cannot make the private snapshot directory", &holder, e).with_hint(format!(
-            "{} must be a directory of root's, or absent (bulkhead makes it, mode 0700)",
-            holder.display()
-        ))
-    })?;
     // A leftover from a crash with the same PID may hold the name: take the next one.
     for _ in 0..64 {
-        let (entry, disk) = Entry::new(|pid, seq| holder.join(snapshot_name(base, pid, seq)))?;
+        let (entry, disk) = Entry::new(|pid, seq| holder_path.join(snapshot_name(base, pid, seq)))?;
+        let name = disk.file_name().unwrap_or_default().to_os_string();
         let mut pooled = false;
         let made = match method {
-            Method::Btrfs if pool.as_ref().is_some_and(|k| k.claim(&disk)) => {
+            Method::Btrfs
+                if pool
+                    .as_ref()
+                    .is_some_and(|k| k.claim(parent_fd.as_fd(), holder.as_fd(), &name)) =>
+            {
                 pooled = true;
                 Ok(())
             }
-            Method::Btrfs => btrfs::snapshot(src.fd.as_raw_fd(), &disk)
+            Method::Btrfs => btrfs::snapshot_at(src.fd.as_fd(), holder.as_fd(), &name)
                 .map_err(|e| CopyFail::At(disk.clone(), "cannot create the btrfs snapshot", e)),
-            _ => copy_tree(&src.lower, &disk, method == Method::Reflink, true),
+            _ => copy_tree(
+                &CopyFrom {
+                    src: src.fd.as_fd(),
+                    src_shown: &src.lower,
+                    dst_parent: holder.as_fd(),
+                    dst_name: &name,
+                    dst_shown: &disk,
+                },
+                method == Method::Reflink,
+                true,
+            ),
         };
+        let made = made.and_then(|()| {
+            rustix::fs::openat(
+                &holder,
+                &name,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| CopyFail::At(disk.clone(), "cannot open", e.into()))
+        });
         let err = match made {
-            Ok(()) => {
+            Ok(tree) => {
                 return Ok(Ok(Snapshot {
                     method,
                     why: if pooled {
@@ -251,7 +303,8 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
                     state_dir: entry.file.clone(),
                     root: disk.clone(),
                     lower: src.lower.clone(),
-                    disk: Some(disk),
+                    tree,
+                    disk: Some(Disk { path: disk, holder }),
                     pool,
                     discarded: false,
                     owner: entry.pid,
@@ -262,7 +315,7 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
         // Nothing of a failed attempt stays: the partial copy, then the entry.
         let exists = matches!(&err, CopyFail::At(p, _, e) if e.raw_os_error() == Some(libc::EEXIST) && p == &disk);
         if !exists {
-            let _ = remove_snapshot(&disk);
+            let _ = remove_tree_at(holder.as_fd(), &name, &disk);
         }
         let _ = entry.remove();
         if exists {
@@ -287,10 +340,50 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
         Error::failed(format!("cannot find a free snapshot name beside {lower}")).with_hint(
             format!(
                 "remove stale {SNAPSHOT_PREFIX}* directories in {}",
-                parent.display()
+                holder_path.display()
             ),
         ),
     )
+}
+
+/// The directory the copy is kept beside the source in, opened, when it is root's alone:
+/// nobody but root can change what any component of its path names (each is root's, and
+/// writable by nobody else unless sticky; symlinks followed only when root's). Beside a tree
+/// in another user's directory, a copy the sandbox can fill with setuid binaries would be a
+/// name that user could move, and the holder a name they could plant first: refused.
+fn beside(
+    src: &Source,
+    parent: &Path,
+    base: &OsStr,
+    method: Method,
+) -> Result<std::result::Result<OwnedFd, Refusal>> {
+    let lower = src.lower.display();
+    let fd = match open_trusted_dir(parent) {
+        Ok(fd) => fd,
+        Err(DirError::Untrusted { path, why }) => {
+            return Ok(Err(Refusal::new(
+                format!("its directory is not root's alone ({} {why})", path.display()),
+                format!(
+                    "--snapshot {method} keeps its copy beside ROOTFS {lower}, in {}, only where nobody but root can change that directory: {} {why}",
+                    parent.display(),
+                    path.display()
+                ),
+                format!("use --snapshot overlay (its copy lives in memory), or move ROOTFS into a directory of root's (bulkhead image import {lower} NAME does)"),
+            )))
+        }
+        Err(e) => return Err(Error::failed(format!("cannot open the directory of ROOTFS {lower}: {e}"))),
+    };
+    // Still the source: the directory holds it under that name.
+    let here = rustix::fs::statat(&fd, base, AtFlags::SYMLINK_NOFOLLOW).ok();
+    if here.is_none_or(|st| (st.st_dev, st.st_ino) != (src.dev, src.ino)) {
+        return Err(Error::failed(format!(
+            "ROOTFS {lower} was moved or replaced while bulkhead opened it"
+        ))
+        .with_hint(
+            "run the command again; if it keeps failing, something keeps renaming that directory",
+        ));
+    }
+    Ok(Ok(fd))
 }
 
 fn copy_error(path: &Path, what: &str, e: io::Error, parent: &Path) -> Error {

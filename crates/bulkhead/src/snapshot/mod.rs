@@ -3,13 +3,22 @@
 //! [`create`] takes the cheapest method the source's file system allows: a btrfs snapshot of
 //! a subvolume (one ioctl), a reflink copy on XFS or btrfs (shared extents, one FICLONE per
 //! file), or an overlay whose upper layer lives on a tmpfs the sandbox mounts itself. A full
-//! copy is made only when asked for. On-disk copies are hidden siblings of the source, as
-//! systemd-nspawn places its own: `<parent>/.#bulkhead-<name>-<pid>-<seq>`.
+//! copy is made only when asked for. On-disk copies live beside the source in a directory only
+//! root can enter, `<parent>/.bulkhead-snapshots/.#bulkhead-<name>-<pid>-<seq>`, and only
+//! where `<parent>` is root's alone (nobody else can change what its path names, see
+//! [`bulkhead_sys::trusted`]); beside a tree in another user's directory no copy is kept
+//! (`--snapshot overlay` works there: its copy lives in memory).
+//!
+//! Every step works on descriptors: the source as the caller opened it, the holder directory
+//! as it was made and checked, the copy as it was made in it. A user who owns the source or
+//! renames directories around it cannot redirect a write, a chown or a removal.
 //!
 //! Every snapshot has a registry entry, `state_root()/<pid>-<seq>`, holding `owner`
 //! (`<pid> <start time>`, so a reused PID is told apart) and `snapshot` (the on-disk path,
 //! written before the copy exists). Whatever kills the owner, [`clean_stale`] finds the entry
 //! and removes what it names.
+
+#![deny(clippy::disallowed_methods)]
 
 mod choose;
 mod pool;
@@ -18,16 +27,17 @@ mod registry;
 pub use bulkhead_plan::sandbox::{Choice, Method};
 pub use bulkhead_sys::btrfs::set_read_only;
 pub use bulkhead_sys::btrfs::BTRFS_MAGIC;
-pub use choose::create;
-pub use pool::{drop_pool, refill_pool, PoolKey};
+pub use choose::{create, create_from};
+pub use pool::{drop_pool_at, refill_pool, PoolKey};
 pub use registry::clean_stale;
 
 use bulkhead_sys::error::{errno_text, io_failed, Error, Result};
 use bulkhead_sys::process::detach;
-use bulkhead_sys::tree;
+use bulkhead_sys::{statefile, tree};
 use registry::remove_entry;
 use std::ffi::{OsStr, OsString};
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
@@ -62,16 +72,34 @@ pub struct Snapshot {
     /// is not created (the sandbox mounts a tmpfs on `state_dir` in its own mount namespace
     /// and the overlay on `root`).
     pub root: PathBuf,
-    /// The canonical source directory.
+    /// The source directory, as the kernel names it.
     pub lower: PathBuf,
-    /// The on-disk copy (btrfs, reflink, copy).
-    disk: Option<PathBuf>,
+    /// The tree the sandbox's root is made from, as this process opened it: the on-disk copy,
+    /// or for an overlay the source (its lower layer).
+    tree: OwnedFd,
+    /// The on-disk copy (btrfs, reflink, copy): its path, its name and the holder directory
+    /// it is in, open.
+    disk: Option<Disk>,
     /// The source is a read-only btrfs subvolume: its pool is topped up after use.
     pub pool: Option<PoolKey>,
     discarded: bool,
     /// The process that made it: a forked child that drops its copy of the value leaves the
     /// snapshot alone.
     owner: u32,
+}
+
+/// An on-disk copy: removed through the holder's descriptor, not its path.
+#[derive(Debug)]
+struct Disk {
+    path: PathBuf,
+    holder: OwnedFd,
+}
+
+impl Disk {
+    fn remove(&self) -> std::result::Result<(), (PathBuf, io::Error)> {
+        let name = self.path.file_name().unwrap_or_default();
+        tree::remove_tree_at(self.holder.as_fd(), name, &self.path)
+    }
 }
 
 /// Where every sandbox mounts the root it will pivot into, each in its own mount namespace:
@@ -86,8 +114,8 @@ pub fn mount_point() -> PathBuf {
 /// [`mount_point`], created if missing.
 pub fn ensure_mount_point() -> Result<PathBuf> {
     let d = mount_point();
-    if !d.is_dir() {
-        std::fs::create_dir_all(&d).map_err(|e| io_failed("cannot create", &d, e))?;
+    if !statefile::is_dir(&d) {
+        statefile::ensure_dir(&d, 0o755).map_err(|e| io_failed("cannot create", &d, e))?;
     }
     Ok(d)
 }
@@ -98,6 +126,11 @@ pub fn state_root() -> PathBuf {
 }
 
 impl Snapshot {
+    /// The tree the sandbox's root is made from (see the field).
+    pub fn tree(&self) -> &OwnedFd {
+        &self.tree
+    }
+
     /// Remove the copy and the registry entry. Idempotent; on failure the entry stays, so a
     /// later `clean_stale` (after this process is gone) tries again.
     pub fn discard(&mut self) -> Result<()> {
@@ -110,11 +143,11 @@ impl Snapshot {
             return Ok(());
         }
         if let Some(disk) = &self.disk {
-            remove_snapshot(disk).map_err(|(p, e)| {
+            disk.remove().map_err(|(p, e)| {
                 Error::failed(format!(
                     "cannot remove the {} snapshot {}: {}: {}",
                     self.method,
-                    disk.display(),
+                    disk.path.display(),
                     p.display(),
                     errno_text(&e)
                 ))
@@ -141,17 +174,18 @@ impl Snapshot {
     /// soon (bulkhead spawn does): the detached process is not waited for. Other snapshots are
     /// simply discarded.
     pub fn retire(&mut self) -> Result<()> {
-        let (Some(key), Some(disk)) = (self.pool.clone(), self.disk.clone()) else {
+        let (Some(key), Some(disk)) = (self.pool.clone(), self.disk.as_ref()) else {
             return self.discard();
         };
         if self.discarded {
             return Ok(());
         }
         let state = self.state_dir.clone();
-        // The child owns the cleanup from here; if it dies first, the entry's owner (this
-        // process) is gone soon after, and the next start's clean_stale removes it.
+        // The child owns the cleanup from here (with its copy of the holder's descriptor); if
+        // it dies first, the entry's owner (this process) is gone soon after, and the next
+        // start's clean_stale removes it.
         let started = detach(false, move || {
-            let removed = remove_snapshot(&disk).is_ok() && remove_entry(&state).is_ok();
+            let removed = disk.remove().is_ok() && remove_entry(&state).is_ok();
             key.fill().is_ok() && removed
         });
         if !started {
@@ -170,8 +204,9 @@ impl Drop for Snapshot {
     }
 }
 
-/// Remove an on-disk snapshot (a subvolume or a tree) by directory descriptors: the sandbox
-/// that used it cannot redirect the removal with symlinks.
+/// Remove an on-disk snapshot (a subvolume or a tree) at a recorded path, by directory
+/// descriptors: the sandbox that used it cannot redirect the removal with symlinks, and its
+/// directory is opened by the host path rule.
 fn remove_snapshot(disk: &Path) -> std::result::Result<(), (PathBuf, io::Error)> {
     tree::remove_tree(disk)
 }

@@ -1,14 +1,22 @@
 //! The snapshot pool of read-only btrfs images: snapshots made ahead of time, claimed by
-//! rename at a start, refilled in the background.
+//! rename at a start, refilled in the background. The pool lives beside its image, in a
+//! directory that is root's alone (the one a snapshot's holder needs, see `choose`), and is
+//! worked on through that directory's descriptor.
 
 use super::choose::Source;
-use super::{remove_snapshot, POOL_PREFIX, POOL_SIZE, POOL_TMP_PREFIX};
+use super::{POOL_PREFIX, POOL_SIZE, POOL_TMP_PREFIX};
 use bulkhead_sys::btrfs::{
     self, subvol_info, BTRFS_MAGIC, FIRST_FREE_OBJECTID, ROOT_SUBVOL_RDONLY,
 };
+use bulkhead_sys::hostpath::reopen_dir;
 use bulkhead_sys::process::detach;
+use bulkhead_sys::statefile::names_in;
+use bulkhead_sys::tree::remove_tree_at;
+use bulkhead_sys::trusted::open_trusted_dir;
+use rustix::fs::{Mode, OFlags};
+use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// Which pool a read-only subvolume's snapshots go to. A change to the subvolume (made
@@ -16,15 +24,39 @@ use std::path::{Path, PathBuf};
 /// pooled snapshot never serves an older content.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolKey {
-    src: PathBuf,
+    /// The image's directory (root's alone) and the image's name in it.
     parent: PathBuf,
+    name: OsString,
     treeid: u64,
     ctransid: u64,
 }
 
+/// The names in the directory open as `dir` that start with `prefix`.
+fn entries(dir: BorrowedFd<'_>, prefix: &str) -> Vec<OsString> {
+    let Ok(list) = reopen_dir(dir) else {
+        return Vec::new();
+    };
+    names_in(list.as_fd())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| n.to_str().is_some_and(|n| n.starts_with(prefix)))
+        .collect()
+}
+
+fn open_subvolume(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(Into::into)
+}
+
 impl PoolKey {
-    /// The key of a read-only btrfs subvolume; None for anything else.
-    pub(super) fn of(src: &Source) -> Option<PoolKey> {
+    /// The key of a read-only btrfs subvolume in `parent` (a directory that is root's alone);
+    /// None for anything else.
+    pub(super) fn of(src: &Source, parent: &Path) -> Option<PoolKey> {
         if src.magic != BTRFS_MAGIC || src.ino != FIRST_FREE_OBJECTID {
             return None;
         }
@@ -33,8 +65,8 @@ impl PoolKey {
             return None;
         }
         Some(PoolKey {
-            src: src.lower.clone(),
-            parent: src.lower.parent()?.to_path_buf(),
+            parent: parent.to_path_buf(),
+            name: src.lower.file_name()?.to_os_string(),
             treeid,
             ctransid,
         })
@@ -42,29 +74,25 @@ impl PoolKey {
     fn prefix(&self) -> String {
         format!("{POOL_PREFIX}T{}.C{}.", self.treeid, self.ctransid)
     }
-    fn entries(&self, prefix: &str) -> Vec<PathBuf> {
-        let Ok(rd) = std::fs::read_dir(&self.parent) else {
-            return Vec::new();
-        };
-        rd.flatten()
-            .filter(|e| {
-                e.file_name()
-                    .to_str()
-                    .is_some_and(|n| n.starts_with(prefix))
-            })
-            .map(|e| e.path())
-            .collect()
-    }
-    /// Take a pooled snapshot by renaming it to `dest` (atomic: two starts never get the same).
-    pub(super) fn claim(&self, dest: &Path) -> bool {
-        self.entries(&self.prefix())
+    /// Take a pooled snapshot from the image's directory `parent` by renaming it to `dest` in
+    /// `holder` (atomic: two starts never get the same).
+    pub(super) fn claim(
+        &self,
+        parent: BorrowedFd<'_>,
+        holder: BorrowedFd<'_>,
+        dest: &OsStr,
+    ) -> bool {
+        entries(parent, &self.prefix())
             .iter()
-            .any(|p| std::fs::rename(p, dest).is_ok())
+            .any(|n| rustix::fs::renameat(parent, n, holder, dest).is_ok())
     }
     /// Make snapshots until the pool holds [`POOL_SIZE`]; remove those of older contents.
-    /// One filler per image at a time (a lock on the image's directory).
+    /// One filler per image at a time (a lock on the image's directory). The image's
+    /// directory is opened again by its path: it must still be root's alone.
     pub(super) fn fill(&self) -> io::Result<()> {
-        let src = std::fs::File::open(&self.src)?;
+        let dir = open_trusted_dir(&self.parent).map_err(|e| io::Error::other(e.to_string()))?;
+        let dir = reopen_dir(dir.as_fd())?;
+        let src = open_subvolume(dir.as_fd(), &self.name)?;
         if rustix::fs::flock(&src, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
             return Ok(());
         }
@@ -75,10 +103,13 @@ impl PoolKey {
         let tmp = format!("{POOL_TMP_PREFIX}T{treeid}.");
         // Leftovers of an interrupted filler (we hold the lock), and snapshots of an older
         // content or of an image that is writable now.
-        for p in self.entries(&ours).into_iter().chain(self.entries(&tmp)) {
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let stale = entries(dir.as_fd(), &ours)
+            .into_iter()
+            .chain(entries(dir.as_fd(), &tmp));
+        for n in stale {
+            let name = n.to_str().unwrap_or_default();
             if !read_only || name.starts_with(&tmp) || !name.starts_with(&live) {
-                let _ = remove_snapshot(&p);
+                let _ = remove_tree_at(dir.as_fd(), &n, &self.parent.join(&n));
             }
         }
         if !read_only || treeid != self.treeid {
@@ -87,17 +118,13 @@ impl PoolKey {
         // Labelled with what the image is now (its ctransid can move once after it was made
         // read-only, without a change of content); a start only takes a snapshot whose label
         // matches the image's ctransid at that moment.
-        let live_key = PoolKey {
-            ctransid,
-            ..self.clone()
-        };
-        let mut have = live_key.entries(&live_key.prefix()).len();
+        let mut have = entries(dir.as_fd(), &live).len();
         let mut n = 0;
         while have < POOL_SIZE {
             let id = format!("T{treeid}.C{ctransid}.{}.{n}", std::process::id());
-            let t = self.parent.join(format!("{POOL_TMP_PREFIX}{id}"));
-            btrfs::snapshot(src.as_raw_fd(), &t)?;
-            std::fs::rename(&t, self.parent.join(format!("{POOL_PREFIX}{id}")))?;
+            let t = format!("{POOL_TMP_PREFIX}{id}");
+            btrfs::snapshot_at(src.as_fd(), dir.as_fd(), OsStr::new(&t))?;
+            rustix::fs::renameat(&dir, &t, &dir, format!("{POOL_PREFIX}{id}"))?;
             have += 1;
             n += 1;
         }
@@ -112,24 +139,19 @@ pub fn refill_pool(key: &PoolKey) {
     detach(true, move || key.fill().is_ok());
 }
 
-/// Remove every pooled snapshot of the subvolume at `src` (before the image is removed).
-pub fn drop_pool(src: &Path) {
-    let (Ok(f), Some(parent)) = (std::fs::File::open(src), src.parent()) else {
+/// Remove every pooled snapshot of the subvolume `name` in the directory open (for reading) as
+/// `dir` (before the image is removed); `dir_path` names that directory in messages.
+pub fn drop_pool_at(dir: BorrowedFd<'_>, dir_path: &Path, name: &OsStr) {
+    let Ok(src) = open_subvolume(dir, name) else {
         return;
     };
-    let Ok((treeid, _, _)) = subvol_info(f.as_raw_fd()) else {
+    let Ok((treeid, _, _)) = subvol_info(src.as_raw_fd()) else {
         return;
     };
-    let Ok(rd) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let n = e.file_name();
-        let n = n.to_string_lossy();
-        if n.starts_with(&format!("{POOL_PREFIX}T{treeid}."))
-            || n.starts_with(&format!("{POOL_TMP_PREFIX}T{treeid}."))
-        {
-            let _ = remove_snapshot(&e.path());
-        }
+    let ours = entries(dir, &format!("{POOL_PREFIX}T{treeid}."))
+        .into_iter()
+        .chain(entries(dir, &format!("{POOL_TMP_PREFIX}T{treeid}.")));
+    for n in ours {
+        let _ = remove_tree_at(dir, &n, &dir_path.join(&n));
     }
 }

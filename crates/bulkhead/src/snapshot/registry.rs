@@ -6,6 +6,7 @@ use bulkhead_sys::btrfs::is_subvolume;
 use bulkhead_sys::error::{errno_text, io_failed, Result};
 use bulkhead_sys::mountinfo::detach_under;
 use bulkhead_sys::process;
+use bulkhead_sys::statefile;
 use std::ffi::OsString;
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -13,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
+/// A registry entry is a line and a path: anything larger is not one.
+const MAX_ENTRY: u64 = 16 << 10;
 static SELF_PID: AtomicU64 = AtomicU64::new(0);
 static SELF_START: AtomicU64 = AtomicU64::new(0);
 
@@ -39,25 +42,20 @@ impl Entry {
     /// any point leaves a trace. One file, made with O_EXCL: a single metadata operation.
     pub(super) fn new(disk: impl Fn(u32, u32) -> PathBuf) -> Result<(Entry, PathBuf)> {
         use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         let root = state_root();
         let pid = std::process::id();
         let mut made_root = false;
         loop {
             let seq = SEQ.fetch_add(1, Ordering::Relaxed);
             let file = root.join(format!("{pid}-{seq}"));
-            let opened = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&file);
+            let opened = statefile::create_new(&file, 0o600);
             match opened {
                 Ok(mut f) => {
                     let path = disk(pid, seq);
                     let mut text = format!("{pid} {}\n", self_start(pid)).into_bytes();
                     text.extend_from_slice(path.as_os_str().as_bytes());
                     if let Err(e) = f.write_all(&text) {
-                        let _ = std::fs::remove_file(&file);
+                        let _ = statefile::remove_file(&file);
                         return Err(io_failed("cannot write the sandbox state", &file, e));
                     }
                     return Ok((Entry { file, pid }, path));
@@ -65,7 +63,7 @@ impl Entry {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) if e.kind() == io::ErrorKind::NotFound && !made_root => {
                     made_root = true;
-                    std::fs::create_dir_all(&root).map_err(|e| {
+                    statefile::ensure_dir(&root, 0o755).map_err(|e| {
                         io_failed("cannot create the sandbox state directory", &root, e)
                     })?;
                 }
@@ -82,14 +80,14 @@ impl Entry {
 /// An entry's owner line and recorded copy: a file `pid start\npath`, or (older layout) a
 /// directory with `owner` and `snapshot` files.
 fn read_entry(entry: &Path) -> (Option<String>, Option<PathBuf>) {
-    if entry.is_dir() {
-        let owner = std::fs::read_to_string(entry.join("owner")).ok();
-        let disk = std::fs::read(entry.join("snapshot"))
+    if statefile::is_dir(entry) {
+        let owner = statefile::read_string(&entry.join("owner"), MAX_ENTRY).ok();
+        let disk = statefile::read(&entry.join("snapshot"), MAX_ENTRY)
             .ok()
             .map(|b| PathBuf::from(OsString::from_vec(b)));
         return (owner, disk);
     }
-    let Ok(bytes) = std::fs::read(entry) else {
+    let Ok(bytes) = statefile::read(entry, MAX_ENTRY) else {
         return (None, None);
     };
     match bytes.iter().position(|&b| b == b'\n') {
@@ -103,28 +101,18 @@ fn read_entry(entry: &Path) -> (Option<String>, Option<PathBuf>) {
 }
 
 pub(super) fn remove_entry(entry: &Path) -> io::Result<()> {
-    match std::fs::symlink_metadata(entry) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Ok(m) if m.is_dir() => {
-            // The older layout: a directory (maybe with something mounted on or left in it).
-            for f in ["snapshot", "owner"] {
-                ignore_missing(std::fs::remove_file(entry.join(f)))?;
-            }
-            if std::fs::remove_dir(entry).is_err() {
-                detach_under(entry);
-                ignore_missing(std::fs::remove_dir_all(entry))?;
-            }
-            Ok(())
-        }
-        _ => ignore_missing(std::fs::remove_file(entry)),
+    if !statefile::is_dir(entry) {
+        return statefile::remove_file(entry);
     }
-}
-
-fn ignore_missing(r: io::Result<()>) -> io::Result<()> {
-    match r {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        r => r,
+    // The older layout: a directory (maybe with something mounted on or left in it).
+    for f in ["snapshot", "owner"] {
+        statefile::remove_file(&entry.join(f))?;
     }
+    if statefile::remove_dir(entry).is_err() {
+        detach_under(entry);
+        bulkhead_sys::tree::remove_tree(entry).map_err(|(_, e)| e)?;
+    }
+    Ok(())
 }
 
 /// Remove what dead sandboxes left: for every registry entry whose owner is gone (or whose
@@ -137,19 +125,18 @@ fn ignore_missing(r: io::Result<()>) -> io::Result<()> {
 pub fn clean_stale(images: impl FnOnce() -> Option<PathBuf>) -> Vec<String> {
     let mut out = Vec::new();
     let root = state_root();
-    if std::fs::create_dir_all(&root).is_err() {
+    if statefile::ensure_dir(&root, 0o755).is_err() {
         return out;
     }
-    let Ok(rd) = std::fs::read_dir(&root) else {
+    let Ok(names) = statefile::names(&root) else {
         return out;
     };
     let mut boot: Option<Option<f64>> = None;
-    for e in rd.flatten() {
-        let name = e.file_name();
+    for name in names {
         let Some((pid, seq)) = name.to_str().and_then(parse_entry_name) else {
             continue;
         };
-        let dir = e.path();
+        let dir = root.join(&name);
         let Some(why) = stale_reason(&dir, pid, &mut boot) else {
             continue;
         };
@@ -163,7 +150,7 @@ pub fn clean_stale(images: impl FnOnce() -> Option<PathBuf>) -> Vec<String> {
                     "left {} alone: not a {SNAPSHOT_PREFIX}*-{pid}-{seq} path ({who})",
                     disk.display()
                 ));
-            } else if std::fs::symlink_metadata(&disk).is_ok() {
+            } else if statefile::exists(&disk) {
                 for m in detach_under(&disk) {
                     out.push(format!("unmounted {} of {who}", m.display()));
                 }
@@ -198,12 +185,10 @@ pub fn clean_stale(images: impl FnOnce() -> Option<PathBuf>) -> Vec<String> {
     // Orphans can only come from a registry that was lost, i.e. from before this boot: look
     // once per boot (the marker lives in /run), once the images directory can be read.
     let marker = root.join(".orphans-checked");
-    if bulkhead_sys::paths::images_paired_with_registry()
-        && std::fs::symlink_metadata(&marker).is_err()
-    {
+    if bulkhead_sys::paths::images_paired_with_registry() && !statefile::exists(&marker) {
         if let Some(images) = images() {
             clean_orphans(&images, &root, &mut out);
-            let _ = std::fs::write(&marker, "");
+            let _ = statefile::write_atomic(&marker, b"", 0o644);
         }
     }
     out
@@ -215,13 +200,16 @@ pub fn clean_stale(images: impl FnOnce() -> Option<PathBuf>) -> Vec<String> {
 fn clean_orphans(images: &Path, root: &Path, out: &mut Vec<String>) {
     // Snapshots live in the private directory beside their image (before: beside it).
     let holder = images.join(super::SNAPSHOT_DIR);
-    let entries = [images, holder.as_path()]
-        .into_iter()
-        .filter_map(|d| std::fs::read_dir(d).ok())
-        .flat_map(|rd| rd.flatten());
-    for e in entries {
-        let name = e.file_name();
-        let Some(n) = name.to_str() else { continue };
+    let entries = [images, holder.as_path()].into_iter().flat_map(|d| {
+        statefile::names(d)
+            .unwrap_or_default()
+            .into_iter()
+            .map(move |n| d.join(n))
+    });
+    for disk in entries {
+        let Some(n) = disk.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
         if !n.starts_with(SNAPSHOT_PREFIX) {
             continue;
         }
@@ -232,16 +220,15 @@ fn clean_orphans(images: &Path, root: &Path, out: &mut Vec<String>) {
         let Some((pid, seq)) = parse_entry_name(&format!("{pid}-{seq}")) else {
             continue;
         };
-        let disk = e.path();
         if !is_our_snapshot(&disk, pid, seq)
-            || std::fs::symlink_metadata(root.join(format!("{pid}-{seq}"))).is_ok()
+            || statefile::exists(&root.join(format!("{pid}-{seq}")))
         {
             continue;
         }
         detach_under(&disk);
         match remove_snapshot(&disk) {
             // Gone meanwhile: its owner discarded it.
-            Ok(()) if std::fs::symlink_metadata(&disk).is_err() => out.push(format!(
+            Ok(()) if !statefile::exists(&disk) => out.push(format!(
                 "removed the orphaned snapshot {} (no sandbox state names it: a crash or a reboot left it)",
                 disk.display()
             )),
@@ -296,11 +283,8 @@ fn owner_missing(dir: &Path, pid: u32, boot: &mut Option<Option<f64>>) -> Option
         return Some(format!("process {pid} is gone"));
     };
     let boot = *boot.get_or_insert_with(process::boot_time);
-    let mtime = std::fs::symlink_metadata(dir).ok()?.modified().ok()?;
-    let mtime = mtime
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_secs_f64();
+    let st = statefile::lstat(dir).ok()??;
+    let mtime = st.st_mtime as f64 + st.st_mtime_nsec as f64 / 1e9;
     let hz = process::clock_ticks() as f64;
     let started = boot? + start as f64 / hz;
     (started > mtime + 2.0).then(|| format!("PID {pid} belongs to another process now"))

@@ -138,7 +138,7 @@ fn kept_caps(net: Net) -> Vec<u32> {
 }
 
 fn last_cap() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+    bulkhead_sys::statefile::read_string(std::path::Path::new("/proc/sys/kernel/cap_last_cap"), 64)
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(40)

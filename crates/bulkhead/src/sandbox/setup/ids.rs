@@ -3,8 +3,8 @@
 
 use crate::run::RunError;
 use crate::sandbox::{invalid, SandboxSpec};
-use bulkhead_sys::inroot::{open_root, read_in_root, InRootError};
-use std::path::Path;
+use bulkhead_sys::inroot::{read_in_root, InRootError};
+use std::os::fd::BorrowedFd;
 
 /// passwd and group files larger than this are refused (a real one is a few KiB).
 const MAX_ID_FILE: u64 = 4 << 20;
@@ -12,16 +12,19 @@ const MAX_ID_FILE: u64 = 4 << 20;
 /// The root's `etc/<name>`, read through a resolution confined to the root (an image's
 /// symlinks cannot make the host read its own files, a FIFO or /dev/zero); empty when the
 /// root has none.
-fn read_id_file(rootfs: &Path, name: &str) -> std::result::Result<String, RunError> {
-    let shown = rootfs.join("etc").join(name);
+fn read_id_file(
+    root: BorrowedFd<'_>,
+    shown: &std::path::Path,
+    name: &str,
+) -> std::result::Result<String, RunError> {
+    let shown = shown.join("etc").join(name);
     let refuse = |why: String| {
         invalid(
             format!("{}: {why}", shown.display()),
             "the sandbox's root must hold a regular passwd/group file (or none): fix or remove it in the image",
         )
     };
-    let root = open_root(rootfs).map_err(|e| refuse(format!("cannot open the root: {e}")))?;
-    match read_in_root(&root, &format!("etc/{name}"), MAX_ID_FILE) {
+    match read_in_root(root, &format!("etc/{name}"), MAX_ID_FILE) {
         Ok(bytes) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
         Err(InRootError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
         Err(e) => Err(refuse(e.to_string())),
@@ -40,7 +43,7 @@ pub struct Ids {
 
 /// Look `--uid`/`--gid` up in the root's passwd and group files, as systemd-nspawn --user
 /// does: the names that matter are the sandbox's, not the host's.
-pub fn resolve_ids(rootfs: &Path, spec: &SandboxSpec) -> std::result::Result<Ids, RunError> {
+pub fn resolve_ids(root: BorrowedFd<'_>, spec: &SandboxSpec) -> std::result::Result<Ids, RunError> {
     if spec.uid.is_none() && spec.gid.is_none() {
         // root: nothing to look up.
         return Ok(Ids {
@@ -51,8 +54,8 @@ pub fn resolve_ids(rootfs: &Path, spec: &SandboxSpec) -> std::result::Result<Ids
             user: Some("root".into()),
         });
     }
-    let passwd = read_id_file(rootfs, "passwd")?;
-    let group = read_id_file(rootfs, "group")?;
+    let passwd = read_id_file(root, &spec.rootfs, "passwd")?;
+    let group = read_id_file(root, &spec.rootfs, "group")?;
     let users: Vec<Vec<&str>> = passwd
         .lines()
         .map(|l| l.split(':').collect::<Vec<_>>())
@@ -91,7 +94,7 @@ pub fn resolve_ids(rootfs: &Path, spec: &SandboxSpec) -> std::result::Result<Ids
                 return Err(invalid(
                     format!(
                         "--uid {u}: no such user in {}",
-                        rootfs.join("etc/passwd").display()
+                        spec.rootfs.join("etc/passwd").display()
                     ),
                     "the name is looked up inside the sandbox's root; give a user it has, or a numeric UID with --gid",
                 ))
@@ -110,7 +113,7 @@ pub fn resolve_ids(rootfs: &Path, spec: &SandboxSpec) -> std::result::Result<Ids
                 return Err(invalid(
                     format!(
                         "--gid {g}: no such group in {}",
-                        rootfs.join("etc/group").display()
+                        spec.rootfs.join("etc/group").display()
                     ),
                     "give a group the sandbox's root has, or a numeric GID",
                 ))

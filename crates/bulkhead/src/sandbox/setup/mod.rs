@@ -7,14 +7,16 @@ mod ids;
 mod mounts;
 mod root;
 
-pub use bulkhead_sys::launch::{Create, Op, Program, Target};
+pub use bulkhead_sys::launch::{Create, HostRef, Op, Program, Target};
 pub use exec::DEFAULT_PATH;
 pub use ids::{resolve_ids, Ids};
 
-use super::{Net, SandboxSpec};
+use super::{Net, Opened, SandboxSpec};
 use crate::snapshot::Snapshot;
-use bulkhead_sys::error::{Error, Result};
+use bulkhead_sys::error::{io_failed, Error, Result};
+use bulkhead_sys::hostpath::HostPath;
 use std::ffi::{CString, OsStr};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
@@ -22,20 +24,22 @@ use std::path::{Component, Path};
 /// the command is executed.
 pub fn build(
     spec: &SandboxSpec,
-    rootfs: &Path,
+    opened: &Opened,
     snap: Option<&Snapshot>,
     ids: Ids,
 ) -> Result<Program> {
-    let root = root::root(spec, rootfs, snap)?;
+    // The descriptors the operations refer to: the child mounts what the parent opened.
+    let mut held = Vec::new();
+    let root = root::root(spec, opened, snap, &mut held)?;
     let mut ops = Vec::new();
     let mp = if spec.ephemeral {
         Create::Dir
     } else {
         Create::No
     };
-    mounts::proc_and_sys(&mut ops, spec, mp)?;
-    mounts::dev(&mut ops, spec, &root.path, mp)?;
-    mounts::tmp_binds_tmpfs(&mut ops, spec, mp)?;
+    mounts::proc_and_sys(&mut ops, spec, mp, &mut held)?;
+    mounts::dev(&mut ops, spec, &root.path, mp, &mut held)?;
+    mounts::tmp_binds_tmpfs(&mut ops, spec, opened, mp, &mut held)?;
     mounts::masks(&mut ops, &root.path)?;
     let x = exec::exec(spec, &ids)?;
     Ok(Program {
@@ -43,7 +47,7 @@ pub fn build(
         root: cstr(&root.path)?,
         root_ops: root.ops,
         ops,
-        hostname: cstr(exec::hostname(spec, rootfs))?,
+        hostname: cstr(exec::hostname(spec, &opened.root_path))?,
         lo_up: spec.net == Net::Private,
         init: !spec.as_pid1,
         cwd: exec::cwd(spec, &ids)?,
@@ -61,6 +65,7 @@ pub fn build(
         userns: spec.private_users,
         idmapped: None,
         idmap_source: root.idmap_source,
+        held,
         program_name: x.program_name,
         listen_fds: spec.listen_fds,
         listen_pid_slot: x.listen_pid_slot,
@@ -83,6 +88,21 @@ fn clone_flags(spec: &SandboxSpec) -> u64 {
         flags |= libc::CLONE_NEWUSER as u64;
     }
     flags
+}
+
+/// Open a path bulkhead names itself (`/dev/null`, `/sys`) by the host path rule, for a bind.
+fn host_ref(p: &str, held: &mut Vec<OwnedFd>) -> Result<HostRef> {
+    let h = HostPath::open(Path::new(p)).map_err(|e| Error::failed(format!("cannot open {e}")))?;
+    let fd = h
+        .dup()
+        .map_err(|e| io_failed("cannot open", Path::new(p), e))?;
+    Ok(HostRef::hold(fd, cstr(p)?, held))
+}
+
+/// A second handle on an opened host path, kept in `held`, for an operation.
+fn hold(h: &HostPath, shown: &Path, held: &mut Vec<OwnedFd>) -> Result<HostRef> {
+    let fd = h.dup().map_err(|e| io_failed("cannot open", shown, e))?;
+    Ok(HostRef::hold(fd, cstr(shown)?, held))
 }
 
 fn cstr(p: impl AsRef<OsStr>) -> Result<CString> {

@@ -2,11 +2,12 @@
 //! private /tmp, the user's binds and tmpfs mounts, and the /proc and /sys paths runc and
 //! systemd-nspawn hide or make read-only.
 
-use super::{cstr, in_root, Create, Op, Target};
-use crate::sandbox::{Net, SandboxSpec};
+use super::{cstr, hold, host_ref, in_root, Create, Op, Target};
+use crate::sandbox::{Net, Opened, SandboxSpec};
 use bulkhead_plan::sandbox::tmpfs_options;
 use bulkhead_sys::error::Result;
 use std::ffi::CString;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 /// /proc files hidden behind /dev/null, directories behind an empty read-only tmpfs, and
@@ -60,7 +61,12 @@ fn mount(
     })
 }
 
-pub fn proc_and_sys(ops: &mut Vec<Op>, spec: &SandboxSpec, mp: Create) -> Result<()> {
+pub fn proc_and_sys(
+    ops: &mut Vec<Op>,
+    spec: &SandboxSpec,
+    mp: Create,
+    held: &mut Vec<OwnedFd>,
+) -> Result<()> {
     ops.push(mount(
         "proc",
         in_root(Path::new("proc"), mp)?,
@@ -71,7 +77,7 @@ pub fn proc_and_sys(ops: &mut Vec<Op>, spec: &SandboxSpec, mp: Create) -> Result
     if spec.net == Net::Host && spec.private_users.is_some() {
         // sysfs cannot be mounted for a network namespace the sandbox does not own.
         ops.push(Op::BindTree {
-            src: cstr("/sys")?,
+            src: host_ref("/sys", held)?,
             target: in_root(Path::new("sys"), mp)?,
             read_only: true,
             noatime: false,
@@ -91,7 +97,13 @@ pub fn proc_and_sys(ops: &mut Vec<Op>, spec: &SandboxSpec, mp: Create) -> Result
 
 /// A tmpfs on /dev with the nodes of [`DEVICES`] (bound from the host's in a user namespace,
 /// where mknod is not allowed), the usual links, devpts and /dev/shm.
-pub fn dev(ops: &mut Vec<Op>, spec: &SandboxSpec, root: &Path, mp: Create) -> Result<()> {
+pub fn dev(
+    ops: &mut Vec<Op>,
+    spec: &SandboxSpec,
+    root: &Path,
+    mp: Create,
+    held: &mut Vec<OwnedFd>,
+) -> Result<()> {
     let r = |p: &str| -> Result<CString> { cstr(root.join(p)) };
     ops.push(mount(
         "tmpfs",
@@ -109,7 +121,7 @@ pub fn dev(ops: &mut Vec<Op>, spec: &SandboxSpec, root: &Path, mp: Create) -> Re
                 dev: 0,
             });
             ops.push(Op::BindTree {
-                src: cstr(format!("/dev/{name}"))?,
+                src: host_ref(&format!("/dev/{name}"), held)?,
                 target: Target::Abs(path),
                 read_only: false,
                 noatime: false,
@@ -161,8 +173,16 @@ pub fn dev(ops: &mut Vec<Op>, spec: &SandboxSpec, root: &Path, mp: Create) -> Re
 }
 
 /// A private /tmp, then the user's `--bind`s and `--tmpfs` mounts (mount points are created
-/// only in a writable root).
-pub fn tmp_binds_tmpfs(ops: &mut Vec<Op>, spec: &SandboxSpec, mp: Create) -> Result<()> {
+/// only in a writable root). Each bind source is the descriptor [`super::super::validate`]
+/// opened: whether it is a device node (the one bind that keeps its devices) is decided on
+/// that descriptor's `fstat`, and the child clones that very file.
+pub fn tmp_binds_tmpfs(
+    ops: &mut Vec<Op>,
+    spec: &SandboxSpec,
+    opened: &Opened,
+    mp: Create,
+    held: &mut Vec<OwnedFd>,
+) -> Result<()> {
     ops.push(mount(
         "tmpfs",
         in_root(Path::new("tmp"), mp)?,
@@ -171,22 +191,22 @@ pub fn tmp_binds_tmpfs(ops: &mut Vec<Op>, spec: &SandboxSpec, mp: Create) -> Res
         Some(&tmpfs_options("1777", spec.sizes.tmp)),
     )?);
     let writable_root = spec.ephemeral || spec.writable;
-    for b in &spec.binds {
+    for (b, src) in spec.binds.iter().zip(&opened.binds) {
         let create = if !writable_root {
             Create::No
-        } else if b.src.is_dir() {
+        } else if src.is_dir() {
             Create::Dir
         } else {
             Create::File
         };
         ops.push(Op::BindTree {
-            src: cstr(&b.src)?,
+            src: hold(src, &b.src, held)?,
             target: in_root(&b.dst, create)?,
             read_only: b.read_only,
             noatime: false,
             // A bind of one device node is the plan's explicit allow; every other bind is
             // nodev (a directory of the host's /dev would otherwise hand out all of them).
-            nodev: !is_device(&b.src),
+            nodev: !src.is_device(),
         });
     }
     for t in &spec.tmpfs {
@@ -204,12 +224,6 @@ pub fn tmp_binds_tmpfs(ops: &mut Vec<Op>, spec: &SandboxSpec, mp: Create) -> Res
         )?);
     }
     Ok(())
-}
-
-fn is_device(p: &Path) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    std::fs::metadata(p)
-        .is_ok_and(|m| m.file_type().is_char_device() || m.file_type().is_block_device())
 }
 
 /// [`MASKED_FILES`], [`MASKED_DIRS`] and [`READ_ONLY`], each skipped where the kernel lacks
