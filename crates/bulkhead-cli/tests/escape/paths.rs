@@ -541,15 +541,19 @@ fn a_source_directory_swapped_for_a_symlink_is_never_followed_by_a_copy() {
     std::fs::create_dir(&sub).unwrap();
     std::fs::write(sub.join("own"), "mine\n").unwrap();
     chown_nobody(&tree);
-    // Each copy loses to the attacker about one time in four when it follows the link (the
-    // stat sees the directory, the walk into it the link): 2 x 10 copies, about 1 s each
-    // (a build that follows it passes all 20 about once in 300 runs).
-    const ROUNDS: usize = 10;
+    // A copy that follows the link loses to the attacker when the stat sees the directory and
+    // the walk into it the link; many copies fail sooner (the name is missing mid-swap), so
+    // each side tries for a fixed time rather than a fixed count: up to 9 s and 60 copies
+    // (a copy that completes takes about 1 s here; one that fails, a few ms).
+    const ROUNDS: usize = 60;
+    const FOR: Duration = Duration::from_secs(9);
     let attacker = swapper(&sub, &rootonly, 0.5);
     let t0 = Instant::now();
     let mut leaked = Vec::new();
     let mut imports = 0;
-    for i in 0..ROUNDS {
+    let mut i = 0;
+    while i < ROUNDS && t0.elapsed() < FOR {
+        i += 1;
         let o = bulkhead()
             .env("BULKHEAD_IMAGES_DIR", &images)
             .env("BULKHEAD_STORE_RECORD", s.dir.join("store.toml"))
@@ -577,7 +581,11 @@ fn a_source_directory_swapped_for_a_symlink_is_never_followed_by_a_copy() {
         let _ = bulkhead::sys::tree::remove_tree(&images.join(format!("img{i}")));
     }
     let mut snapshots = 0;
+    let t1 = Instant::now();
     for _ in 0..ROUNDS {
+        if t1.elapsed() > FOR {
+            break;
+        }
         let o = spawn(
             &[
                 "-D",
@@ -604,7 +612,7 @@ fn a_source_directory_swapped_for_a_symlink_is_never_followed_by_a_copy() {
     say(
         "image import and --snapshot copy of nobody's tree whose subdirectory is swapped for a symlink to root's 0700 directory",
         &format!(
-            "{imports} imports and {snapshots} sandboxes in {:.1} s: root's file never copied",
+            "{imports} of {i} imports and {snapshots} sandboxes in {:.1} s: root's file never copied",
             t0.elapsed().as_secs_f64()
         ),
     );
