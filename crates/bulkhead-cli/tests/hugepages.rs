@@ -554,8 +554,8 @@ fn run_hugepages_thp_gives_the_child_anon_huge_pages() {
     // buffer they do not terminate (see launch.rs), so a start can miss at random there.
     // bulkhead's verdict must match what the process really has every time, and starts must
     // get THP (on a fixed glibc: every start).
-    let flaky = bulkhead::hugepages::launch::glibc_version()
-        .is_some_and(bulkhead::hugepages::launch::glibc_thp_check_flaky);
+    let flaky = bulkhead::hugepages::allocator::glibc_version()
+        .is_some_and(bulkhead::hugepages::allocator::glibc_thp_check_flaky);
     let (mut got, mut missed) = (0, 0);
     for _ in 0..20 {
         // Exec in place (--no-verify), so the PID is the helper's.

@@ -5,6 +5,7 @@
 
 use super::directives::{info, LEGACY};
 use super::SliceName;
+use crate::toml_text::toml_string;
 use bulkhead_sys::error::{Diagnostic, Error, Result};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -177,10 +178,6 @@ fn toml_value(key: &str, v: &str) -> String {
     } else {
         toml_string(v)
     }
-}
-
-fn toml_string(v: &str) -> String {
-    serde_json::to_string(v).unwrap_or_else(|_| format!("{v:?}"))
 }
 
 fn bool_value(v: &str) -> Option<bool> {

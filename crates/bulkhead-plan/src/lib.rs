@@ -21,6 +21,7 @@ mod parse;
 mod resolve;
 pub mod sandbox;
 pub mod socket;
+pub mod toml_text;
 mod values;
 
 pub use directives::{directive_names, nearest, CpuWeight, MemSpec, MemValue, TasksSpec, Value};

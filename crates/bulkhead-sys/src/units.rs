@@ -46,6 +46,13 @@ impl fmt::Display for Limit {
     }
 }
 
+/// A fraction as systemd and the plan spell it: at most three decimals, no trailing zeros
+/// (`50`, `12.5`, `33.333`).
+pub fn trim_float(f: f64) -> String {
+    let s = format!("{f:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 /// `1258291200` -> `1.17G`; exact multiples print without decimals (`1200M`).
 pub fn human_bytes(b: u64) -> String {
     const UNITS: [(&str, u64); 6] = [

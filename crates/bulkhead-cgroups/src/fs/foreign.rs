@@ -2,9 +2,17 @@
 //! delegated parent), remembered in /run so that `destroy` puts them back once nothing of
 //! bulkhead's is left below.
 
-use super::op::Op;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// A change to a controller on a cgroup bulkhead did not create, as carried out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change<'a> {
+    /// `controller` was enabled for the children of `dir`.
+    Enabled { dir: &'a Path, controller: &'a str },
+    /// `controller` was disabled for the children of `dir`.
+    Disabled { dir: &'a Path, controller: &'a str },
+}
 
 /// (cgroup, controller) pairs, one `controller path` line each.
 pub fn load() -> Vec<(PathBuf, String)> {
@@ -34,34 +42,24 @@ fn save(entries: &[(PathBuf, String)]) {
     let _ = fs::write(f, text);
 }
 
-/// Update the record after `ops` were carried out: foreign enables are added, foreign
+/// Update the record after `changes` were carried out: foreign enables are added, foreign
 /// disables removed.
-pub fn record(ops: &[&Op]) {
+pub fn record<'a>(changes: impl IntoIterator<Item = Change<'a>>) {
     let mut changed = false;
     let mut state = load();
-    for op in ops {
-        match *op {
-            Op::Enable {
-                dir,
-                controller,
-                foreign: true,
-            } => {
-                let e = (dir.clone(), controller.clone());
+    for change in changes {
+        match change {
+            Change::Enabled { dir, controller } => {
+                let e = (dir.to_path_buf(), controller.to_string());
                 if !state.contains(&e) {
                     state.push(e);
                 }
-                changed = true;
             }
-            Op::Disable {
-                dir,
-                controller,
-                foreign: true,
-            } => {
+            Change::Disabled { dir, controller } => {
                 state.retain(|(d, c)| !(d == dir && c == controller));
-                changed = true;
             }
-            _ => {}
         }
+        changed = true;
     }
     if changed {
         save(&state);

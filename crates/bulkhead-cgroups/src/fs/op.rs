@@ -49,6 +49,26 @@ pub enum Op {
     Rmdir { dir: PathBuf },
 }
 
+impl Op {
+    /// What this operation changes on a cgroup bulkhead did not create, for [`foreign`]'s
+    /// record (`None`: nothing foreign).
+    fn foreign_change(&self) -> Option<foreign::Change<'_>> {
+        match self {
+            Op::Enable {
+                dir,
+                controller,
+                foreign: true,
+            } => Some(foreign::Change::Enabled { dir, controller }),
+            Op::Disable {
+                dir,
+                controller,
+                foreign: true,
+            } => Some(foreign::Change::Disabled { dir, controller }),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -153,7 +173,7 @@ pub fn run_op(op: &Op) -> std::io::Result<()> {
 /// order, and the error says what failed, where, and that the system was put back.
 pub fn execute(ops: &[&Op]) -> Result<Outcome> {
     let outcome = execute_ops(ops)?;
-    foreign::record(ops);
+    foreign::record(ops.iter().filter_map(|op| op.foreign_change()));
     Ok(outcome)
 }
 

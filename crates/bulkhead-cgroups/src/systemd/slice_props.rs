@@ -6,12 +6,7 @@ use super::versions::{knows, spelling, Spelling, Version, CPU_IDLE_SINCE};
 use bulkhead_plan::convert::{io_weight_to_blkio, weight_to_shares};
 use bulkhead_plan::{CpuWeight, ResolvedSlice};
 use bulkhead_sys::error::Diagnostic;
-use bulkhead_sys::units::Limit;
-
-fn trim_float(f: f64) -> String {
-    let s = format!("{f:.3}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
-}
+use bulkhead_sys::units::{trim_float, Limit};
 
 fn limit(l: Limit) -> u64 {
     l.bytes().unwrap_or(u64::MAX)

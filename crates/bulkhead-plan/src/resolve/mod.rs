@@ -7,7 +7,7 @@ mod memory;
 use super::{At, CpuWeight, MemSpec, MemValue, Plan, SliceName, TasksSpec, Value};
 use bulkhead_sys::error::{Diagnostic, Error, Result};
 use bulkhead_sys::host::{DevNum, Host};
-use bulkhead_sys::units::{human_bytes, IdSet, Limit};
+use bulkhead_sys::units::{human_bytes, trim_float, IdSet, Limit};
 use std::collections::BTreeMap;
 
 /// cpu.max / cfs_quota_us + cfs_period_us.
@@ -181,11 +181,6 @@ impl Ctx<'_> {
         // The kernel counts memory in pages; round down as it would.
         (Limit::Bytes(bytes / page * page), from)
     }
-}
-
-fn trim_float(f: f64) -> String {
-    let s = format!("{f:.3}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 fn limit_setting(directive: &str, l: Limit, from: Option<String>) -> Setting {

@@ -246,40 +246,19 @@ pub fn parse_hugetlbfs_mounts(mountinfo: &str, default_size: u64) -> Vec<Hugetlb
             }
             let _source = r.next()?;
             let options = r.next().unwrap_or("").to_string();
-            let path = unescape_mount_path(left.split_whitespace().nth(4)?);
+            let path = crate::mountinfo::unescape(left.split_whitespace().nth(4)?);
             let pagesize = options
                 .split(',')
                 .find_map(|o| o.strip_prefix("pagesize="))
                 .and_then(crate::host::parse_page_size)
                 .unwrap_or(default_size);
             Some(HugetlbfsMount {
-                path: PathBuf::from(path),
+                path,
                 pagesize,
                 options,
             })
         })
         .collect()
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-pub fn unescape_mount_path(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            let oct = &b[i + 1..i + 4];
-            if oct.iter().all(|c| (b'0'..=b'7').contains(c)) {
-                let v = oct.iter().fold(0u32, |a, c| a * 8 + u32::from(c - b'0'));
-                out.push(v as u8);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 pub fn hugetlbfs_mounts(p: &Paths) -> Vec<HugetlbfsMount> {
@@ -420,6 +399,23 @@ mod tests {
         assert_eq!(m[1].path, PathBuf::from("/mnt/huge 1g"));
         assert_eq!(m[1].pagesize, 1 << 30);
         assert_eq!(m[2].pagesize, 2 << 20, "default size without pagesize=");
+    }
+
+    #[test]
+    fn hugetlbfs_mount_paths_keep_their_bytes() {
+        use std::ffi::OsString;
+        use std::os::unix::ffi::OsStringExt;
+        // The kernel writes non-ASCII bytes as they are and escapes space, tab, newline and
+        // backslash as \ooo; a byte that is not UTF-8 must survive too.
+        let mi = "30 1 0:30 / /mnt/datenbank-ü\\040pg rw - hugetlbfs none rw,pagesize=2M\n\
+                  31 1 0:31 / /mnt/x\\377y rw - hugetlbfs none rw\n";
+        let m = parse_hugetlbfs_mounts(mi, 2 << 20);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].path, PathBuf::from("/mnt/datenbank-ü pg"));
+        assert_eq!(
+            m[1].path,
+            PathBuf::from(OsString::from_vec(b"/mnt/x\xffy".to_vec()))
+        );
     }
 
     #[test]

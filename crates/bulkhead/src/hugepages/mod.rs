@@ -10,8 +10,10 @@
 //! - [`usage`]: a process's memory by page kind (smaps, smaps_rollup, numa_maps) and the
 //!   hugetlb cgroup counters of slices; `status`.
 //! - [`collapse`]: `process_madvise(MADV_COLLAPSE)` on a pidfd.
+//! - [`allocator`]: which allocator a program uses and how its huge page switch is spelled.
 //! - [`launch`]: the allocator switches of `run --hugepages` and the check that they worked.
 
+pub mod allocator;
 pub mod collapse;
 pub mod launch;
 pub mod ops;

@@ -121,7 +121,7 @@ fn mount_at(path: &Path) -> Option<String> {
         let Some(mp) = left.split_whitespace().nth(4) else {
             continue;
         };
-        if Path::new(&sysfs::unescape_mount_path(mp)) == path {
+        if bulkhead_sys::mountinfo::unescape(mp) == path {
             top = right.split_whitespace().next().map(String::from);
         }
     }

@@ -505,8 +505,8 @@ pub fn findings(u: &ProcessUsage, thp: &Thp, pools: &[Pool], default_size: u64) 
             ));
         }
         if v == "1" && u.thp == 0 && u.anonymous >= 2 * pmd {
-            let glibc = match super::launch::glibc_version() {
-                Some(g) if super::launch::glibc_thp_check_flaky(g) => format!(
+            let glibc = match super::allocator::glibc_version() {
+                Some(g) if super::allocator::glibc_thp_check_flaky(g) => format!(
                     "; glibc {}.{} misses THP's madvise mode at some starts",
                     g.0, g.1
                 ),

@@ -3,14 +3,13 @@
 //! carry the plan's value exactly.
 
 use super::super::versions::{spelling, Spelling, Version, CPU_IDLE_SINCE, PERCENT_SINCE};
-use super::text::{
-    duration, esc, latency_text, limit_text, mem_text, size, trim_float, value_toml,
-};
+use super::text::{duration, esc, latency_text, limit_text, mem_text, size, value_toml};
 use bulkhead_plan::convert::{
     blkio_to_io_weight, io_weight_to_blkio, shares_to_weight, weight_to_shares,
 };
 use bulkhead_plan::{CpuWeight, MemSpec, MemValue, ResolvedSlice, TasksSpec, Value};
 use bulkhead_sys::host::Host;
+use bulkhead_sys::units::trim_float;
 use bulkhead_sys::units::{human_bytes, Limit};
 
 /// What one directive becomes.

@@ -1,18 +1,14 @@
 //! How values are spelled in unit files and in plan TOML: sizes, SI counts, durations,
 //! specifier escapes, and a plan value as TOML (for [X-Bulkhead]).
 
+use bulkhead_plan::toml_text::toml_string;
 use bulkhead_plan::{CpuWeight, MemSpec, MemValue, TasksSpec, Value};
-use bulkhead_sys::units::{human_bytes, Limit};
+use bulkhead_sys::units::{human_bytes, trim_float, Limit};
 use std::fmt::Write as _;
 
 /// Escape `%` (systemd's specifier character) in values systemd expands specifiers in.
 pub(super) fn esc(s: &str) -> String {
     s.replace('%', "%%").replace('\n', " ")
-}
-
-pub(super) fn trim_float(f: f64) -> String {
-    let s = format!("{f:.3}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// Bytes as systemd and the plan both read them: `1200M`, or a plain number.
@@ -48,21 +44,17 @@ pub(super) fn mem_text(v: MemValue) -> String {
     }
 }
 
-pub(super) fn toml_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| format!("{s:?}"))
-}
-
 pub(super) fn mem_toml(spec: &MemSpec) -> String {
-    let v = toml_str(&mem_text(spec.value));
+    let v = toml_string(&mem_text(spec.value));
     if spec.min.is_none() && spec.max.is_none() {
         return v;
     }
     let mut out = format!("{{ value = {v}");
     if let Some(m) = spec.min {
-        let _ = write!(out, ", min = {}", toml_str(&size(m)));
+        let _ = write!(out, ", min = {}", toml_string(&size(m)));
     }
     if let Some(m) = spec.max {
-        let _ = write!(out, ", max = {}", toml_str(&size(m)));
+        let _ = write!(out, ", max = {}", toml_string(&size(m)));
     }
     out.push_str(" }");
     out
@@ -80,44 +72,44 @@ pub fn value_toml(v: &Value) -> String {
     match v {
         Value::CpuWeight(CpuWeight::Weight(n)) | Value::Weight(n) => n.to_string(),
         Value::CpuWeight(CpuWeight::Idle) => "\"idle\"".into(),
-        Value::Quota(f) => toml_str(&format!("{}%", trim_float(f * 100.0))),
-        Value::Period(d) | Value::SchedSlice(d) => toml_str(&duration(*d)),
-        Value::Ids(ids) => toml_str(&ids.to_string()),
+        Value::Quota(f) => toml_string(&format!("{}%", trim_float(f * 100.0))),
+        Value::Period(d) | Value::SchedSlice(d) => toml_string(&duration(*d)),
+        Value::Ids(ids) => toml_string(&ids.to_string()),
         Value::Memory(spec) => mem_toml(spec),
         Value::DeviceWeights(list) => {
             let items: Vec<String> = list
                 .iter()
-                .map(|(d, w)| toml_str(&format!("{d} {w}")))
+                .map(|(d, w)| toml_string(&format!("{d} {w}")))
                 .collect();
             format!("[{}]", items.join(", "))
         }
         Value::DeviceLimits(list) => {
             let items: Vec<String> = list
                 .iter()
-                .map(|(d, l)| toml_str(&format!("{d} {}", limit_text(l))))
+                .map(|(d, l)| toml_string(&format!("{d} {}", limit_text(l))))
                 .collect();
             format!("[{}]", items.join(", "))
         }
         Value::DeviceLatency(list) => {
             let items: Vec<String> = list
                 .iter()
-                .map(|(d, t)| toml_str(&format!("{d} {}", latency_text(*t))))
+                .map(|(d, t)| toml_string(&format!("{d} {}", latency_text(*t))))
                 .collect();
             format!("[{}]", items.join(", "))
         }
         Value::Tasks(TasksSpec::Count(n)) => n.to_string(),
-        Value::Tasks(TasksSpec::Percent(p)) => toml_str(&format!("{}%", trim_float(p * 100.0))),
+        Value::Tasks(TasksSpec::Percent(p)) => toml_string(&format!("{}%", trim_float(p * 100.0))),
         Value::Tasks(TasksSpec::Infinity) => "\"infinity\"".into(),
         Value::Hugetlb(list) => {
             let items: Vec<String> = list
                 .iter()
                 .map(|(size, spec)| {
-                    format!("{} = {}", toml_str(&human_bytes(*size)), mem_toml(spec))
+                    format!("{} = {}", toml_string(&human_bytes(*size)), mem_toml(spec))
                 })
                 .collect();
             format!("{{ {} }}", items.join(", "))
         }
-        Value::Text(t) => toml_str(t),
+        Value::Text(t) => toml_string(t),
         Value::Flag(b) => b.to_string(),
     }
 }
