@@ -1,6 +1,7 @@
 //! Which cgroup hierarchy holds which controller: pure v2 (unified), pure v1 (legacy), or
 //! hybrid (v1 controllers plus a v2 mount), read from /proc/self/mountinfo.
 
+use bulkhead_sys::host::kernel_at_least;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -109,7 +110,8 @@ impl Layout {
             if pre.len() < 5 || post.is_empty() {
                 continue;
             }
-            let mount = root.join(unescape(pre[4]).trim_start_matches('/'));
+            let point = bulkhead_sys::mountinfo::unescape(pre[4]);
+            let mount = root.join(point.strip_prefix("/").unwrap_or(&point));
             match post[0] {
                 "cgroup2" => {
                     let controllers = fs::read_to_string(mount.join("cgroup.controllers"))
@@ -318,37 +320,6 @@ fn kernel_config(key: &str) -> Option<bool> {
     })
 }
 
-fn kernel_at_least(major: u32, minor: u32) -> bool {
-    let Ok(release) = fs::read_to_string("/proc/sys/kernel/osrelease") else {
-        return false;
-    };
-    let mut it = release
-        .trim()
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|p| p.parse::<u32>().ok());
-    let (a, b) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
-    (a, b) >= (major, minor)
-}
-
-/// mountinfo escapes spaces and friends as `\040`.
-fn unescape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            if let Ok(n) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
-                out.push(n as char);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i] as char);
-        i += 1;
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,8 +331,14 @@ mod tests {
     }
 
     #[test]
-    fn unescape_spaces() {
-        assert_eq!(unescape("/a\\040b"), "/a b");
-        assert_eq!(unescape("/plain"), "/plain");
+    fn mount_points_keep_non_ascii_names() {
+        let l = Layout::from_mountinfo(
+            "30 25 0:26 / /sys/fs/cgroup/cpu\\040ü rw - cgroup cgroup rw,cpu\n",
+            Path::new("/"),
+        );
+        assert_eq!(
+            l.hierarchy("cpu").unwrap().mount,
+            Path::new("/sys/fs/cgroup/cpu ü")
+        );
     }
 }

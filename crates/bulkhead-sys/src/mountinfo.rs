@@ -28,8 +28,14 @@ pub fn unescape(s: &str) -> PathBuf {
     while i < b.len() {
         if b[i] == b'\\' && i + 3 < b.len() {
             let oct = &b[i + 1..i + 4];
-            if oct.iter().all(|c| (b'0'..=b'7').contains(c)) {
-                out.push((oct[0] - b'0') * 64 + (oct[1] - b'0') * 8 + (oct[2] - b'0'));
+            let value = oct.iter().try_fold(0u16, |v, c| {
+                (b'0'..=b'7')
+                    .contains(c)
+                    .then(|| v * 8 + u16::from(c - b'0'))
+            });
+            // The kernel writes at most \377; anything else is taken literally.
+            if let Some(byte) = value.and_then(|v| u8::try_from(v).ok()) {
+                out.push(byte);
                 i += 4;
                 continue;
             }
@@ -66,6 +72,7 @@ pub fn detach_under(dir: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::OsStrExt;
 
     #[test]
     fn escapes() {
@@ -75,5 +82,19 @@ mod tests {
         );
         assert_eq!(unescape("/x\\04"), PathBuf::from("/x\\04"));
         assert_eq!(unescape("/plain"), PathBuf::from("/plain"));
+    }
+
+    #[test]
+    fn unescape_keeps_bytes() {
+        assert_eq!(
+            unescape("/mnt/datenbank-ü\\040pg"),
+            std::path::Path::new("/mnt/datenbank-ü pg")
+        );
+        assert_eq!(unescape("/x\\377y").as_os_str().as_bytes(), b"/x\xffy");
+        assert_eq!(unescape("/end\\040"), std::path::Path::new("/end "));
+        // Not an escape the kernel writes: kept as it is, never a panic.
+        assert_eq!(unescape("/a\\777b"), std::path::Path::new("/a\\777b"));
+        assert_eq!(unescape("/a\\ü"), std::path::Path::new("/a\\ü"));
+        assert_eq!(unescape("/a\\04"), std::path::Path::new("/a\\04"));
     }
 }
