@@ -61,6 +61,7 @@ pub mod fleet;
 pub mod hog;
 pub mod isolation;
 pub mod metrics;
+pub mod postgres;
 pub mod redis;
 pub mod report;
 pub mod spawn;

@@ -3,6 +3,7 @@
 //! load generator slices, and the machine's idle and steal time. The measured window's
 //! figures come from the samples nearest to its start and end.
 
+use super::diag::{IoProbe, IoSnap, IoWindow};
 use bulkhead::cgroup::stats::cpu_usage_us;
 use bulkhead::cgroup::CgroupFs;
 use bulkhead::plan::SliceName;
@@ -22,6 +23,8 @@ pub struct Sample {
     pub helper_us: Option<u64>,
     pub loadgen_us: Option<u64>,
     pub cpu: Option<CpuTimes>,
+    /// The I/O path's counters, when the scenario follows them.
+    pub io: Option<IoSnap>,
 }
 
 /// The window's figures.
@@ -45,6 +48,7 @@ pub struct Sampler<'a> {
     slices: [SliceName; 3],
     /// Where the hog runs when it is not in the helper slice (the "free" cgroup).
     hog_dir: Option<PathBuf>,
+    io: Option<&'a IoProbe>,
     pub samples: Vec<Sample>,
 }
 
@@ -70,8 +74,14 @@ impl<'a> Sampler<'a> {
             pid,
             slices,
             hog_dir: None,
+            io: None,
             samples: Vec::new(),
         }
+    }
+
+    /// Also read the I/O path's counters with every sample.
+    pub fn follow_io(&mut self, probe: Option<&'a IoProbe>) {
+        self.io = probe;
     }
 
     /// Count the hog's CPU in this plain cgroup (relative to the bench root) instead.
@@ -99,20 +109,38 @@ impl<'a> Sampler<'a> {
             },
             loadgen_us: cpu_usage_us(self.fs, loadgen),
             cpu: cpu_times(),
+            io: self.io.map(IoProbe::snap),
         });
+    }
+
+    fn nearest(&self, t: Instant) -> Option<usize> {
+        (0..self.samples.len()).min_by_key(|&i| {
+            let at = self.samples[i].at;
+            if at > t {
+                at - t
+            } else {
+                t - at
+            }
+        })
     }
 
     /// The figures between the samples nearest to `from` and `to`.
     pub fn window(&self, from: Instant, to: Instant) -> Window {
-        let near = |t: Instant| {
-            self.samples
-                .iter()
-                .min_by_key(|s| if s.at > t { s.at - t } else { t - s.at })
-        };
-        let (Some(a), Some(b)) = (near(from), near(to)) else {
+        let (Some(a), Some(b)) = (self.nearest(from), self.nearest(to)) else {
             return Window::default();
         };
-        figures(a, b)
+        figures(&self.samples[a], &self.samples[b])
+    }
+
+    /// The I/O path between the samples nearest to `from` and `to`, if it was followed.
+    pub fn io_window(&self, from: Instant, to: Instant) -> Option<IoWindow> {
+        let probe = self.io?;
+        let (a, b) = (self.nearest(from)?, self.nearest(to)?);
+        let snaps: Vec<&IoSnap> = self.samples[a..=b.max(a)]
+            .iter()
+            .filter_map(|s| s.io.as_ref())
+            .collect();
+        Some(probe.window(&snaps))
     }
 }
 
