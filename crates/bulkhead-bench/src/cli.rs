@@ -167,11 +167,20 @@ pub struct IsolationBench {
     /// Write a PNG chart of isolation and p99 per second at 80% of the peak
     #[arg(long, value_name = "FILE.png")]
     chart: Option<PathBuf>,
-    /// The I/O scheduler of the bench's loop device: none (what NVMe and virtio disks
-    /// have), mq-deadline, kyber, or bfq (the only one that honours IOWeight without io.cost)
-    #[arg(long, default_value = "none")]
-    io_scheduler: String,
-    /// Make the database's ext4 without a journal (ext4's default has one)
+    /// The I/O scheduler of the database's disk: none (what NVMe and virtio disks have),
+    /// mq-deadline, kyber, or bfq (the only one that honours IOWeight without io.cost)
+    /// [default: none on the bench's loop device; a --data-dir disk keeps its own]
+    #[arg(long)]
+    io_scheduler: Option<String>,
+    /// Put the database's files in DIR (a directory on the disk and file system to measure;
+    /// the bench makes and removes a subdirectory) instead of on a loop device of its own
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Where backup-other writes its archive (another file system) instead of a second
+    /// loop device
+    #[arg(long, value_name = "DIR")]
+    other_dir: Option<PathBuf>,
+    /// Make the database's ext4 (on the bench's loop device) without a journal
     #[arg(long)]
     no_journal: bool,
     /// The loop file system's size
@@ -724,7 +733,9 @@ fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
         repeat: a.repeat,
         calibration: a.calibration,
         io: IoSpec {
-            scheduler: a.io_scheduler.trim().to_string(),
+            scheduler: a.io_scheduler.as_ref().map(|s| s.trim().to_string()),
+            data_dir: a.data_dir.clone(),
+            other_dir: a.other_dir.clone(),
             journal: !a.no_journal,
             cold_bytes: size(&a.cold_size, "--cold-size")?,
             archive_bytes: size(&a.archive_size, "--archive-size")?.max(1 << 20),

@@ -27,6 +27,12 @@ pub struct State {
     /// hugetlb pools the bench grew (`nr_hugepages` file, pages before): put back first.
     #[serde(default)]
     pub pools: Vec<(PathBuf, u64)>,
+    /// Directories the bench made inside directories the user named (`--data-dir`).
+    #[serde(default)]
+    pub dirs: Vec<PathBuf>,
+    /// I/O schedulers the bench changed (`queue/scheduler` file, the one before).
+    #[serde(default)]
+    pub schedulers: Vec<(PathBuf, String)>,
 }
 
 /// A file system in a loop file: removed in reverse order of creation.
@@ -66,6 +72,12 @@ fn alive(pid: u32) -> bool {
 pub fn tear_down(s: &State, dir: &Path) {
     for (file, pages) in &s.pools {
         let _ = std::fs::write(file, pages.to_string());
+    }
+    for (file, before) in s.schedulers.iter().rev() {
+        let _ = std::fs::write(file, before);
+    }
+    for d in &s.dirs {
+        let _ = std::fs::remove_dir_all(d);
     }
     let _ = bulkhead::cgroup::fs::remove_trees(&s.cgroup_dirs);
     for l in s.loops.iter().rev() {
@@ -328,6 +340,34 @@ impl Env {
         self.save();
         std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
         Ok(d)
+    }
+
+    /// A directory of the bench's own inside `parent` (a file system the user named), removed
+    /// at the end.
+    pub fn dir_in(&mut self, parent: &Path, tag: &str) -> Result<PathBuf, String> {
+        if !parent.is_dir() {
+            return Err(format!("{}: not a directory", parent.display()));
+        }
+        let d = parent.join(format!("bulkhead-bench-{}-{tag}", self.state.pid));
+        self.state.dirs.push(d.clone());
+        self.save();
+        std::fs::create_dir(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
+        Ok(d)
+    }
+
+    /// Switch a disk's I/O scheduler for the bench; the one before comes back at the end.
+    pub fn set_scheduler(&mut self, disk: &str, scheduler: &str) -> Result<(), String> {
+        let file = PathBuf::from(format!("/sys/block/{disk}/queue/scheduler"));
+        let before = std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|s| bulkhead::sys::host::active_scheduler(&s))
+            .ok_or_else(|| format!("{}: no I/O scheduler to set", file.display()))?;
+        if !self.state.schedulers.iter().any(|(f, _)| f == &file) {
+            self.state.schedulers.push((file.clone(), before));
+            self.save();
+        }
+        std::fs::write(&file, scheduler)
+            .map_err(|e| format!("cannot set the {scheduler} scheduler on {disk}: {e}"))
     }
 
     /// Remove the file systems of [`Env::mkfs_loop`] now (before other scenarios).

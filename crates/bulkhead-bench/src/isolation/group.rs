@@ -209,27 +209,45 @@ impl<'a> Bench<'a> {
         out
     }
 
+    /// The database's directory for the I/O hogs: in `--data-dir` (its disk's scheduler as
+    /// it is, or as `--io-scheduler` says), else on a loop-backed ext4 of the bench's own.
+    fn io_data_dir(&mut self) -> Result<PathBuf, String> {
+        let io = &self.spec.io;
+        if let Some(d) = &io.data_dir {
+            let dir = self.env.dir_in(d, "data")?;
+            if let Some(s) = &io.scheduler {
+                for dev in super::diag::block::path_devices(&dir) {
+                    self.env.set_scheduler(&dev.name, s)?;
+                }
+            }
+            return Ok(dir);
+        }
+        let sched = io.scheduler.clone().unwrap_or_else(|| "none".into());
+        self.say(format!(
+            "making a loop-backed ext4{} with the {sched} scheduler for the database's data",
+            if io.journal { "" } else { " without a journal" },
+        ));
+        Ok(self.env.loop_fs(io.fs_bytes, &sched, io.journal)?.0)
+    }
+
     /// One hog's group: (the baseline peak, its scenarios).
     pub fn group(&mut self, kind: HogKind) -> Result<(f64, Vec<ScenarioResult>), String> {
         let io = &self.spec.io;
         let (data_dir, aof) = if kind.is_io() {
-            self.say(format!(
-                "making a loop-backed ext4{} with the {} scheduler for the database's data",
-                if io.journal { "" } else { " without a journal" },
-                io.scheduler
-            ));
-            let (dir, _) = self.env.loop_fs(io.fs_bytes, &io.scheduler, io.journal)?;
-            (dir, true)
+            (self.io_data_dir()?, true)
         } else {
             (self.env.scratch()?, false)
         };
         if kind == HogKind::BackupOther {
-            self.say("making another loop-backed ext4 for the backup".into());
-            let size = (io.archive_bytes * 2).max(1 << 30);
-            self.other_dir = Some(
-                self.env
-                    .mkfs_loop("other", size, &["mkfs.ext4", "-q", "-F"])?,
-            );
+            self.other_dir = Some(match &io.other_dir {
+                Some(d) => self.env.dir_in(d, "other")?,
+                None => {
+                    self.say("making another loop-backed ext4 for the backup".into());
+                    let size = (io.archive_bytes * 2).max(1 << 30);
+                    self.env
+                        .mkfs_loop("other", size, &["mkfs.ext4", "-q", "-F"])?
+                }
+            });
         }
         if kind == HogKind::Reader {
             self.say(format!(
@@ -256,6 +274,9 @@ impl<'a> Bench<'a> {
         self.io_probe = None;
         if kind.is_io() {
             self.env.drop_loop_fs();
+            if io.data_dir.is_some() {
+                let _ = std::fs::remove_dir_all(&data_dir);
+            }
         }
         if self.other_dir.take().is_some() {
             self.env.drop_loops();

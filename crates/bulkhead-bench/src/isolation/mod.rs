@@ -231,8 +231,14 @@ pub struct Spec {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct IoSpec {
-    /// `bfq`, `mq-deadline`, `none`, or `kyber`.
-    pub scheduler: String,
+    /// `bfq`, `mq-deadline`, `none`, or `kyber`; `None`: `none` on the bench's loop device,
+    /// and a `--data-dir` disk's own.
+    pub scheduler: Option<String>,
+    /// The database's files go here (a file system on the disk to measure) instead of
+    /// the bench's loop device.
+    pub data_dir: Option<PathBuf>,
+    /// The backup's other file system (`backup-other`) instead of a second loop device.
+    pub other_dir: Option<PathBuf>,
     pub journal: bool,
     pub cold_bytes: u64,
     pub archive_bytes: u64,
@@ -311,11 +317,25 @@ pub fn validate(spec: &Spec) -> Result<(), String> {
             }
         }
     }
-    if !["bfq", "mq-deadline", "kyber", "none"].contains(&spec.io.scheduler.as_str()) {
-        return Err(format!(
-            "--io-scheduler {}: choose from bfq, mq-deadline, kyber, none",
-            spec.io.scheduler
-        ));
+    if let Some(s) = &spec.io.scheduler {
+        if !["bfq", "mq-deadline", "kyber", "none"].contains(&s.as_str()) {
+            return Err(format!(
+                "--io-scheduler {s}: choose from bfq, mq-deadline, kyber, none"
+            ));
+        }
+    }
+    for (d, flag) in [
+        (&spec.io.data_dir, "--data-dir"),
+        (&spec.io.other_dir, "--other-dir"),
+    ] {
+        if let Some(d) = d {
+            if !d.is_dir() {
+                return Err(format!(
+                    "{flag} {}: not a directory (give a directory on the file system to measure)",
+                    d.display()
+                ));
+            }
+        }
     }
     if let Some(p) = spec.port {
         if crate::redis::port_busy(p) {
