@@ -699,8 +699,8 @@ fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
     let plan = match &cli.config {
         Some(_) => Plan::load(cli.config.as_deref())?,
         None => Plan::parse(bulkhead::plan::EMBEDDED_DEFAULT, None)?,
-    }
-    .resolve(&Host::detect())?;
+    };
+    let plan = plan.resolve(&Host::detect_for(plan.device_paths()))?;
     let parse = |s: &str, flag: &str| SliceName::parse(s).map_err(|e| bad(format!("{flag}: {e}")));
     let db = match a.db.trim() {
         "redis" => DbKind::Redis,

@@ -43,7 +43,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
         })
         .collect();
     let plan = Plan::parse(&text, None)
-        .and_then(|p| p.resolve(&Host::detect()))
+        .and_then(|p| p.resolve(&Host::detect_for(p.device_paths())))
         .map_err(|e| e.to_string())?;
     let fs = CgroupFs::new(env.layout.clone(), &env.cgroup_root).map_err(|e| e.to_string())?;
     fs.plan_apply(&plan, Default::default())

@@ -3,6 +3,7 @@
 //! controller) and two backends that do not import each other: [`fs`] writes cgroupfs itself
 //! (pure v2, pure v1, hybrid), [`systemd`] asks systemd over D-Bus where systemd owns the tree.
 //! [`chosen`] picks one for the host and is a backend itself. [`stats`] reads what slices use.
+//! [`iocost`] is the host-level io.cost setting of the cgroup2 root (the plan's `[iocost]`).
 //!
 //! Data flows one way: a resolved plan becomes a backend's operations (plain data, printed by
 //! `--dry-run`), which are executed and undone in reverse order when one fails.
@@ -12,6 +13,7 @@
 pub mod backend;
 pub mod chosen;
 pub mod fs;
+pub mod iocost;
 pub mod layout;
 pub mod stats;
 pub mod systemd;

@@ -122,14 +122,17 @@ impl Drop for Fixture {
 }
 
 fn host() -> Host {
-    Host {
+    let mut h = Host {
         memory: 24 << 30,
         cpus: IdSet::parse("0-3").unwrap(),
         mem_nodes: IdSet::parse("0").unwrap(),
         hugepage_sizes: vec![2 << 20, 1 << 30],
         tasks_max: 32768,
         page_size: 4096,
-    }
+        devices: Default::default(),
+    };
+    h.look_up_devices(["/"]);
+    h
 }
 
 /// The disk behind `/`, as the plan's device directives resolve it.
@@ -495,6 +498,7 @@ fn v2_controller_files(controller: &str) -> &'static [(&'static str, &'static st
             ("io.max", ""),
             ("io.weight", "default 100\n"),
             ("io.bfq.weight", "default 100\n"),
+            ("io.latency", ""),
             ("io.stat", ""),
         ],
         "pids" => &[("pids.max", "max\n"), ("pids.current", "0\n")],
@@ -552,7 +556,7 @@ impl Kernel {
             .collect();
         // The kernel lists only devices with a setting of their own.
         let cleared = match file {
-            "io.max" => rest.split_whitespace().all(|t| t.ends_with("=max")),
+            "io.max" | "io.latency" => rest.split_whitespace().all(|t| t.ends_with("=max")),
             _ => key != "default" && rest.trim() == "default",
         };
         lines.retain(|(k, _)| k != key);
@@ -592,7 +596,7 @@ impl Kernel {
                     let old = fs::read_to_string(file).unwrap();
                     let name = file.file_name().unwrap().to_str().unwrap();
                     let new = match name {
-                        "io.max" | "io.weight" | "io.bfq.weight" => {
+                        "io.max" | "io.weight" | "io.bfq.weight" | "io.latency" => {
                             Kernel::keyed(name, &old, value)
                         }
                         _ => format!("{value}\n"),
@@ -937,6 +941,126 @@ fn v2_apply_is_idempotent_and_changes_only_what_changed() {
             (helper.join("cpu.weight"), "20".to_string()),
         ]
     );
+}
+
+/// IODeviceLatencyTargetSec becomes io.latency's `MAJ:MIN target=USEC` on the whole disk
+/// the path leads to; a changed target remembers the old line, a removed one goes back to
+/// `target=max` (the kernel then lists the device no more).
+#[test]
+fn v2_io_latency_targets_map_change_and_clear() {
+    let f = unified();
+    let kernel = Kernel { mount: f.cg("") };
+    let dev = root_disk();
+    let plan = V2_PLAN.replace(
+        "IOWeight = 1000\n",
+        "IOWeight = 1000\nIODeviceLatencyTargetSec = \"/ 10ms\"\n",
+    );
+    let ops = f.apply(&plan).ops;
+    let server = f.cg("db.slice/db-server.slice");
+    assert_eq!(
+        value(&ops, &server.join("io.latency")),
+        format!("{dev} target=10000")
+    );
+    let helper = f.cg("db.slice/db-helper.slice");
+    assert!(values(&ops, &helper.join("io.latency")).is_empty());
+    assert!(kernel.run(&ops).is_empty());
+    assert_eq!(
+        fs::read_to_string(server.join("io.latency")).unwrap(),
+        format!("{dev} target=10000\n")
+    );
+    assert!(
+        f.apply(&plan).ops.is_empty(),
+        "a second apply changes nothing"
+    );
+
+    let changed = f.apply(&plan.replace("/ 10ms", "/ 2.5ms")).ops;
+    assert_eq!(
+        changed,
+        [Op::Write {
+            file: server.join("io.latency"),
+            value: format!("{dev} target=2500"),
+            why: "IODeviceLatencyTargetSec".into(),
+            restore: Some(format!("{dev} target=10000")),
+            optional: false,
+        }]
+    );
+
+    let cleared = f.apply(V2_PLAN).ops;
+    assert_eq!(
+        cleared,
+        [Op::Write {
+            file: server.join("io.latency"),
+            value: format!("{dev} target=max"),
+            why: "IODeviceLatencyTargetSec (removed from the plan)".into(),
+            restore: Some(format!("{dev} target=10000")),
+            optional: false,
+        }]
+    );
+    kernel.run(&cleared);
+    assert_eq!(fs::read_to_string(server.join("io.latency")).unwrap(), "");
+}
+
+/// On a disk with the `none` scheduler and io.cost off, IOWeight does nothing and apply
+/// says so; a plan whose [iocost] section turns io.cost on gets io.weight written (the
+/// weights then share those disks) and no such warning.
+#[test]
+fn v2_io_weight_is_written_where_the_plan_turns_io_cost_on() {
+    let f = unified();
+    let mut layout = f.layout();
+    if let Some(c) = layout.caps.as_mut() {
+        c.io_cost = false;
+        c.bfq = false;
+        c.bfq_devices.clear();
+    }
+    let fs_ = CgroupFs::new(layout, "/").unwrap();
+    let helper = f.cg("db.slice/db-helper.slice");
+    let plan = |text: &str| {
+        let p = Plan::parse(text, None).unwrap();
+        let mut h = host();
+        h.look_up_devices(p.device_paths());
+        fs_.plan_apply(&p.resolve(&h).unwrap(), Default::default())
+            .unwrap()
+    };
+    let off = plan(V2_PLAN);
+    assert!(values(&off.ops, &helper.join("io.weight")).is_empty());
+    assert!(
+        off.warnings
+            .iter()
+            .any(|d| d.message.contains("IOWeight has no effect here")),
+        "{:#?}",
+        off.warnings
+    );
+    let on = plan(&format!("{V2_PLAN}\n[iocost]\ndevices = [\"/\"]\n"));
+    assert_eq!(value(&on.ops, &helper.join("io.weight")), "default 10");
+    assert!(
+        !on.warnings
+            .iter()
+            .any(|d| d.message.contains("has no effect here")),
+        "{:#?}",
+        on.warnings
+    );
+}
+
+/// On v1 and hybrid hosts (blkio on v1) there is no io.latency: nothing is written for it
+/// and apply says plainly that it has no effect.
+#[test]
+fn v1_and_hybrid_say_io_latency_has_no_effect() {
+    let plan = format!("{V1_PLAN}\n[slice.db-helper-x]\nIODeviceLatencyTargetSec = \"/ 10ms\"\n");
+    for f in [legacy(), hybrid()] {
+        let changes = f.apply(&plan);
+        for op in &changes.ops {
+            assert!(!op.to_string().contains("latency"), "{op}");
+        }
+        let w: Vec<String> = changes.warnings.iter().map(|d| d.to_string()).collect();
+        assert!(
+            w.iter()
+                .any(|m| m.contains("IODeviceLatencyTargetSec is not applied")
+                    && m.contains("cgroup v2")
+                    && m.contains("no effect here")
+                    && m.contains("[slice.db-helper-x]")),
+            "{w:#?}"
+        );
+    }
 }
 
 #[test]

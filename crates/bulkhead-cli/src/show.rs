@@ -74,7 +74,7 @@ pub fn plan_toml(p: &ResolvedPlan) -> String {
             if from.is_empty() {
                 let _ = writeln!(out, "{line}");
             } else {
-                let _ = writeln!(out, "{line:<32}# {}", from.join("; "));
+                let _ = writeln!(out, "{line:<31} # {}", from.join("; "));
             }
         }
     }

@@ -54,6 +54,8 @@ pub enum Value {
     DeviceWeights(Vec<(String, u64)>),
     /// (device path, bytes/s or IOPS)
     DeviceLimits(Vec<(String, Limit)>),
+    /// (device path, io.latency target; None: "infinity", no target)
+    DeviceLatency(Vec<(String, Option<Duration>)>),
     Tasks(TasksSpec),
     /// (page size in bytes, limit)
     Hugetlb(Vec<(u64, MemSpec)>),
@@ -73,6 +75,7 @@ pub(crate) enum Kind {
     DeviceWeights,
     DeviceBandwidth,
     DeviceIops,
+    DeviceLatency,
     Tasks,
     Hugetlb,
     Text,
@@ -106,6 +109,7 @@ pub(crate) const DIRECTIVES: &[Info] = &[
     d("MemorySwapMax", Kind::Memory),
     d("IOWeight", Kind::Weight),
     d("IODeviceWeight", Kind::DeviceWeights),
+    d("IODeviceLatencyTargetSec", Kind::DeviceLatency),
     d("IOReadBandwidthMax", Kind::DeviceBandwidth),
     d("IOWriteBandwidthMax", Kind::DeviceBandwidth),
     d("IOReadIOPSMax", Kind::DeviceIops),
@@ -427,6 +431,16 @@ fn device_path(dev: &str, what: &str) -> Result<String, Bad> {
             format!("{what} names a device node (/dev/vda) or a path on its file system"),
         ));
     }
+    // systemd refuses paths that are not normalized (path_is_normalized()).
+    let odd = dev.contains("//")
+        || (dev.len() > 1 && dev.ends_with('/'))
+        || dev.split('/').any(|c| c == "." || c == "..");
+    if odd {
+        return Err(bad(
+            format!("'{dev}' is not a normalized path"),
+            "write it without '//', '.', '..' or a trailing '/', as systemd takes it",
+        ));
+    }
     Ok(dev.to_string())
 }
 
@@ -587,6 +601,28 @@ pub(crate) fn check(kind: Kind, name: &str, raw: &Raw) -> Result<Value, Bad> {
             })
             .collect::<Result<_, _>>()
             .map(Value::DeviceLimits),
+        Kind::DeviceLatency => strings(raw, name)?
+            .iter()
+            .map(|s| {
+                let (dev, v) = split_device(s, name)?;
+                let target = if v == "infinity" || v == "max" {
+                    None
+                } else {
+                    let d = parse_duration(v).map_err(|m| {
+                        bad(m, "write the target as a time, like \"/var/lib/postgresql 10ms\"")
+                    })?;
+                    if d.is_zero() {
+                        return Err(bad(
+                            format!("'{s}': a target of 0 sets no target"),
+                            "give the latency the slice's I/O should keep to (\"10ms\"), or \"infinity\" for none",
+                        ));
+                    }
+                    Some(d)
+                };
+                Ok((device_path(dev, name)?, target))
+            })
+            .collect::<Result<_, _>>()
+            .map(Value::DeviceLatency),
         Kind::Hugetlb => {
             let Raw::Table(entries) = raw else {
                 return Err(bad(

@@ -28,6 +28,7 @@ fn accumulates(key: &str) -> bool {
     matches!(
         key,
         "IODeviceWeight"
+            | "IODeviceLatencyTargetSec"
             | "IOReadBandwidthMax"
             | "IOWriteBandwidthMax"
             | "IOReadIOPSMax"

@@ -9,11 +9,13 @@
 #![forbid(unsafe_code)]
 
 pub mod convert;
+mod devices;
 mod directives;
 pub mod env;
 pub mod guard;
 pub mod hugepages;
 pub mod import;
+pub mod iocost;
 mod name;
 mod parse;
 mod resolve;
@@ -108,6 +110,8 @@ pub struct Plan {
     pub hugepages: Option<hugepages::HugepagesSpec>,
     /// The `[guard]` section (the slice `bulkhead guard` protects and its sideloads), if any.
     pub guard: Option<guard::GuardSpec>,
+    /// The `[iocost]` section (io.cost on the database's disks), if any.
+    pub iocost: Option<iocost::IocostSpec>,
     /// Warnings and notes found while reading (legacy directives, implicit parents).
     pub notes: Vec<Diagnostic>,
 }
@@ -141,8 +145,32 @@ impl Plan {
         }
     }
 
+    /// Resolve against `host`, whose `devices` must hold every path [`Plan::device_paths`]
+    /// names (`Host::detect_for(plan.device_paths())` looks them up on this machine).
     pub fn resolve(&self, host: &bulkhead_sys::host::Host) -> Result<ResolvedPlan> {
         resolve::resolve(self, host)
+    }
+
+    /// Every device argument the plan names (`IODevice*`, `IO*BandwidthMax`, `IO*IOPSMax`,
+    /// `[iocost]` devices): the host facts to look up before [`Plan::resolve`].
+    pub fn device_paths(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for s in self.slices.values() {
+            for at in s.directives.values() {
+                match &at.value {
+                    Value::DeviceWeights(l) => out.extend(l.iter().map(|(d, _)| d.as_str())),
+                    Value::DeviceLimits(l) => out.extend(l.iter().map(|(d, _)| d.as_str())),
+                    Value::DeviceLatency(l) => out.extend(l.iter().map(|(d, _)| d.as_str())),
+                    _ => {}
+                }
+            }
+        }
+        if let Some(c) = &self.iocost {
+            out.extend(c.devices.iter().map(|(d, _)| d.as_str()));
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 }
 

@@ -2,15 +2,19 @@ use super::*;
 use bulkhead_sys::host::Host;
 use bulkhead_sys::units::{IdSet, Limit};
 
+/// A host with the device arguments these tests name looked up on this machine.
 fn host() -> Host {
-    Host {
+    let mut h = Host {
         memory: 24 << 30,
         cpus: IdSet::parse("0-1").unwrap(),
         mem_nodes: IdSet::parse("0").unwrap(),
         hugepage_sizes: vec![2 << 20, 1 << 30],
         tasks_max: 32768,
         page_size: 4096,
-    }
+        devices: Default::default(),
+    };
+    h.look_up_devices(["/", "/tmp"]);
+    h
 }
 
 fn err(text: &str) -> String {
@@ -138,6 +142,7 @@ IOReadBandwidthMax = "/ 10M"
 IOWriteBandwidthMax = ["/ 5M"]
 IOReadIOPSMax = "/ 1000"
 IOWriteIOPSMax = "/ infinity"
+IODeviceLatencyTargetSec = ["/ 10ms", "/tmp 250us"]
 TasksMax = "10%"
 HugetlbMax = { "2M" = "1G" }
 "#;
@@ -158,6 +163,82 @@ HugetlbMax = { "2M" = "1G" }
     assert_eq!(io.rbps, Some(Limit::Bytes(10_000_000)));
     assert_eq!(io.wiops, Some(Limit::Infinity));
     assert_eq!(s.io_device_weight.values().next(), Some(&300));
+    // "/" and "/tmp" are on one disk here: the later entry wins, as in systemd.
+    assert_eq!(s.io_latency.values().last(), Some(&Some(250)));
+}
+
+#[test]
+fn device_latency_targets() {
+    let r = Plan::parse(
+        "[slice.db]\nIODeviceLatencyTargetSec = [\"/ 2.5ms\"]\n[slice.x]\nIODeviceLatencyTargetSec = \"/ infinity\"\n",
+        None,
+    )
+    .unwrap()
+    .resolve(&host())
+    .unwrap();
+    let disk = host().devices["/"].clone().unwrap().dev;
+    let db = r.slice(&SliceName::parse("db").unwrap()).unwrap();
+    assert_eq!(db.io_latency[&disk], Some(2500));
+    assert_eq!(db.device_paths[&disk], "/");
+    let set = db
+        .settings
+        .iter()
+        .find(|s| s.directive == "IODeviceLatencyTargetSec")
+        .unwrap();
+    assert_eq!(set.value, format!("{disk} 2500us"));
+    assert_eq!(set.toml, "\"/ 2500us\"");
+    assert!(
+        set.from
+            .as_deref()
+            .unwrap()
+            .starts_with(&format!("device {disk}: / on ")),
+        "{set:?}"
+    );
+    let x = r.slice(&SliceName::parse("x").unwrap()).unwrap();
+    assert_eq!(x.io_latency[&disk], None);
+    for (bad, want) in [
+        ("\"/ 0\"", "a target of 0 sets no target"),
+        ("\"/ soon\"", "not a time span"),
+        ("\"10ms\"", "is not \"DEVICE VALUE\""),
+        ("\"dev/vda 10ms\"", "not an absolute path"),
+        ("\"/var//lib 10ms\"", "not a normalized path"),
+        ("5", "expected \"DEVICE VALUE\""),
+    ] {
+        let e = err(&format!("[slice.db]\nIODeviceLatencyTargetSec = {bad}\n"));
+        assert!(e.contains(want), "{bad}: {e}");
+        assert!(e.contains("p.toml:2"), "{bad}: {e}");
+    }
+}
+
+/// A device argument that leads to no disk is an error at the directive, saying why and
+/// what to name instead (the host facts hold the answer; resolving reads nothing).
+#[test]
+fn device_arguments_that_lead_nowhere() {
+    let text = "[slice.db]\nIOReadBandwidthMax = \"/proc 10M\"\nIODeviceWeight = \"/nope 200\"\n";
+    let plan = Plan::parse(text, Some(Path::new("p.toml"))).unwrap();
+    assert_eq!(plan.device_paths(), ["/nope", "/proc"]);
+    let mut h = host();
+    h.look_up_devices(plan.device_paths());
+    let e = plan.resolve(&h).unwrap_err().to_string();
+    assert!(
+        e.contains("p.toml:2:1") && e.contains("IOReadBandwidthMax = \"/proc 10M\""),
+        "{e}"
+    );
+    assert!(e.contains("no block device behind it"), "{e}");
+    assert!(
+        e.contains("p.toml:3:1") && e.contains("cannot open '/nope'"),
+        "{e}"
+    );
+    assert!(e.contains("a path on its file system"), "{e}");
+    // Resolving without the facts says so instead of reading the disk.
+    let e = plan
+        .resolve(&Host {
+            devices: Default::default(),
+            ..host()
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("was not looked up"), "{e}");
 }
 
 #[test]

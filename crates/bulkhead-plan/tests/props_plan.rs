@@ -136,7 +136,10 @@ fn resolves(text: &str, plan: &Plan, host: &Host) -> Result<(), String> {
                 .as_deref()
                 .is_some_and(|c| c.starts_with("[hugepages]"))
     };
-    if let Err(e) = plan.resolve(host) {
+    // The device arguments the plan names, looked up as `apply` does (odd paths included).
+    let mut host = host.clone();
+    host.look_up_devices(plan.device_paths());
+    if let Err(e) = plan.resolve(&host) {
         well_formed(text, &e)?;
         for d in e.diagnostics() {
             ensure(named(&d), || format!("resolve: names no directive: {d}"))?;
@@ -157,14 +160,17 @@ fn resolves(text: &str, plan: &Plan, host: &Host) -> Result<(), String> {
 }
 
 fn default_host() -> Host {
-    Host {
+    let mut h = Host {
         memory: 24 << 30,
         cpus: bulkhead_sys::units::IdSet((0..2).collect()),
         mem_nodes: bulkhead_sys::units::IdSet([0].into_iter().collect()),
         hugepage_sizes: vec![2 << 20, 1 << 30],
         tasks_max: 32768,
         page_size: 4096,
-    }
+        devices: Default::default(),
+    };
+    h.look_up_devices([disk()]);
+    h
 }
 
 /// The plan the changes start from is valid, and covers every directive there is.
@@ -361,6 +367,7 @@ fn device_lines() {
     let line = (dev, sep, value).prop_map(|(d, s, v)| format!("{d}{s}{v}"));
     let directive = prop::sample::select(vec![
         "IODeviceWeight",
+        "IODeviceLatencyTargetSec",
         "IOReadBandwidthMax",
         "IOWriteBandwidthMax",
         "IOReadIOPSMax",

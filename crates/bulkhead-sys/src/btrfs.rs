@@ -4,6 +4,7 @@
 use crate::dir::parent_and_name;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -145,6 +146,58 @@ pub fn set_read_only(path: &Path) -> io::Result<()> {
             (&mut flags as *mut u64).cast(),
         )
     }
+}
+
+/// _IOR(0x94, 31, struct btrfs_ioctl_fs_info_args): 1024 bytes.
+const BTRFS_IOC_FS_INFO: u32 = 0x8400_941f;
+/// _IOWR(0x94, 30, struct btrfs_ioctl_dev_info_args): 4096 bytes.
+const BTRFS_IOC_DEV_INFO: u32 = 0xd000_941e;
+const FS_INFO_SIZE: usize = 1024;
+const DEV_INFO_SIZE: usize = 4096;
+/// Where `path` (BTRFS_DEVICE_PATH_NAME_MAX bytes) starts in btrfs_ioctl_dev_info_args.
+const DEV_INFO_PATH: usize = 3072;
+const _: () = assert!(ior(0x94, 31, FS_INFO_SIZE) == BTRFS_IOC_FS_INFO);
+const _: () = assert!(iowr(0x94, 30, DEV_INFO_SIZE) == BTRFS_IOC_DEV_INFO);
+
+const fn ior(ty: u32, nr: u32, size: usize) -> u32 {
+    (2 << 30) | ((size as u32) << 16) | (ty << 8) | nr
+}
+
+const fn iowr(ty: u32, nr: u32, size: usize) -> u32 {
+    (3 << 30) | ((size as u32) << 16) | (ty << 8) | nr
+}
+
+/// The devices of the btrfs file system open as `fd` (any file or directory on it, opened
+/// for reading): how many there are, and the path of each (BTRFS_IOC_FS_INFO, then
+/// BTRFS_IOC_DEV_INFO for every device id up to `max_id`, as systemd's
+/// btrfs_get_block_device() does). At most 64 devices are listed.
+pub fn devices(fd: RawFd) -> io::Result<(u64, Vec<std::path::PathBuf>)> {
+    let mut info = vec![0u8; FS_INFO_SIZE];
+    // SAFETY: the argument is the struct or buffer this request takes, sized as it encodes.
+    unsafe { ioctl(fd, BTRFS_IOC_FS_INFO, info.as_mut_ptr().cast()) }?;
+    let u64_at = |b: &[u8], o: usize| u64::from_ne_bytes(b[o..o + 8].try_into().unwrap());
+    let (max_id, count) = (u64_at(&info, 0), u64_at(&info, 8));
+    let mut paths = Vec::new();
+    for id in 1..=max_id.min(4096) {
+        if paths.len() as u64 >= count.min(64) {
+            break;
+        }
+        let mut dev = vec![0u8; DEV_INFO_SIZE];
+        dev[..8].copy_from_slice(&id.to_ne_bytes());
+        // SAFETY: the argument is the struct or buffer this request takes, sized as it encodes.
+        match unsafe { ioctl(fd, BTRFS_IOC_DEV_INFO, dev.as_mut_ptr().cast()) } {
+            Ok(()) => {}
+            // A removed device leaves a hole in the ids.
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => continue,
+            Err(e) => return Err(e),
+        }
+        let name = &dev[DEV_INFO_PATH..];
+        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        paths.push(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(
+            &name[..end],
+        )));
+    }
+    Ok((count, paths))
 }
 
 #[cfg(test)]

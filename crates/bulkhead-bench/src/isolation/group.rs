@@ -70,7 +70,7 @@ impl<'a> Bench<'a> {
         let plan_file = env.dir.join("plan.toml");
         std::fs::write(&plan_file, &text).map_err(|e| format!("{}: {e}", plan_file.display()))?;
         let plan = Plan::parse(&text, Some(&plan_file))
-            .and_then(|p| p.resolve(&bulkhead::host::Host::detect()))
+            .and_then(|p| p.resolve(&bulkhead::host::Host::detect_for(p.device_paths())))
             .map_err(|e| e.to_string())?;
         let free = env.plain_cgroup("free")?;
         let b = Bench {

@@ -40,10 +40,15 @@ pub struct Window {
     pub steal: f64,
     /// The database threads' mean run-queue wait per time they ran, microseconds.
     pub wait_per_run_us: f64,
+    /// The database's threads waiting for a CPU, on average (their run-queue wait over the
+    /// window's length).
+    #[serde(default)]
+    pub runq_threads: f64,
 }
 
 pub struct Sampler<'a> {
     fs: &'a CgroupFs,
+    /// The database's main process; every process of the server slice is read.
     pid: u32,
     slices: [SliceName; 3],
     /// Where the hog runs when it is not in the helper slice (the "free" cgroup).
@@ -91,13 +96,20 @@ impl<'a> Sampler<'a> {
 
     pub fn take(&mut self) {
         let (mut wait_ns, mut runs) = (0, 0);
-        for tid in sched::threads(self.pid as i32) {
-            if let Some(s) = sched::schedstat(self.pid as i32, tid) {
-                wait_ns += s.wait_ns;
-                runs += s.slices;
+        let [server, helper, loadgen] = &self.slices;
+        // Every process of the server slice (PostgreSQL runs one per connection).
+        let mut pids = self.fs.pids(server);
+        if pids.is_empty() {
+            pids.push(self.pid as i32);
+        }
+        for pid in pids {
+            for tid in sched::threads(pid) {
+                if let Some(s) = sched::schedstat(pid, tid) {
+                    wait_ns += s.wait_ns;
+                    runs += s.slices;
+                }
             }
         }
-        let [server, helper, loadgen] = &self.slices;
         self.samples.push(Sample {
             at: Instant::now(),
             wait_ns,
@@ -165,14 +177,16 @@ fn figures(a: &Sample, b: &Sample) -> Window {
         _ => (0.0, 0.0),
     };
     let runs = b.runs.saturating_sub(a.runs);
+    let waited = b.wait_ns.saturating_sub(a.wait_ns) as f64;
     Window {
+        runq_threads: waited / 1e9 / secs,
         server_cpus: cpus(a.server_us, b.server_us),
         helper_cpus: cpus(a.helper_us, b.helper_us),
         loadgen_cpus: cpus(a.loadgen_us, b.loadgen_us),
         idle_cpus,
         steal,
         wait_per_run_us: if runs > 0 {
-            b.wait_ns.saturating_sub(a.wait_ns) as f64 / 1e3 / runs as f64
+            waited / 1e3 / runs as f64
         } else {
             0.0
         },

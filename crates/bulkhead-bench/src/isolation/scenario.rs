@@ -244,6 +244,7 @@ impl Bench<'_> {
         let window = m.sampler.window(from, from + s.duration);
         let io = m.sampler.io_window(from, from + s.duration).map(|mut w| {
             w.waits = m.waits.clone().unwrap_or_default();
+            w.runq_threads = window.runq_threads;
             w
         });
         let window_unix = m.started_unix + s.warmup.as_secs_f64();

@@ -25,8 +25,11 @@ impl CgroupFs {
         }
         let mut p = Planner::default();
         let root_sets = self.root_cpusets(plan);
+        let mut caps = self.layout.caps();
+        // The plan turns io.cost on for its disks: io.weight takes effect there.
+        caps.io_cost |= plan.iocost.is_some();
         let host = HostCtx {
-            caps: self.layout.caps(),
+            caps,
             swappiness: swappiness(),
         };
         for s in &plan.slices {

@@ -154,7 +154,7 @@ pub fn bitmask_to_ids(b: &[u8]) -> IdSet {
 /// directive removed from the plan is reset to). Only properties this version knows.
 pub fn managed(version: Version) -> Vec<(&'static str, &'static str, PropValue)> {
     // (property, directive, default)
-    let all: [(&str, &str, PropValue); 17] = [
+    let all: [(&str, &str, PropValue); 18] = [
         ("CPUWeight", "CPUWeight", PropValue::U64(u64::MAX)),
         ("CPUQuotaPerSecUSec", "CPUQuota", PropValue::U64(u64::MAX)),
         (
@@ -187,6 +187,11 @@ pub fn managed(version: Version) -> Vec<(&'static str, &'static str, PropValue)>
         (
             "IOWriteBandwidthMax",
             "IOWriteBandwidthMax",
+            PropValue::DevU64(vec![]),
+        ),
+        (
+            "IODeviceLatencyTargetUSec",
+            "IODeviceLatencyTargetSec",
             PropValue::DevU64(vec![]),
         ),
         ("IOReadIOPSMax", "IOReadIOPSMax", PropValue::DevU64(vec![])),

@@ -23,6 +23,11 @@ impl Systemd {
             .layout
             .hierarchy("cpuset")
             .is_none_or(|h| h.version == CgVersion::V1);
+        let io_v1 = self
+            .reader
+            .layout
+            .hierarchy("io")
+            .is_none_or(|h| h.version == CgVersion::V1);
         for s in &plan.slices {
             let ctx = format!("[slice.{}]", s.name());
             for (d, set) in [
@@ -39,6 +44,15 @@ impl Systemd {
                         .context(ctx.clone()),
                     );
                 }
+            }
+            if !s.io_latency.is_empty() && io_v1 {
+                out.push(
+                    Diagnostic::warning(
+                        "IODeviceLatencyTargetSec is recorded but has no effect: io.latency is a cgroup v2 controller, and here the I/O controller (blkio) is on cgroup v1",
+                    )
+                    .context(ctx.clone())
+                    .hint("on v1 and hybrid hosts, cap the other slices with IOReadBandwidthMax/IOWriteBandwidthMax instead"),
+                );
             }
             if s.uses_cpuset() && cpuset_v1 {
                 out.push(

@@ -36,6 +36,8 @@ pub fn support(directive: &str) -> Option<Support> {
         "IOReadBandwidthMax" => s(230, Some("BlockIOReadBandwidth")),
         "IOWriteBandwidthMax" => s(230, Some("BlockIOWriteBandwidth")),
         "IOReadIOPSMax" | "IOWriteIOPSMax" => s(230, None),
+        // io.latency; v2 only (systemd ignores it on v1 and hybrid, as the kernel has no file).
+        "IODeviceLatencyTargetSec" => s(240, None),
         "TasksMax" | "TasksAccounting" => s(227, None),
         "CPUAccounting" | "MemoryAccounting" | "BlockIOAccounting" => s(208, None),
         "IOAccounting" => s(230, Some("BlockIOAccounting")),

@@ -23,6 +23,7 @@ pub fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
             "dry_run": a.dry_run,
             "changes": p.changes.ops,
             "hugepages": p.hugepages.as_ref().map(|h| &h.ops),
+            "iocost": p.iocost,
             "sched_slices": p.sched,
             "warnings": p.notes,
             "outcome": done.as_ref().and_then(|d| d.slices),
@@ -66,6 +67,25 @@ fn print_planned(cli: &Cli, p: &ApplyPlan, dry_run: bool, verbose: bool) {
             }
         }
     }
+    if let Some(ops) = &p.iocost {
+        if ops.is_empty() {
+            if !cli.quiet {
+                println!("iocost: nothing to change");
+            }
+        } else {
+            if show {
+                for op in ops {
+                    println!("{op}");
+                }
+            }
+            if dry_run {
+                println!(
+                    "dry run: {} io.cost change(s) not made (run without --dry-run to apply)",
+                    ops.len()
+                );
+            }
+        }
+    }
     if show {
         for c in &p.sched {
             println!("{c}");
@@ -105,6 +125,12 @@ fn print_done(cli: &Cli, p: &ApplyPlan, done: &ApplyReport, verbose: bool) {
         println!(
             "hugepages: {} change(s); `bulkhead hugepages reset` puts back what was there",
             done.hugepages_done
+        );
+    }
+    if done.iocost_done > 0 {
+        println!(
+            "iocost: {} line(s) written to the cgroup2 root; `bulkhead destroy` puts back what was there",
+            done.iocost_done
         );
     }
     if done.sched.threads > 0 || done.sched.failed > 0 {

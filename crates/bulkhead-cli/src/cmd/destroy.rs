@@ -13,27 +13,42 @@ pub fn destroy(cli: &Cli, a: &DestroyArgs) -> Result<i32> {
         Which::Plan
     };
     let p = destroy::plan(&cli.context(), &which, a.kill)?;
-    let Some(changes) = &p.changes else {
+    if p.is_empty() {
+        p.execute()?; // forgets io.cost records whose disks already hold their original
         if !cli.quiet {
             println!("nothing to remove: none of the slices exist");
         }
         return Ok(0);
-    };
+    }
+    let ops: Vec<String> = p
+        .changes
+        .iter()
+        .flat_map(|c| c.ops.iter().map(|o| o.to_string()))
+        .chain(p.iocost.iter().map(|o| o.to_string()))
+        .collect();
     if a.dry_run {
-        for op in &changes.ops {
+        for op in &ops {
             println!("{op}");
         }
-        println!("dry run: {} change(s) not made", changes.ops.len());
+        println!("dry run: {} change(s) not made", ops.len());
         return Ok(0);
     }
     if !cli.quiet {
-        for op in &changes.ops {
+        for op in &ops {
             println!("{op}");
         }
     }
     p.execute()?;
     if !cli.quiet {
-        println!("removed: {} slice(s)", changes.slices.len());
+        if let Some(c) = &p.changes {
+            println!("removed: {} slice(s)", c.slices.len());
+        }
+        if !p.iocost.is_empty() {
+            println!(
+                "io.cost: {} line(s) put back as they were before bulkhead",
+                p.iocost.len()
+            );
+        }
     }
     Ok(0)
 }

@@ -24,6 +24,9 @@ pub fn show(cli: &Cli, a: &PlanShowArgs) -> Result<i32> {
     if let Some(h) = &hp {
         print!("{}", bulkhead::plan::hugepages::show_toml(h));
     }
+    if let Some(c) = &resolved.iocost {
+        print!("{}", bulkhead::plan::iocost::show_toml(c));
+    }
     if !cli.quiet {
         report(&resolved.notes);
     }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use toml::de::DeTable;
 
 /// The top-level sections a plan may have.
-const SECTIONS: &[&str] = &["slice", "socket", "hugepages", "guard"];
+const SECTIONS: &[&str] = &["slice", "socket", "hugepages", "guard", "iocost"];
 
 pub(super) fn parse(source: Source) -> Result<Plan> {
     let root = match DeTable::parse(&source.text) {
@@ -40,6 +40,7 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
     let mut sockets: BTreeMap<String, crate::SocketSpec> = BTreeMap::new();
     let mut hugepages = None;
     let mut guard = None;
+    let mut iocost = None;
 
     for (key, value) in root.get_ref().iter() {
         let here = source.at(source.loc(key.span().start));
@@ -85,13 +86,18 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
             "guard" => {
                 guard = crate::guard::parse(&source, key.span().start, value, &mut errors);
             }
+            "iocost" => {
+                iocost = crate::iocost::parse(&source, key.span().start, value, &mut errors);
+            }
             other => {
                 let mut d = Diagnostic::error(format!("unknown section '{other}'")).at(here);
                 d = match suggest(other, SECTIONS) {
-                    Some(s @ ("hugepages" | "guard")) => d.hint(format!("did you mean [{s}]?")),
+                    Some(s @ ("hugepages" | "guard" | "iocost")) => {
+                        d.hint(format!("did you mean [{s}]?"))
+                    }
                     Some(s) => d.hint(format!("did you mean [{s}.NAME]?")),
                     None => d.hint(
-                        "a plan has [slice.NAME] and [socket.NAME] sections, one [hugepages] and one [guard]",
+                        "a plan has [slice.NAME] and [socket.NAME] sections, one [hugepages], one [guard] and one [iocost]",
                     ),
                 };
                 errors.push(d);
@@ -112,6 +118,7 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
         sockets,
         hugepages,
         guard,
+        iocost,
         notes,
     })
 }

@@ -1,28 +1,30 @@
-//! IOWeight, IODeviceWeight and the IO*Max limits: device paths resolved to whole disks.
+//! IOWeight, IODeviceWeight, IODeviceLatencyTargetSec and the IO*Max limits: device
+//! arguments as the whole disks the host facts resolved them to.
 
 use super::{plain, Ctx, ResolvedSlice, Setting};
 use crate::{At, SliceName, Value};
 use bulkhead_sys::host::DevNum;
 use bulkhead_sys::units::Limit;
-use std::path::Path;
+use std::time::Duration;
 
 pub fn weight(r: &mut ResolvedSlice, key: &str, w: u64) {
     r.io_weight = Some(w);
     r.settings.push(plain(key, w.to_string(), w.to_string()));
 }
 
-/// A device path of the plan as a disk number, or an error at the directive.
-fn device(cx: &mut Ctx, name: &SliceName, key: &str, at: &At<Value>, dev: &str) -> Option<DevNum> {
-    match DevNum::resolve(Path::new(dev)) {
+/// A device argument of the plan as a whole disk, from the host facts (looked up before
+/// resolving, see [`crate::Plan::device_paths`]), or an error at the directive.
+fn device(
+    cx: &mut Ctx,
+    name: &SliceName,
+    key: &str,
+    at: &At<Value>,
+    dev: &str,
+) -> Option<(DevNum, String)> {
+    match crate::devices::look_up(cx.host, dev) {
         Ok(d) => Some(d),
         Err(m) => {
-            cx.err(
-                name,
-                key,
-                at,
-                m,
-                "name an existing block device or a path on one",
-            );
+            cx.err(name, key, at, m, crate::devices::HINT);
             None
         }
     }
@@ -37,7 +39,7 @@ pub fn device_weights(
     r: &mut ResolvedSlice,
 ) {
     for (dev, w) in list {
-        let Some(d) = device(cx, name, key, at, dev) else {
+        let Some((d, how)) = device(cx, name, key, at, dev) else {
             continue;
         };
         r.io_device_weight.insert(d, *w);
@@ -46,7 +48,7 @@ pub fn device_weights(
             directive: key.into(),
             value: format!("{d} {w}"),
             bytes: None,
-            from: Some(format!("device {d}")),
+            from: Some(how),
             toml: format!("\"{dev} {w}\""),
         });
     }
@@ -61,7 +63,7 @@ pub fn device_limits(
     r: &mut ResolvedSlice,
 ) {
     for (dev, l) in list {
-        let Some(d) = device(cx, name, key, at, dev) else {
+        let Some((d, how)) = device(cx, name, key, at, dev) else {
             continue;
         };
         r.device_paths.insert(d, dev.clone());
@@ -77,8 +79,46 @@ pub fn device_limits(
             directive: key.into(),
             value: format!("{d} {text}"),
             bytes: None,
-            from: Some(format!("device {d}")),
+            from: Some(how),
             toml: format!("\"{dev} {text}\""),
         });
+    }
+}
+
+/// IODeviceLatencyTargetSec: io.latency's target per disk, in microseconds (None: `max`, no
+/// target).
+pub fn device_latency(
+    cx: &mut Ctx,
+    name: &SliceName,
+    key: &str,
+    at: &At<Value>,
+    list: &[(String, Option<Duration>)],
+    r: &mut ResolvedSlice,
+) {
+    for (dev, target) in list {
+        let Some((d, how)) = device(cx, name, key, at, dev) else {
+            continue;
+        };
+        r.device_paths.insert(d, dev.clone());
+        // The kernel counts the target in microseconds; round up so 0.5us is not "none".
+        let us = target.map(|t| (t.as_nanos().div_ceil(1000)).min(u64::MAX as u128) as u64);
+        r.io_latency.insert(d, us);
+        let text = us.map_or("infinity".into(), micros);
+        r.settings.push(Setting {
+            directive: key.into(),
+            value: format!("{d} {text}"),
+            bytes: None,
+            from: Some(how),
+            toml: format!("\"{dev} {text}\""),
+        });
+    }
+}
+
+/// Microseconds as a time span the plan reads back: `10ms`, `2500us`.
+pub(crate) fn micros(us: u64) -> String {
+    if us >= 1000 && us.is_multiple_of(1000) {
+        format!("{}ms", us / 1000)
+    } else {
+        format!("{us}us")
     }
 }

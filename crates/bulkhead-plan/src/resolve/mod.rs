@@ -76,6 +76,9 @@ pub struct ResolvedSlice {
     pub io_device_weight: BTreeMap<DevNum, u64>,
     #[serde(skip)]
     pub io_max: BTreeMap<DevNum, IoMax>,
+    /// IODeviceLatencyTargetSec: io.latency's target per disk in microseconds (None: none).
+    #[serde(skip)]
+    pub io_latency: BTreeMap<DevNum, Option<u64>>,
     /// The path the plan names for each device (systemd takes paths, not numbers).
     #[serde(skip)]
     pub device_paths: BTreeMap<DevNum, String>,
@@ -107,6 +110,9 @@ pub struct ResolvedPlan {
     pub host: Host,
     /// Parents before children.
     pub slices: Vec<ResolvedSlice>,
+    /// The `[iocost]` section for this host: io.cost on these disks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iocost: Option<crate::iocost::ResolvedIocost>,
     pub notes: Vec<Diagnostic>,
 }
 
@@ -234,6 +240,10 @@ pub(super) fn resolve(plan: &Plan, host: &Host) -> Result<ResolvedPlan> {
         cpu::check_nested_cpuset(&mut cx, spec, &r, &out);
         out.push(r);
     }
+    let iocost = plan
+        .iocost
+        .as_ref()
+        .and_then(|c| crate::iocost::resolve(c, &plan.source, host, &mut cx.errors));
     if !cx.errors.is_empty() {
         return Err(Error::Invalid(cx.errors));
     }
@@ -242,6 +252,7 @@ pub(super) fn resolve(plan: &Plan, host: &Host) -> Result<ResolvedPlan> {
         source: plan.source.label(),
         host: host.clone(),
         slices: out,
+        iocost,
         notes: cx.notes,
     })
 }
@@ -282,6 +293,7 @@ fn resolve_one(
         Value::Weight(w) => io::weight(r, key, *w),
         Value::DeviceWeights(list) => io::device_weights(cx, name, key, at, list, r),
         Value::DeviceLimits(list) => io::device_limits(cx, name, key, at, list, r),
+        Value::DeviceLatency(list) => io::device_latency(cx, name, key, at, list, r),
         Value::Tasks(t) => tasks(cx, key, *t, r),
         Value::SchedSlice(d) => cpu::sched_slice(r, key, *d),
         // CPUQuotaPeriodSec is folded into CPUQuota; the rest set nothing in a cgroup.

@@ -40,6 +40,7 @@ pub const DIRECTIVES: &[(&str, &str)] = &[
     ("MemorySwapMax", "0"),
     ("IOWeight", "1000"),
     ("IODeviceWeight", "[\"{DISK} 200\"]"),
+    ("IODeviceLatencyTargetSec", "[\"{DISK} 25ms\"]"),
     ("IOReadBandwidthMax", "[\"{DISK} 10M\"]"),
     ("IOWriteBandwidthMax", "\"{DISK} 5M\""),
     ("IOReadIOPSMax", "[\"{DISK} 1K\"]"),
@@ -423,13 +424,19 @@ pub fn host() -> impl Strategy<Value = Host> {
         ],
         prop_oneof![Just(4096u64), Just(65536)],
     )
-        .prop_map(|(memory, cpus, tasks_max, page_size)| Host {
-            memory,
-            cpus: IdSet((0..cpus).collect()),
-            mem_nodes: IdSet([0].into_iter().collect()),
-            hugepage_sizes: vec![2 << 20, 1 << 30],
-            tasks_max,
-            page_size,
+        .prop_map(|(memory, cpus, tasks_max, page_size)| {
+            let mut h = Host {
+                memory,
+                cpus: IdSet((0..cpus).collect()),
+                mem_nodes: IdSet([0].into_iter().collect()),
+                hugepage_sizes: vec![2 << 20, 1 << 30],
+                tasks_max,
+                page_size,
+                devices: Default::default(),
+            };
+            // The device argument the generated plans name, as a host lookup finds it.
+            h.look_up_devices([disk().as_str()]);
+            h
         })
 }
 

@@ -1,8 +1,6 @@
 //! Block devices: numbers, whole disks, kernel names and their I/O schedulers, from /sys.
 
 use std::fs;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::{Path, PathBuf};
 
 /// A block device number, `MAJ:MIN`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
@@ -18,47 +16,11 @@ impl std::fmt::Display for DevNum {
 }
 
 impl DevNum {
-    fn from_raw(rdev: u64) -> DevNum {
+    pub(super) fn from_raw(rdev: u64) -> DevNum {
         DevNum {
             major: libc::major(rdev),
             minor: libc::minor(rdev),
         }
-    }
-
-    /// Resolve what systemd accepts for I/O directives: a block device node, or any path on a
-    /// file system (then the device backing it). Partitions resolve to their whole disk,
-    /// because the kernel's I/O controllers only take whole disks.
-    pub fn resolve(path: &Path) -> Result<DevNum, String> {
-        let meta = fs::metadata(path)
-            .map_err(|e| format!("cannot resolve device '{}': {e}", path.display()))?;
-        let dev = if meta.file_type().is_block_device() {
-            DevNum::from_raw(meta.rdev())
-        } else {
-            let d = DevNum::from_raw(meta.dev());
-            if d.major == 0 {
-                return Err(format!(
-                    "'{}' is on a virtual file system (device {d}) with no block device behind it",
-                    path.display()
-                ));
-            }
-            d
-        };
-        Ok(dev.whole_disk())
-    }
-
-    /// The whole disk a partition belongs to (itself when it is one).
-    pub fn whole_disk(self) -> DevNum {
-        let sys = PathBuf::from(format!("/sys/dev/block/{self}"));
-        if sys.join("partition").exists() {
-            if let Ok(parent) = fs::read_to_string(sys.join("../dev")) {
-                if let Some((a, b)) = parent.trim().split_once(':') {
-                    if let (Ok(major), Ok(minor)) = (a.parse(), b.parse()) {
-                        return DevNum { major, minor };
-                    }
-                }
-            }
-        }
-        self
     }
 
     /// The kernel name (`vda`, `loop3`) when /sys knows the device.

@@ -3,13 +3,16 @@
 //! field can be overridden so a plan can be previewed for another host.
 
 mod block;
+mod devpath;
 pub mod hugepages;
 mod kernel;
 
 pub use block::{active_scheduler, bfq_available, bfq_devices, disks, DevNum};
+pub use devpath::{resolve_device_path, Disk};
 pub use kernel::{kernel_at_least, kernel_release, release_at_least};
 
 use crate::units::IdSet;
+use std::collections::BTreeMap;
 use std::fs;
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -25,6 +28,11 @@ pub struct Host {
     /// The system-wide task limit: min(kernel.pid_max, kernel.threads-max).
     pub tasks_max: u64,
     pub page_size: u64,
+    /// The device arguments of the plan's I/O settings (`/var/lib/postgresql`, `/dev/vda`)
+    /// and the whole disk each leads to, or why it leads to none: looked up here, with the
+    /// other host facts, so resolving a plan reads nothing ([`Host::look_up_devices`]).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub devices: BTreeMap<String, Result<Disk, String>>,
 }
 
 impl Host {
@@ -77,6 +85,24 @@ impl Host {
             hugepage_sizes,
             tasks_max,
             page_size,
+            devices: BTreeMap::new(),
+        }
+    }
+
+    /// This machine's facts, with the device arguments a plan names looked up
+    /// ([`crate::host::resolve_device_path`] for each).
+    pub fn detect_for<'a>(paths: impl IntoIterator<Item = &'a str>) -> Host {
+        let mut h = Host::detect();
+        h.look_up_devices(paths);
+        h
+    }
+
+    /// Look up device arguments on this machine (each once).
+    pub fn look_up_devices<'a>(&mut self, paths: impl IntoIterator<Item = &'a str>) {
+        for p in paths {
+            if !self.devices.contains_key(p) {
+                self.devices.insert(p.to_string(), resolve_device_path(p));
+            }
         }
     }
 

@@ -1,9 +1,11 @@
-//! `apply`: the plan's slices (through the chosen backend) and its `[hugepages]` section, as
-//! one transaction. Everything is planned first (reading the system, changing nothing); the
-//! huge page changes are made before the slices, so a slice failure takes them back too.
+//! `apply`: the plan's slices (through the chosen backend), its `[hugepages]` and `[iocost]`
+//! sections, as one transaction. Everything is planned first (reading the system, changing
+//! nothing); huge pages and io.cost are set before the slices, so a slice failure takes them
+//! back too (and an io.cost failure the huge pages).
 
 use super::Context;
 use crate::hugepages::{self, ops::Applied, Paths};
+use bulkhead_cgroups::iocost::{self, IocostOp};
 use bulkhead_cgroups::{ApplyOptions, Backend, Changes, Chosen, ChosenOp, Outcome, Placement};
 use bulkhead_plan::ResolvedPlan;
 use bulkhead_sys::error::{Diagnostic, Error, Result, Severity};
@@ -26,6 +28,8 @@ pub struct ApplyPlan {
     pub resolved: ResolvedPlan,
     pub changes: Changes<ChosenOp>,
     pub hugepages: Option<hugepages::Changes>,
+    /// The `[iocost]` section's writes to the cgroup2 root (None: the plan has none).
+    pub iocost: Option<Vec<IocostOp>>,
     /// Scheduler slices (CPUSchedulingSliceSec) to record and set on the slices' tasks.
     pub sched: Vec<crate::tasks::Change>,
     /// The plan's notes, what the host cannot honour, and the huge page section's notes.
@@ -39,6 +43,8 @@ pub struct ApplyReport {
     pub slices: Option<Outcome>,
     /// Huge page changes made.
     pub hugepages_done: usize,
+    /// io.cost lines written.
+    pub iocost_done: usize,
     /// Pools that needed memory compaction: (directive, asked, got).
     pub compacted: Vec<(String, u64, u64)>,
     /// Threads given their slice's scheduler slice.
@@ -48,9 +54,17 @@ pub struct ApplyReport {
 /// Plan an apply: resolve the plan for this host, ask the backend and the huge page model
 /// what they would change. With `strict`, anything the host cannot honour is an error.
 pub fn plan(cx: &Context, req: ApplyRequest) -> Result<ApplyPlan> {
-    let host = Host::detect();
-    let resolved = cx.load_plan()?.resolve(&host)?;
+    let plan = cx.load_plan()?;
+    let resolved = plan.resolve(&Host::detect_for(plan.device_paths()))?;
     let chosen = cx.choose()?;
+    // io.cost first: where the kernel has none, the plan is refused before anything else.
+    let iocost = match &resolved.iocost {
+        None => None,
+        Some(r) => {
+            let root = iocost::root_or_refuse(&chosen.reader().layout)?;
+            Some(iocost::plan_apply(r, &root)?)
+        }
+    };
     let changes = chosen.plan_apply(
         &resolved,
         ApplyOptions {
@@ -74,6 +88,7 @@ pub fn plan(cx: &Context, req: ApplyRequest) -> Result<ApplyPlan> {
         resolved,
         changes,
         hugepages: hp,
+        iocost,
         sched,
         notes,
     })
@@ -104,6 +119,7 @@ impl ApplyPlan {
     pub fn is_empty(&self) -> bool {
         self.changes.is_empty()
             && self.sched.is_empty()
+            && self.iocost.as_ref().is_none_or(Vec::is_empty)
             && self.hugepages.as_ref().is_none_or(|h| h.ops.is_empty())
     }
 
@@ -112,12 +128,16 @@ impl ApplyPlan {
     pub fn execute(&self) -> Result<ApplyReport> {
         let mut report = ApplyReport::default();
         let applied = self.execute_hugepages(&mut report)?;
+        let cost = match self.execute_iocost(&mut report) {
+            Ok(c) => c,
+            Err(e) => return Err(undo_hugepages(e, applied)),
+        };
         if self.changes.is_empty() {
             report.slices = Some(Outcome::default());
         } else {
             match self.chosen.execute(&self.changes) {
                 Ok(o) => report.slices = Some(o),
-                Err(e) => return Err(undo_hugepages(e, applied)),
+                Err(e) => return Err(undo_hugepages(undo_iocost(e, cost), applied)),
             }
         }
         report.sched = self.execute_sched()?;
@@ -164,6 +184,15 @@ impl ApplyPlan {
         Ok(Some(applied))
     }
 
+    fn execute_iocost(&self, report: &mut ApplyReport) -> Result<Option<iocost::Applied>> {
+        let Some(ops) = self.iocost.as_ref().filter(|o| !o.is_empty()) else {
+            return Ok(None);
+        };
+        let applied = iocost::execute(ops, &iocost::record::default_path())?;
+        report.iocost_done = applied.done;
+        Ok(Some(applied))
+    }
+
     /// One line for people: the backend, the layout it drives, and the plan's source.
     pub fn describe(&self) -> String {
         format!("{} ({})", self.chosen.describe(), self.resolved.source)
@@ -172,6 +201,20 @@ impl ApplyPlan {
     pub fn backend_name(&self) -> &'static str {
         self.chosen.name()
     }
+}
+
+/// The slice changes failed after io.cost was set: take it back and say so in the error.
+fn undo_iocost(e: Error, applied: Option<iocost::Applied>) -> Error {
+    let Some(a) = applied else { return e };
+    let said = match a.undo() {
+        Ok(()) => "the io.cost settings made before them were put back".to_string(),
+        Err(u) => u.to_string(),
+    };
+    let hint = match e.diagnostics().last().and_then(|d| d.hint.clone()) {
+        Some(h) => format!("{h}\n  hint: {said}"),
+        None => said,
+    };
+    e.with_hint(hint)
 }
 
 /// The slice changes failed after the huge page changes were made: take those back and say

@@ -1,7 +1,9 @@
-//! `destroy`: remove slices, children first.
+//! `destroy`: remove slices, children first; for the whole plan (or `--all`), also put back
+//! what the plan's `[iocost]` section changed on the cgroup2 root (from bulkhead's record).
 
 use super::slices::parse_slice;
 use super::Context;
+use bulkhead_cgroups::iocost::{self, IocostOp};
 use bulkhead_cgroups::{Backend, Changes, Chosen, ChosenOp, Outcome, Placement};
 use bulkhead_plan::SliceName;
 use bulkhead_sys::error::Result;
@@ -21,6 +23,10 @@ pub enum Which {
 pub struct DestroyPlan {
     pub chosen: Chosen,
     pub changes: Option<Changes<ChosenOp>>,
+    /// io.cost lines to put back (the whole plan or --all only; empty: nothing recorded).
+    pub iocost: Vec<IocostOp>,
+    /// Whether there is an io.cost record to settle (even with nothing left to write).
+    iocost_recorded: bool,
 }
 
 pub fn plan(cx: &Context, which: &Which, kill: bool) -> Result<DestroyPlan> {
@@ -39,16 +45,37 @@ pub fn plan(cx: &Context, which: &Which, kill: bool) -> Result<DestroyPlan> {
     } else {
         Some(chosen.plan_destroy(&present, kill)?)
     };
-    Ok(DestroyPlan { chosen, changes })
+    let rec = match which {
+        Which::Named(_) => iocost::record::Record::default(),
+        Which::Plan | Which::All => iocost::record::Record::load(&iocost::record::default_path())?,
+    };
+    Ok(DestroyPlan {
+        chosen,
+        changes,
+        iocost: iocost::plan_reset(&rec),
+        iocost_recorded: !rec.is_empty(),
+    })
 }
 
 impl DestroyPlan {
+    /// Whether there is nothing to remove or put back.
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_none() && self.iocost.is_empty()
+    }
+
+    /// Remove the slices, then put io.cost back (the slices' io.weight no longer counts).
     pub fn execute(&self) -> Result<Option<Outcome>> {
-        let Some(c) = &self.changes else {
-            return Ok(None);
+        let out = match &self.changes {
+            Some(c) => {
+                let out = self.chosen.execute(c)?;
+                crate::tasks::forget(&c.slices);
+                Some(out)
+            }
+            None => None,
         };
-        let out = self.chosen.execute(c)?;
-        crate::tasks::forget(&c.slices);
-        Ok(Some(out))
+        if self.iocost_recorded {
+            iocost::reset(&self.iocost, &iocost::record::default_path())?;
+        }
+        Ok(out)
     }
 }

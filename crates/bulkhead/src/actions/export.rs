@@ -30,8 +30,10 @@ pub fn version(asked: Option<u32>) -> Result<Version> {
 
 /// The unit files for the plan (nothing is written).
 pub fn unit_files(cx: &Context, version: Version, memory: Option<String>) -> Result<Export> {
-    let host = HostOverride { memory, cpus: None }.host()?;
-    export::unit_files(&cx.load_plan()?, &host, version)
+    let plan = cx.load_plan()?;
+    let mut host = HostOverride { memory, cpus: None }.host()?;
+    host.look_up_devices(plan.device_paths());
+    export::unit_files(&plan, &host, version)
 }
 
 /// Write them into `dir`.

@@ -42,8 +42,10 @@ pub fn plan_show(
     cx: &Context,
     over: &HostOverride,
 ) -> Result<(ResolvedPlan, Option<HugepagesResolved>)> {
-    let host = over.host()?;
-    let resolved = cx.load_plan()?.resolve(&host)?;
+    let plan = cx.load_plan()?;
+    let mut host = over.host()?;
+    host.look_up_devices(plan.device_paths());
+    let resolved = plan.resolve(&host)?;
     let hp = match &resolved.plan.hugepages {
         None => None,
         Some(spec) => {

@@ -64,7 +64,7 @@ pub fn prepare(cx: &Context) -> Result<Guard> {
                 .hint("add one: [guard] with protect = \"db-server\" and sideloads = [\"db-helper\"] (see docs/GUARD.md)"),
         ));
     };
-    let resolved = plan.resolve(&Host::detect())?;
+    let resolved = plan.resolve(&Host::detect_for(plan.device_paths()))?;
     let mut chosen = cx.choose()?;
     chosen.keep_caps();
     check_slices_exist(&chosen, &spec)?;

@@ -110,7 +110,9 @@ pub fn release_held() -> Result<Option<Released>> {
 /// The sideloads as the plan has them now; without a readable plan, bare slices (no
 /// limits), so a release still lifts every throttle.
 fn plan_slices(cx: &Context, names: &[String], notes: &mut Vec<String>) -> Vec<ResolvedSlice> {
-    let resolved = cx.load_plan().and_then(|p| p.resolve(&Host::detect()));
+    let resolved = cx
+        .load_plan()
+        .and_then(|p| p.resolve(&Host::detect_for(p.device_paths())));
     let names: Vec<SliceName> = names
         .iter()
         .filter_map(|n| SliceName::parse(n).ok())

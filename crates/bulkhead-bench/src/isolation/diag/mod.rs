@@ -101,6 +101,9 @@ pub struct IoWindow {
     /// Filled in from the wait sampler.
     #[serde(default)]
     pub waits: Waits,
+    /// The database's threads waiting for a CPU, on average (from the run-queue waits).
+    #[serde(default)]
+    pub runq_threads: f64,
 }
 
 /// `MAJ:MIN rbytes=.. wbytes=..` (v2) or `MAJ:MIN Read N` / `MAJ:MIN Write N` (v1).
@@ -359,15 +362,19 @@ impl IoWindow {
 
 /// Where the database waited with nothing to compare with (the baseline itself).
 pub fn alone(run: &IoWindow) -> String {
-    let mut parts = vec![match run.waits.classes.first() {
-        Some(c) => format!(
-            "blocked {:.2} threads, {:.0}% of it in {}",
-            run.waits.blocked,
-            c.share * 100.0,
-            c.what
-        ),
-        None => "never blocked on I/O".into(),
-    }];
+    let mut parts = vec![format!(
+        "waiting for a CPU {:.2} threads; {}",
+        run.runq_threads,
+        match run.waits.classes.first() {
+            Some(c) => format!(
+                "blocked {:.2} threads, {:.0}% of it in {}",
+                run.waits.blocked,
+                c.share * 100.0,
+                c.what
+            ),
+            None => "never blocked on I/O".into(),
+        }
+    )];
     if let Some(d) = run.devices.first() {
         parts.push(format!(
             "{} ({}) write {:.1} ms, flush {:.1} ms",
@@ -388,17 +395,32 @@ pub fn alone(run: &IoWindow) -> String {
 /// journal's commit time and the server's I/O pressure.
 pub fn verdict(run: &IoWindow, base: &IoWindow) -> String {
     let mut parts = Vec::new();
-    match run.waits.classes.first() {
-        Some(c) => parts.push(format!(
-            "blocked {:.2} threads ({:.2} at baseline), {:.0}% of it in {}",
+    // Which grew more: waiting for a CPU, or blocked on I/O (threads, on average)?
+    let cpu = run.runq_threads - base.runq_threads;
+    let io = run.waits.blocked - base.waits.blocked;
+    let io_part = match run.waits.classes.first() {
+        Some(c) => format!(
+            "blocked on I/O {:.2} threads ({:.2} at baseline), {:.0}% of it in {}",
             run.waits.blocked,
             base.waits.blocked,
             c.share * 100.0,
             c.what
-        )),
-        None if run.waits.samples > 0 => parts.push("never blocked on I/O".into()),
-        None => {}
+        ),
+        None if run.waits.samples > 0 => "never blocked on I/O".into(),
+        None => String::new(),
+    };
+    let cpu_part = format!(
+        "waiting for a CPU {:.2} threads ({:.2} at baseline)",
+        run.runq_threads, base.runq_threads
+    );
+    if cpu > io && cpu > 0.02 {
+        parts.push(format!("mostly CPU: {cpu_part}"));
+        parts.push(io_part);
+    } else {
+        parts.push(io_part);
+        parts.push(cpu_part);
     }
+    parts.retain(|p| !p.is_empty());
     let grew = run
         .devices
         .iter()

@@ -48,6 +48,7 @@ pub fn same_line(reset: Reset, current: Option<&str>, wanted: &str) -> bool {
         Reset::IoMax => "rbps=max wbps=max riops=max wiops=max",
         Reset::Zero => "0",
         Reset::Default => "",
+        Reset::Latency => "target=max",
     };
     let cur = current.unwrap_or(empty);
     cur.split_whitespace().eq(wanted.split_whitespace())
@@ -58,6 +59,7 @@ pub fn reset_line(reset: Reset, key: &str) -> String {
         Reset::IoMax => format!("{key} rbps=max wbps=max riops=max wiops=max"),
         Reset::Zero => format!("{key} 0"),
         Reset::Default => format!("{key} default"),
+        Reset::Latency => format!("{key} target=max"),
     }
 }
 

@@ -1,5 +1,6 @@
-//! IOWeight, IODeviceWeight and the IO*Max limits: io.weight / io.bfq.weight and io.max on
-//! v2; blkio.bfq.* and blkio.throttle.* on v1.
+//! IOWeight, IODeviceWeight, IODeviceLatencyTargetSec and the IO*Max limits: io.weight /
+//! io.bfq.weight, io.latency and io.max on v2; blkio.bfq.* and blkio.throttle.* on v1 (which
+//! has no latency target).
 
 use super::{v, Cmp, Mapper, Reset, Want};
 use bulkhead_plan::convert::io_weight_to_bfq;
@@ -118,10 +119,31 @@ impl Mapper<'_> {
             why: "IO*BandwidthMax / IO*IOPSMax".into(),
             reset: Reset::IoMax,
         });
+        let lines = s
+            .io_latency
+            .iter()
+            .map(|(d, t)| {
+                let target = t.map_or("max".to_string(), |us| us.to_string());
+                (d.to_string(), format!("target={target}"))
+            })
+            .collect();
+        self.wants.push(Want::Lines {
+            file: "io.latency".into(),
+            lines,
+            why: "IODeviceLatencyTargetSec".into(),
+            reset: Reset::Latency,
+        });
     }
 
     pub(super) fn io_v1(&mut self) {
         let s = self.slice;
+        if !s.io_latency.is_empty() {
+            self.warn(
+                "IODeviceLatencyTargetSec",
+                "io.latency is a cgroup v2 controller and this host's I/O controller (blkio) is on cgroup v1, so it has no effect here",
+                "on v1 and hybrid hosts, cap the other slices with IOReadBandwidthMax/IOWriteBandwidthMax instead; io.latency needs the io controller on cgroup v2 (systemd.unified_cgroup_hierarchy=1)",
+            );
+        }
         if self.caps.bfq {
             if s.io_weight.is_some() {
                 self.weight_effective("IOWeight");

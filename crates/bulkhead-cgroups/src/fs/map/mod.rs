@@ -37,6 +37,8 @@ pub enum Reset {
     Zero,
     /// v2 weights: `MAJ:MIN default`
     Default,
+    /// io.latency: `MAJ:MIN target=max` (the kernel lists only devices with a target)
+    Latency,
 }
 
 /// One wanted state of a control file.

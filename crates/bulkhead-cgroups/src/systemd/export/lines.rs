@@ -3,7 +3,9 @@
 //! carry the plan's value exactly.
 
 use super::super::versions::{spelling, Spelling, Version, CPU_IDLE_SINCE, PERCENT_SINCE};
-use super::text::{duration, esc, limit_text, mem_text, size, trim_float, value_toml};
+use super::text::{
+    duration, esc, latency_text, limit_text, mem_text, size, trim_float, value_toml,
+};
 use bulkhead_plan::convert::{
     blkio_to_io_weight, io_weight_to_blkio, shares_to_weight, weight_to_shares,
 };
@@ -58,6 +60,7 @@ pub fn lines_for(key: &str, v: &Value, r: &ResolvedSlice, host: &Host, version: 
         Value::Weight(w) => cx.io_weight(*w),
         Value::DeviceWeights(list) => cx.device_weights(list),
         Value::DeviceLimits(list) => cx.device_limits(list),
+        Value::DeviceLatency(list) => cx.device_latency(list),
         Value::Tasks(t) => cx.tasks(*t),
         Value::SchedSlice(_) => {
             cx.keep();
@@ -226,6 +229,15 @@ impl Cx<'_> {
             self.l
                 .slice
                 .push(format!("{name}={} {}", esc(d), limit_text(lim)));
+        }
+    }
+
+    fn device_latency(&mut self, list: &[(String, Option<std::time::Duration>)]) {
+        let Some(name) = self.name() else { return };
+        for (d, t) in list {
+            self.l
+                .slice
+                .push(format!("{name}={} {}", esc(d), latency_text(*t)));
         }
     }
 

@@ -238,14 +238,17 @@ mod tests {
     use bulkhead_sys::units::IdSet;
 
     fn host(mem: u64) -> Host {
-        Host {
+        let mut h = Host {
             memory: mem,
             cpus: IdSet((0..16).collect()),
             mem_nodes: IdSet([0].into_iter().collect()),
             hugepage_sizes: vec![2 << 20, 1 << 30],
             tasks_max: 4_194_304,
             page_size: 4096,
-        }
+            devices: Default::default(),
+        };
+        h.look_up_devices(["/", "/tmp"]);
+        h
     }
 
     fn text(e: &Export, path: &str) -> String {
@@ -348,7 +351,7 @@ mod tests {
     #[test]
     fn toml_values_parse_back() {
         let plan = Plan::parse(
-            "[slice.a]\nMemoryMax = { value = \"4.5%\", min = \"1200M\", max = \"8G\" }\nHugetlbMax = { \"2M\" = \"8G\" }\nIOReadBandwidthMax = [\"/ 10M\", \"/tmp 1500000\"]\nCPUQuota = \"12.5%\"\nCPUQuotaPeriodSec = \"2500us\"\n",
+            "[slice.a]\nMemoryMax = { value = \"4.5%\", min = \"1200M\", max = \"8G\" }\nHugetlbMax = { \"2M\" = \"8G\" }\nIOReadBandwidthMax = [\"/ 10M\", \"/tmp 1500000\"]\nIODeviceLatencyTargetSec = [\"/ 10ms\", \"/tmp infinity\"]\nCPUQuota = \"12.5%\"\nCPUQuotaPeriodSec = \"2500us\"\n",
             None,
         )
         .unwrap();
@@ -418,6 +421,7 @@ IOWeight = 1
 IODeviceWeight = "/ 200"
 IOReadBandwidthMax = ["/ 10M", "/tmp 1500000"]
 IOWriteIOPSMax = "/ 1000"
+IODeviceLatencyTargetSec = ["/ 2.5ms", "/tmp infinity"]
 TasksMax = "10%"
 HugetlbMax = { "2M" = "8G" }
 IOAccounting = true
@@ -434,6 +438,34 @@ MemoryMax = "infinity"
             round_trip(bulkhead_plan::EMBEDDED_DEFAULT, version, 64 << 30);
             round_trip(RICH, version, 16 << 30);
         }
+    }
+
+    #[test]
+    fn latency_targets_are_unit_file_lines_from_systemd_240() {
+        let plan = Plan::parse(
+            "[slice.a]\nIODeviceLatencyTargetSec = [\"/var/tmp 2.5ms\", \"/tmp infinity\"]\n",
+            None,
+        )
+        .unwrap();
+        let mut h = host(16 << 30);
+        h.look_up_devices(plan.device_paths());
+        let e = unit_files(&plan, &h, 240).unwrap();
+        let t = text(&e, "a.slice");
+        assert!(
+            t.contains("IODeviceLatencyTargetSec=/var/tmp 2500us\nIODeviceLatencyTargetSec=/tmp infinity\n"),
+            "{t}"
+        );
+        let e = unit_files(&plan, &h, 239).unwrap();
+        let t = text(&e, "a.slice");
+        assert!(!t.contains("\nIODeviceLatencyTargetSec=/"), "{t}");
+        assert!(
+            t.contains("[X-Bulkhead]\nIODeviceLatencyTargetSec=["),
+            "{t}"
+        );
+        assert!(
+            t.contains("systemd 239 does not know it (it came in systemd 240)"),
+            "{t}"
+        );
     }
 
     #[test]

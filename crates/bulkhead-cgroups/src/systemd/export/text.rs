@@ -98,6 +98,13 @@ pub fn value_toml(v: &Value) -> String {
                 .collect();
             format!("[{}]", items.join(", "))
         }
+        Value::DeviceLatency(list) => {
+            let items: Vec<String> = list
+                .iter()
+                .map(|(d, t)| toml_str(&format!("{d} {}", latency_text(*t))))
+                .collect();
+            format!("[{}]", items.join(", "))
+        }
         Value::Tasks(TasksSpec::Count(n)) => n.to_string(),
         Value::Tasks(TasksSpec::Percent(p)) => toml_str(&format!("{}%", trim_float(p * 100.0))),
         Value::Tasks(TasksSpec::Infinity) => "\"infinity\"".into(),
@@ -113,6 +120,11 @@ pub fn value_toml(v: &Value) -> String {
         Value::Text(t) => toml_str(t),
         Value::Flag(b) => b.to_string(),
     }
+}
+
+/// An io.latency target as systemd and the plan read it: `10ms`, or `infinity`.
+pub(super) fn latency_text(t: Option<std::time::Duration>) -> String {
+    t.map_or("infinity".into(), duration)
 }
 
 pub(super) fn duration(d: std::time::Duration) -> String {
