@@ -64,12 +64,28 @@ pub struct Env {
 }
 
 fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    unsafe { libc::kill(pid as i32, 0) == 0 }
+    bulkhead::sys::process::alive(pid)
+}
+
+/// Where the bench records the io.cost lines it changed (the plan's `[iocost]`).
+pub fn iocost_record(dir: &Path) -> PathBuf {
+    dir.join("iocost.json")
+}
+
+/// Put back the io.cost lines a bench run changed, from its record.
+fn reset_iocost(dir: &Path) {
+    use bulkhead::cgroup::iocost;
+    let path = iocost_record(dir);
+    if let Ok(rec) = iocost::record::Record::load(&path) {
+        if !rec.is_empty() {
+            let _ = iocost::reset(&iocost::plan_reset(&rec), &path);
+        }
+    }
 }
 
 /// Remove everything a state records. Safe to call twice.
 pub fn tear_down(s: &State, dir: &Path) {
+    reset_iocost(dir);
     for (file, pages) in &s.pools {
         let _ = std::fs::write(file, pages.to_string());
     }

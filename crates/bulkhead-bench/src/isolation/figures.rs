@@ -219,8 +219,17 @@ pub fn combine(
         if setup == Setup::Baseline {
             return Some(super::diag::alone(io));
         }
-        let base = base_of(r).and_then(|b| b.io.clone()).unwrap_or_default();
-        Some(super::diag::verdict(io, &base))
+        let b = base_of(r)?;
+        let base = b.io.clone().unwrap_or_default();
+        let mut v = super::diag::verdict(io, &base);
+        // CPU per operation: the same work costing more CPU (caches, a busier machine, an
+        // emulator's I/O threads taking the host's CPU) shows here, not in any wait.
+        let per_op = |d: &RunData| d.window.server_cpus / d.load.op_rate.max(1e-9) * 1e6;
+        let (now, then) = (per_op(r), per_op(b));
+        if now > then * 1.15 && then > 0.0 {
+            v.push_str(&format!("; CPU per operation {now:.0} us vs {then:.0} us"));
+        }
+        Some(v)
     });
     ScenarioResult {
         hog: hog.into(),

@@ -38,6 +38,12 @@ pub struct Bench<'a> {
     pub database: String,
 }
 
+/// A library error as the bench's message (the bench's caller adds its own "error: ").
+fn msg(e: impl ToString) -> String {
+    let t = e.to_string();
+    t.strip_prefix("error: ").map(str::to_string).unwrap_or(t)
+}
+
 /// Runs of a group by (hog label, load, setup).
 type Runs = BTreeMap<(String, String, &'static str), (Load, Setup, Vec<RunData>)>;
 
@@ -47,12 +53,12 @@ impl<'a> Bench<'a> {
         env: Env,
         bar: Option<indicatif::ProgressBar>,
     ) -> Result<Bench<'a>, String> {
-        let fs = CgroupFs::new(env.layout.clone(), &env.cgroup_root).map_err(|e| e.to_string())?;
+        let fs = CgroupFs::new(env.layout.clone(), &env.cgroup_root).map_err(msg)?;
         let port = match spec.port {
             Some(p) => p,
-            None => redis::free_port().map_err(|e| e.to_string())?,
+            None => redis::free_port().map_err(msg)?,
         };
-        let loadgen = SliceName::parse("loadgen").map_err(|e| e.to_string())?;
+        let loadgen = SliceName::parse("loadgen").map_err(msg)?;
         let user = &spec.plan.plan;
         let probe = match spec.db {
             super::db::DbKind::Redis => format!("redis:127.0.0.1:{port}"),
@@ -71,7 +77,7 @@ impl<'a> Bench<'a> {
         std::fs::write(&plan_file, &text).map_err(|e| format!("{}: {e}", plan_file.display()))?;
         let plan = Plan::parse(&text, Some(&plan_file))
             .and_then(|p| p.resolve(&bulkhead::host::Host::detect_for(p.device_paths())))
-            .map_err(|e| e.to_string())?;
+            .map_err(msg)?;
         let free = env.plain_cgroup("free")?;
         let b = Bench {
             spec,
@@ -93,11 +99,18 @@ impl<'a> Bench<'a> {
     }
 
     pub fn apply(&self, plan: &ResolvedPlan) -> Result<(), String> {
-        let changes = self
-            .fs
-            .plan_apply(plan, Default::default())
-            .map_err(|e| e.to_string())?;
-        self.fs.execute(&changes).map_err(|e| e.to_string())?;
+        // The plan's [iocost] (io.cost on the database's disks), as `bulkhead apply` sets
+        // it; the record in the bench's directory puts the lines back at the end.
+        if let Some(r) = &plan.iocost {
+            use bulkhead::cgroup::iocost;
+            let root = iocost::root(&self.fs.layout).map_err(|e| format!("[iocost]: {e}"))?;
+            let ops = iocost::plan_apply(r, &root).map_err(msg)?;
+            if !ops.is_empty() {
+                iocost::execute(&ops, &crate::env::iocost_record(&self.env.dir)).map_err(msg)?;
+            }
+        }
+        let changes = self.fs.plan_apply(plan, Default::default()).map_err(msg)?;
+        self.fs.execute(&changes).map_err(msg)?;
         Ok(())
     }
 

@@ -291,6 +291,7 @@ impl IoProbe {
             dirty_max_mib: dirty.iter().copied().fold(0.0, f64::max),
             writeback_mib: snaps.iter().map(|s| mib(s.dirty.1)).sum::<f64>() / n,
             waits: Waits::default(),
+            runq_threads: 0.0,
         }
     }
 }

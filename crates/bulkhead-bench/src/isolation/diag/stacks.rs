@@ -53,7 +53,11 @@ const POINTS: &[(&str, &[&str])] = &[
     ),
     (
         "a metadata block being written (inode table, bitmap)",
-        &["__wait_on_buffer", "sync_dirty_buffer", "__sync_dirty_buffer"],
+        &[
+            "__wait_on_buffer",
+            "sync_dirty_buffer",
+            "__sync_dirty_buffer",
+        ],
     ),
     (
         "device cache flush",
