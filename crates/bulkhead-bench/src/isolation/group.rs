@@ -116,9 +116,10 @@ impl<'a> Bench<'a> {
 
     pub fn say(&self, msg: String) {
         match &self.bar {
-            Some(b) => b.set_message(msg),
-            None if self.spec.progress => eprintln!("{msg}"),
-            None => {}
+            // Without a terminal the bar is hidden: its messages go to stderr as lines.
+            Some(b) if !b.is_hidden() => b.set_message(msg),
+            _ if self.spec.progress => eprintln!("bench: {msg}"),
+            _ => {}
         }
     }
 
