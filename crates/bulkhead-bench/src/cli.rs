@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 pub enum BenchCmd {
     /// The cost of `bulkhead run` over a plain exec of the same command
     Run(RunBench),
-    /// A real Redis under CPU, I/O and memory hogs: baseline, free and confined, side by side
-    Isolation(IsolationBench),
+    /// A real Redis or PostgreSQL under CPU, I/O and memory hogs: baseline, free, the plan
+    /// and the guard, side by side, with where the database waited
+    Isolation(Box<IsolationBench>),
     /// Start-to-exit of an ephemeral sandbox per snapshot method, beside systemd-nspawn
     /// --ephemeral, plain unshare and /bin/true
     Spawn(SpawnBench),
@@ -53,6 +54,9 @@ both pools)."
     /// The RESP load generator alone (the isolation bench runs it in its own slice)
     #[command(hide = true)]
     Loadgen(LoadgenArgs),
+    /// pgbench against a PostgreSQL, its transaction log folded into the load report
+    #[command(hide = true)]
+    Pgload(PgloadArgs),
     /// The server `bench activation` reaches through each peer
     #[command(hide = true)]
     Backend(BackendArgs),
@@ -149,7 +153,18 @@ pub struct FleetBench {
 
 #[derive(Args)]
 pub struct IsolationBench {
-    /// Hogs to run, comma-separated: cpu, io, memory
+    /// The database: redis, or postgres (driven by pgbench)
+    #[arg(long, default_value = "redis")]
+    db: String,
+    /// pgbench's script with --db postgres: tpcb-like (a WAL fsync per commit) or select-only
+    #[arg(long, default_value = "tpcb-like")]
+    pgbench_script: String,
+    /// pgbench's scale with --db postgres (100,000 accounts each; 10 is about 160 MB)
+    #[arg(long, default_value_t = 10)]
+    pg_scale: u32,
+    /// Hogs to run, comma-separated: cpu, io (O_DIRECT mix), reader (find | grep),
+    /// backup (buffered archive on the database's file system), backup-other (on another
+    /// one), memory
     #[arg(long, default_value = "cpu,io,memory", value_delimiter = ',')]
     hog: Vec<String>,
     /// Offered loads, comma-separated: percentages of the baseline peak, and closed
@@ -191,6 +206,31 @@ pub struct IsolationBench {
     /// Write a PNG chart of isolation and p99 per second at 80% of the peak
     #[arg(long, value_name = "FILE.png")]
     chart: Option<PathBuf>,
+    /// The I/O scheduler of the database's disk: none (what NVMe and virtio disks have),
+    /// mq-deadline, kyber, or bfq (the only one that honours IOWeight without io.cost)
+    /// [default: none on the bench's loop device; a --data-dir disk keeps its own]
+    #[arg(long)]
+    io_scheduler: Option<String>,
+    /// Put the database's files in DIR (a directory on the disk and file system to measure;
+    /// the bench makes and removes a subdirectory) instead of on a loop device of its own
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Where backup-other writes its archive (another file system) instead of a second
+    /// loop device
+    #[arg(long, value_name = "DIR")]
+    other_dir: Option<PathBuf>,
+    /// Make the database's ext4 (on the bench's loop device) without a journal
+    #[arg(long)]
+    no_journal: bool,
+    /// The loop file system's size
+    #[arg(long, default_value = "3G", value_name = "SIZE")]
+    fs_size: String,
+    /// The reader's cold data (read from the disk on every pass)
+    #[arg(long, default_value = "512M", value_name = "SIZE")]
+    cold_size: String,
+    /// The backup's archive size (synced, then written again)
+    #[arg(long, default_value = "1G", value_name = "SIZE")]
+    archive_size: String,
 }
 
 /// What the load generator does; shared by `bench isolation` and the hidden `bench loadgen`.
@@ -220,6 +260,29 @@ pub struct LoadArgs {
 }
 
 #[derive(Args)]
+pub struct PgloadArgs {
+    #[arg(long)]
+    port: u16,
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    #[arg(long, default_value = "tpcb-like")]
+    script: String,
+    /// PostgreSQL's bin directory (pgbench)
+    #[arg(long)]
+    bin: PathBuf,
+    /// Where pgbench writes its transaction log (removed after)
+    #[arg(long)]
+    log_dir: PathBuf,
+    #[arg(long, value_parser = duration)]
+    warmup: Duration,
+    #[arg(long, value_parser = duration)]
+    duration: Duration,
+    /// Open loop at this many transactions/s
+    #[arg(long)]
+    rate: Option<u64>,
+}
+
+#[derive(Args)]
 pub struct LoadgenArgs {
     #[arg(long)]
     addr: std::net::SocketAddr,
@@ -246,6 +309,26 @@ pub enum HogCmd {
         dir: PathBuf,
         #[arg(long, default_value = "512M")]
         size: String,
+        #[arg(long)]
+        seconds: f64,
+    },
+    Reader {
+        #[arg(long)]
+        dir: PathBuf,
+        /// Files under this directory are dropped from the page cache after each read
+        #[arg(long)]
+        cold: Option<PathBuf>,
+        #[arg(long)]
+        seconds: f64,
+    },
+    Backup {
+        #[arg(long)]
+        from: PathBuf,
+        #[arg(long)]
+        to: PathBuf,
+        /// Archive size in bytes
+        #[arg(long)]
+        size: u64,
         #[arg(long)]
         seconds: f64,
     },
@@ -564,6 +647,7 @@ pub fn dispatch(cli: &Cli, b: &BenchCmd) -> Result<i32> {
         }
         BenchCmd::Fleet(a) => fleet_bench(cli, a),
         BenchCmd::Loadgen(a) => loadgen(a),
+        BenchCmd::Pgload(a) => pgload(a),
         BenchCmd::Hog(h) => hog(h),
         BenchCmd::Backend(a) => backend_server(a),
     }
@@ -676,7 +760,7 @@ fn bad(msg: impl Into<String>) -> Error {
 
 fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
     use bulkhead::plan::SliceName;
-    use bulkhead_bench::isolation::{self, HogKind, Load, Setup, Spec};
+    use bulkhead_bench::isolation::{self, db::DbKind, HogKind, IoSpec, Load, Setup, Spec};
     fn each<T: PartialEq>(
         v: &[String],
         parse: impl Fn(&str) -> std::result::Result<T, String>,
@@ -700,12 +784,28 @@ fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
     if a.repeat == 0 {
         return Err(bad("--repeat must be at least 1"));
     }
-    let host_memory = bulkhead::units::parse_size(&a.host_memory, 1024)
-        .map_err(|e| bad(format!("--host-memory: {e}")))?;
-    let plan = Plan::load(cli.config.as_deref())?;
+    let size = |v: &str, flag: &str| {
+        bulkhead::units::parse_size(v, 1024).map_err(|e| bad(format!("{flag}: {e}")))
+    };
+    let host_memory = size(&a.host_memory, "--host-memory")?;
+    // The embedded default plan (the one users get) unless a plan is named: a stale
+    // /etc/bulkhead/bulkhead.toml must not decide what "the plan" measures.
+    let plan = match &cli.config {
+        Some(_) => Plan::load(cli.config.as_deref())?,
+        None => Plan::parse(bulkhead::plan::EMBEDDED_DEFAULT, None)?,
+    };
     let plan = plan.resolve(&Host::detect_for(plan.device_paths()))?;
     let parse = |s: &str, flag: &str| SliceName::parse(s).map_err(|e| bad(format!("{flag}: {e}")));
+    let db = match a.db.trim() {
+        "redis" => DbKind::Redis,
+        "postgres" | "postgresql" | "pg" => DbKind::Postgres {
+            script: bulkhead_bench::postgres::Script::parse(&a.pgbench_script).map_err(bad)?,
+            scale: a.pg_scale.max(1),
+        },
+        other => return Err(bad(format!("--db {other}: choose redis or postgres"))),
+    };
     let spec = Spec {
+        db,
         hogs: each(&a.hog, HogKind::parse)?,
         loads: each(&a.loads, Load::parse)?,
         setups: each(&a.setups, Setup::parse)?,
@@ -726,6 +826,15 @@ fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
         progress: !cli.quiet,
         repeat: a.repeat,
         calibration: a.calibration,
+        io: IoSpec {
+            scheduler: a.io_scheduler.as_ref().map(|s| s.trim().to_string()),
+            data_dir: a.data_dir.clone(),
+            other_dir: a.other_dir.clone(),
+            journal: !a.no_journal,
+            cold_bytes: size(&a.cold_size, "--cold-size")?,
+            archive_bytes: size(&a.archive_size, "--archive-size")?.max(1 << 20),
+            fs_bytes: size(&a.fs_size, "--fs-size")?.max(256 << 20),
+        },
     };
     isolation::validate(&spec).map_err(bad)?;
     let report = isolation::run(&spec).map_err(Error::failed)?;
@@ -739,6 +848,11 @@ fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
         bulkhead::units::human_bytes(report.machine.memory),
         report.machine.kernel,
         report.machine.cgroups
+    );
+    println!(
+        "Plan: {} ({}).",
+        report.settings["plan"].as_str().unwrap_or_default(),
+        report.settings["plan_slices"].as_str().unwrap_or_default()
     );
     print!("{}", isolation::text(&report));
     if let Some(p) = &a.json {
@@ -771,6 +885,23 @@ fn loadgen(a: &LoadgenArgs) -> Result<i32> {
     Ok(0)
 }
 
+fn pgload(a: &PgloadArgs) -> Result<i32> {
+    use bulkhead_bench::postgres;
+    let r = postgres::run_load(&postgres::PgLoad {
+        bin: a.bin.clone(),
+        port: a.port,
+        clients: a.clients.max(1),
+        script: postgres::Script::parse(&a.script).map_err(bad)?,
+        rate: a.rate,
+        warmup: a.warmup,
+        duration: a.duration,
+        log_dir: a.log_dir.clone(),
+    })
+    .map_err(Error::failed)?;
+    println!("{}", serde_json::to_string(&r).unwrap_or_default());
+    Ok(0)
+}
+
 fn hog(h: &HogCmd) -> Result<i32> {
     use bulkhead_bench::hog;
     hog::install_stop_handler();
@@ -798,6 +929,13 @@ fn hog(h: &HogCmd) -> Result<i32> {
             let size = bulkhead::units::parse_size(size, 1024).map_err(bad)?;
             hog::io(dir, size, secs(*seconds)?)
         }
+        HogCmd::Reader { dir, cold, seconds } => hog::reader(dir, cold.as_deref(), secs(*seconds)?),
+        HogCmd::Backup {
+            from,
+            to,
+            size,
+            seconds,
+        } => hog::backup(from, to, (*size).max(1 << 20), secs(*seconds)?),
         HogCmd::Memory {
             dir,
             max,

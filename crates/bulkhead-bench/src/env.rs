@@ -27,6 +27,12 @@ pub struct State {
     /// hugetlb pools the bench grew (`nr_hugepages` file, pages before): put back first.
     #[serde(default)]
     pub pools: Vec<(PathBuf, u64)>,
+    /// Directories the bench made inside directories the user named (`--data-dir`).
+    #[serde(default)]
+    pub dirs: Vec<PathBuf>,
+    /// I/O schedulers the bench changed (`queue/scheduler` file, the one before).
+    #[serde(default)]
+    pub schedulers: Vec<(PathBuf, String)>,
 }
 
 /// A file system in a loop file: removed in reverse order of creation.
@@ -58,14 +64,36 @@ pub struct Env {
 }
 
 fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    unsafe { libc::kill(pid as i32, 0) == 0 }
+    bulkhead::sys::process::alive(pid)
+}
+
+/// Where the bench records the io.cost lines it changed (the plan's `[iocost]`).
+pub fn iocost_record(dir: &Path) -> PathBuf {
+    dir.join("iocost.json")
+}
+
+/// Put back the io.cost lines a bench run changed, from its record.
+fn reset_iocost(dir: &Path) {
+    use bulkhead::cgroup::iocost;
+    let path = iocost_record(dir);
+    if let Ok(rec) = iocost::record::Record::load(&path) {
+        if !rec.is_empty() {
+            let _ = iocost::reset(&iocost::plan_reset(&rec), &path);
+        }
+    }
 }
 
 /// Remove everything a state records. Safe to call twice.
 pub fn tear_down(s: &State, dir: &Path) {
+    reset_iocost(dir);
     for (file, pages) in &s.pools {
         let _ = std::fs::write(file, pages.to_string());
+    }
+    for (file, before) in s.schedulers.iter().rev() {
+        let _ = std::fs::write(file, before);
+    }
+    for d in &s.dirs {
+        let _ = std::fs::remove_dir_all(d);
     }
     let _ = bulkhead::cgroup::fs::remove_trees(&s.cgroup_dirs);
     for l in s.loops.iter().rev() {
@@ -249,31 +277,33 @@ impl Env {
         std::fs::write(d.join(file), value).map_err(|e| format!("{}: {e}", d.join(file).display()))
     }
 
-    /// A loop device with an ext4 file system whose scheduler is BFQ (so I/O weights
-    /// apply), mounted under the state directory. Returns the mount point and device name.
-    pub fn loop_fs(&mut self, size: u64) -> Result<(PathBuf, String), String> {
+    /// A loop device (direct I/O to its backing file, which is allocated in full first, so
+    /// the disk below never allocates during a run) with an ext4 file system, with or without
+    /// a journal, on the I/O `scheduler` (`bfq` makes I/O weights apply), mounted under the
+    /// state directory. Returns the mount point and device name.
+    pub fn loop_fs(
+        &mut self,
+        size: u64,
+        scheduler: &str,
+        journal: bool,
+    ) -> Result<(PathBuf, String), String> {
         let image = PathBuf::from(format!("/var/tmp/bulkhead-bench-{}.img", self.state.pid));
         self.state.image = Some(image.clone());
         self.save();
-        let f = std::fs::File::create(&image).map_err(|e| format!("{}: {e}", image.display()))?;
-        f.set_len(size)
-            .map_err(|e| format!("{}: {e}", image.display()))?;
-        drop(f);
+        allocate(&image, size)?;
         let dev = run(Command::new("losetup")
             .args(["--find", "--show", "--direct-io=on"])
             .arg(&image))?;
         self.state.loop_dev = Some(dev.clone());
         self.save();
-        // No journal: its commits are issued by the jbd2 kernel thread, outside every slice.
-        run(Command::new("mkfs.ext4").args([
-            "-q",
-            "-F",
-            "-O",
-            "^has_journal",
-            "-E",
-            "lazy_itable_init=0",
-            &dev,
-        ]))?;
+        // With a journal (what users have), metadata commits are issued by the jbd2 kernel
+        // thread, outside every slice: the diagnosis shows what that does to an fsync.
+        let mut mkfs = Command::new("mkfs.ext4");
+        mkfs.args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"]);
+        if !journal {
+            mkfs.args(["-O", "^has_journal"]);
+        }
+        run(mkfs.arg(&dev))?;
         let mount = self.dir.join("data");
         std::fs::create_dir_all(&mount).map_err(|e| e.to_string())?;
         run(Command::new("mount").arg(&dev).arg(&mount))?;
@@ -281,11 +311,12 @@ impl Env {
         self.save();
         let name = Path::new(&dev)
             .file_name()
-            .unwrap()
+            .unwrap_or_default()
             .to_string_lossy()
             .into_owned();
         let sched = PathBuf::from(format!("/sys/block/{name}/queue/scheduler"));
-        std::fs::write(&sched, "bfq").map_err(|e| format!("cannot set BFQ on {name}: {e}"))?;
+        std::fs::write(&sched, scheduler)
+            .map_err(|e| format!("cannot set the {scheduler} scheduler on {name}: {e}"))?;
         Ok((mount, name))
     }
 
@@ -302,10 +333,7 @@ impl Env {
         });
         self.save();
         let i = self.state.loops.len() - 1;
-        let f = std::fs::File::create(&image).map_err(|e| format!("{}: {e}", image.display()))?;
-        f.set_len(size)
-            .map_err(|e| format!("{}: {e}", image.display()))?;
-        drop(f);
+        allocate(&image, size)?;
         let dev = run(Command::new("losetup")
             .args(["--find", "--show"])
             .arg(&image))?;
@@ -330,6 +358,44 @@ impl Env {
         Ok(d)
     }
 
+    /// A directory of the bench's own inside `parent` (a file system the user named), removed
+    /// at the end.
+    pub fn dir_in(&mut self, parent: &Path, tag: &str) -> Result<PathBuf, String> {
+        if !parent.is_dir() {
+            return Err(format!("{}: not a directory", parent.display()));
+        }
+        let d = parent.join(format!("bulkhead-bench-{}-{tag}", self.state.pid));
+        self.state.dirs.push(d.clone());
+        self.save();
+        std::fs::create_dir(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
+        Ok(d)
+    }
+
+    /// Switch a disk's I/O scheduler for the bench; the one before comes back at the end.
+    pub fn set_scheduler(&mut self, disk: &str, scheduler: &str) -> Result<(), String> {
+        let file = PathBuf::from(format!("/sys/block/{disk}/queue/scheduler"));
+        let before = std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|s| bulkhead::sys::host::active_scheduler(&s))
+            .ok_or_else(|| format!("{}: no I/O scheduler to set", file.display()))?;
+        if !self.state.schedulers.iter().any(|(f, _)| f == &file) {
+            self.state.schedulers.push((file.clone(), before));
+            self.save();
+        }
+        std::fs::write(&file, scheduler)
+            .map_err(|e| format!("cannot set the {scheduler} scheduler on {disk}: {e}"))
+    }
+
+    /// Remove the file systems of [`Env::mkfs_loop`] now (before other scenarios).
+    pub fn drop_loops(&mut self) {
+        let s = State {
+            loops: std::mem::take(&mut self.state.loops),
+            ..Default::default()
+        };
+        tear_down(&s, Path::new("/nonexistent-bulkhead"));
+        self.save();
+    }
+
     /// Remove the loop file system now (before other scenarios).
     pub fn drop_loop_fs(&mut self) {
         let s = State {
@@ -343,10 +409,32 @@ impl Env {
     }
 }
 
+/// A file of `size` bytes with every block allocated (fallocate), so a loop device on it
+/// never makes the file system below allocate while it runs.
+fn allocate(image: &Path, size: u64) -> Result<(), String> {
+    let f = std::fs::File::create(image).map_err(|e| format!("{}: {e}", image.display()))?;
+    if rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, size).is_ok() {
+        return Ok(());
+    }
+    // A file system without fallocate: a sparse file.
+    f.set_len(size)
+        .map_err(|e| format!("cannot size {}: {e}", image.display()))
+}
+
+/// Give a new cpuset cgroup its parent's CPUs and memory nodes where it needs them: on v1 a
+/// cpuset with empty values takes no tasks, so the parent's are copied. On v2 an empty value
+/// means "inherit" (and the root has no such file at all), so an empty or missing parent
+/// value is left alone: writing would only pin the child to today's CPUs.
 fn copy_cpuset(parent: &Path, child: &Path) -> Result<(), String> {
     for f in ["cpuset.cpus", "cpuset.mems"] {
-        let v = std::fs::read_to_string(parent.join(f))
-            .map_err(|e| format!("{}: {e}", parent.join(f).display()))?;
+        let v = match std::fs::read_to_string(parent.join(f)) {
+            Ok(v) => v,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("{}: {e}", parent.join(f).display())),
+        };
+        if v.trim().is_empty() {
+            continue;
+        }
         std::fs::write(child.join(f), v.trim())
             .map_err(|e| format!("{}: {e}", child.join(f).display()))?;
     }

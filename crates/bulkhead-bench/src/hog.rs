@@ -171,6 +171,197 @@ pub fn io(dir: &Path, size: u64, duration: Duration) -> std::io::Result<HogRepor
     })
 }
 
+/// Every regular file under `dir`, depth first, in a stable order (at most 100,000).
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        let mut entries: Vec<_> = rd.flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let Ok(t) = e.file_type() else { continue };
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_file() && out.len() < 100_000 {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+/// Read a file through the page cache in 128 KiB reads, counting the lines that hold
+/// `needle` as grep does; (bytes read, matches). With `drop_after`, its pages are dropped
+/// from the cache afterwards, so the next pass reads it from the disk again.
+fn grep_file(path: &Path, needle: u8, drop_after: bool) -> std::io::Result<(u64, u64)> {
+    use std::io::Read;
+    let mut f = File::open(path)?;
+    let mut buf = vec![0u8; 128 << 10];
+    let (mut bytes, mut hits) = (0u64, 0u64);
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        bytes += n as u64;
+        hits += buf[..n].iter().filter(|&&b| b == needle).count() as u64;
+        if crate::stop::requested() {
+            break;
+        }
+    }
+    if drop_after {
+        let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
+    }
+    Ok((bytes, hits))
+}
+
+/// The seeds' reader, `while true; do find DIR -type f -exec grep glauber {} +; done`:
+/// buffered reads of every file under `dir`, pass after pass. Files under `cold` (the bench's
+/// stand-in for data larger than memory) are dropped from the page cache after each read, so
+/// every pass reads them from the disk; the database's own files are read as grep reads them.
+/// Files that vanish or cannot be read are skipped, as grep does.
+pub fn reader(dir: &Path, cold: Option<&Path>, duration: Duration) -> std::io::Result<HogReport> {
+    let start = Instant::now();
+    let mut moved: u64 = 0;
+    let mut hits: u64 = 0;
+    'passes: while !should_stop(start, duration) {
+        let files = files_under(dir);
+        if files.is_empty() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for f in files {
+            if should_stop(start, duration) {
+                break 'passes;
+            }
+            let drop_after = cold.is_some_and(|c| f.starts_with(c));
+            if let Ok((b, h)) = grep_file(&f, b'\n', drop_after) {
+                moved += b;
+                hits += h;
+            }
+        }
+    }
+    std::hint::black_box(hits);
+    let secs = start.elapsed().as_secs_f64();
+    let work = moved as f64 / (1 << 20) as f64;
+    Ok(HogReport {
+        kind: "reader".into(),
+        work,
+        unit: "MiB".into(),
+        seconds: secs,
+        rate: work / secs,
+    })
+}
+
+/// A backup: an archive of every file under `from`, written with buffered writes into
+/// `to` (a `tar c` stand-in), read again pass after pass until the archive holds `size`
+/// bytes, then synced (fdatasync, as backup tools end), and started over. The archive is
+/// removed at the end. `from` may be empty: then the archive is made of generated blocks.
+pub fn backup(from: &Path, to: &Path, size: u64, duration: Duration) -> std::io::Result<HogReport> {
+    use std::io::Read;
+    std::fs::create_dir_all(to)?;
+    let path = to.join(format!("backup-{}.tar", std::process::id()));
+    let start = Instant::now();
+    let mut moved: u64 = 0;
+    let mut buf = vec![0u8; 1 << 20];
+    let filler: Vec<u8> = (0..1usize << 20).map(|i| (i * 31 % 251) as u8).collect();
+    let result = (|| -> std::io::Result<()> {
+        while !should_stop(start, duration) {
+            let mut out = File::create(&path)?;
+            let mut written = 0u64;
+            'archive: while written < size {
+                let files: Vec<_> = files_under(from)
+                    .into_iter()
+                    .filter(|f| !f.starts_with(to))
+                    .collect();
+                let mut from_files = 0u64;
+                for f in files {
+                    let Ok(mut src) = File::open(&f) else {
+                        continue;
+                    };
+                    loop {
+                        if should_stop(start, duration) {
+                            break 'archive;
+                        }
+                        let n = match src.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        out.write_all(&buf[..n])?;
+                        written += n as u64;
+                        moved += n as u64;
+                        from_files += n as u64;
+                        if written >= size {
+                            break 'archive;
+                        }
+                    }
+                }
+                if from_files == 0 {
+                    // Nothing to read (yet): generated blocks keep the archive growing.
+                    out.write_all(&filler)?;
+                    written += filler.len() as u64;
+                    moved += filler.len() as u64;
+                }
+                if should_stop(start, duration) {
+                    break;
+                }
+            }
+            if !should_stop(start, duration) {
+                out.sync_data()?;
+            }
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_file(&path);
+    result?;
+    let secs = start.elapsed().as_secs_f64();
+    let work = moved as f64 / (1 << 20) as f64;
+    Ok(HogReport {
+        kind: "backup".into(),
+        work,
+        unit: "MiB".into(),
+        seconds: secs,
+        rate: work / secs,
+    })
+}
+
+/// Fill `dir` with `size` bytes of files of 64 MiB (the reader's cold data), written once
+/// and synced; the pages are dropped from the cache so the first pass reads the disk too.
+pub fn make_cold(dir: &Path, size: u64) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let chunk: Vec<u8> = (0..1usize << 20)
+        .map(|i| {
+            if i % 97 == 0 {
+                b'\n'
+            } else {
+                b'a' + (i % 26) as u8
+            }
+        })
+        .collect();
+    let per_file: u64 = 64 << 20;
+    let mut left = size;
+    let mut i = 0;
+    while left > 0 {
+        let n = left.min(per_file);
+        let mut f = File::create(dir.join(format!("cold-{i:03}.dat")))?;
+        let mut w = 0;
+        while w < n {
+            let k = (n - w).min(chunk.len() as u64) as usize;
+            f.write_all(&chunk[..k])?;
+            w += k as u64;
+        }
+        f.sync_all()?;
+        let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
+        left -= n;
+        i += 1;
+    }
+    Ok(())
+}
+
 /// Grows anonymous memory (touched, so it is really used) and page cache (a file written in
 /// `dir`) by `step` every 100 ms up to `max` bytes, then holds it. The file is removed at
 /// the end.

@@ -62,6 +62,7 @@ pub mod hog;
 pub mod isolation;
 pub mod metrics;
 pub mod metrics_attack;
+pub mod postgres;
 pub mod redis;
 pub mod report;
 pub mod spawn;

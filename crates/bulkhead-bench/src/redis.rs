@@ -106,8 +106,7 @@ impl Redis {
 
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = bulkhead::sys::process::kill(c.id() as i32, libc::SIGTERM);
             let deadline = Instant::now() + Duration::from_secs(3);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = c.try_wait() {

@@ -73,6 +73,7 @@ fn leftovers() -> Vec<String> {
             let cg = std::fs::read_to_string(p.path().join("cgroup")).unwrap_or_default();
             if cmd.contains("bench hog")
                 || cmd.contains("bench loadgen")
+                || cmd.contains("bench pgload")
                 || cg.contains("bulkhead-bench-")
             {
                 out.push(format!(
@@ -199,6 +200,90 @@ fn short_run_reports_every_scenario_and_cleans_up() {
         Vec::<String>::new(),
         "the bench left things behind"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn postgres_installed() -> bool {
+    let ok = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.path().join("bin/pgbench").exists());
+    if !ok && std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("PostgreSQL (pgbench) is missing in CI: the setup script must install it");
+    }
+    if !ok {
+        eprintln!("SKIPPED: postgresql-15 not installed");
+    }
+    ok
+}
+
+#[test]
+fn postgres_under_a_backup_reports_where_it_waited() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !prerequisites() || !postgres_installed() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("bulkhead-bench-pg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.json");
+    let o = bench()
+        .args([
+            "bench",
+            "isolation",
+            "--db",
+            "postgres",
+            "--pg-scale",
+            "1",
+            "--hog",
+            "backup",
+            "--loads",
+            "80",
+            "--setups",
+            "plan",
+            "--duration",
+            "2s",
+            "--warmup",
+            "1s",
+            "--repeat",
+            "1",
+            "--connections",
+            "4",
+            "--archive-size",
+            "64M",
+            "--fs-size",
+            "1G",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("PostgreSQL") && text.contains("where the database waited"),
+        "{text}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let sc = v["scenarios"].as_array().unwrap();
+    let plan = sc
+        .iter()
+        .find(|s| s["hog"] == "backup" && s["setup"] == "plan")
+        .expect("the backup under the plan");
+    assert!(plan["median"]["op_rate"].as_f64().unwrap() > 0.0, "{plan}");
+    // The backup wrote, and its share of what it wrote alone is measured.
+    assert!(plan["median"]["hog_work"].as_f64().unwrap() > 0.0, "{plan}");
+    assert!(
+        plan["median"]["hog_share_of_alone"].as_f64().is_some(),
+        "{plan}"
+    );
+    // Where the database waited: sampled, and the devices under its file system followed.
+    let io = &plan["runs"][0]["io"];
+    assert!(io["waits"]["samples"].as_u64().unwrap() > 0, "{io}");
+    assert!(!io["devices"].as_array().unwrap().is_empty(), "{io}");
+    assert!(plan["verdict"].as_str().is_some_and(|v| !v.is_empty()));
+    assert_eq!(leftovers(), Vec::<String>::new());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -39,7 +39,8 @@ pub fn chart(r: &Report, path: &Path) -> Result<(), String> {
     let root = root
         .titled(
             &format!(
-                "bulkhead bench isolation: Redis per second at {} of its peak (median round)",
+                "bulkhead bench isolation: {} per second at {} of its peak (median round)",
+                r.database.split(' ').next().unwrap_or("the database"),
                 REFERENCE_LOAD.label()
             ),
             ("sans-serif", 22),
@@ -52,7 +53,8 @@ pub fn chart(r: &Report, path: &Path) -> Result<(), String> {
             .iter()
             .filter(|s| {
                 s.load == REFERENCE_LOAD
-                    && (s.hog == *hog || (s.setup == Setup::Baseline && hog.starts_with(&s.hog)))
+                    && (s.hog == *hog
+                        || (s.setup == Setup::Baseline && hog.trim_end_matches("-bursty") == s.hog))
             })
             .collect();
         panel(&rows[2 * i], hog, &list, true)?;

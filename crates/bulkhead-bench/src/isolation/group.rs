@@ -1,15 +1,18 @@
 //! The bench's state across scenarios (its environment, slices, plan file and guard
-//! directory), and one hog's group: the data directory, Redis, the baseline peak, the
-//! guard's calibration, then every load and setup for every round, folded into results.
+//! directory), and one hog's group: the data directory, the database, the baseline peak,
+//! the guard's calibration, then every load and setup for every round (and, for the I/O
+//! hogs, the hog alone), folded into results.
 
+use super::db::{LoadShape, Server, StartIn};
+use super::diag::{Group, IoProbe};
 use super::figures::{combine, RunData, ScenarioResult};
 use super::guarded::{plan_text, Where};
 use super::hogs::unit;
 use super::scenario::Sc;
 use super::{HogKind, Load, Setup, Spec, REFERENCE_LOAD};
 use crate::env::Env;
-use crate::redis::{self, Redis};
-use bulkhead::cgroup::{Backend, CgroupFs};
+use crate::redis;
+use bulkhead::cgroup::{Backend, CgroupFs, Version};
 use bulkhead::plan::{Plan, ResolvedPlan, SliceName};
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -27,6 +30,18 @@ pub struct Bench<'a> {
     pub bar: Option<indicatif::ProgressBar>,
     pub bar_base: Cell<u64>,
     pub port: u16,
+    /// What the I/O scenarios follow on the database's path (set per group).
+    pub io_probe: Option<IoProbe>,
+    /// The other file system the backup may write to (set per group).
+    pub other_dir: Option<PathBuf>,
+    /// The database, as the report names it.
+    pub database: String,
+}
+
+/// A library error as the bench's message (the bench's caller adds its own "error: ").
+fn msg(e: impl ToString) -> String {
+    let t = e.to_string();
+    t.strip_prefix("error: ").map(str::to_string).unwrap_or(t)
 }
 
 /// Runs of a group by (hog label, load, setup).
@@ -38,13 +53,17 @@ impl<'a> Bench<'a> {
         env: Env,
         bar: Option<indicatif::ProgressBar>,
     ) -> Result<Bench<'a>, String> {
-        let fs = CgroupFs::new(env.layout.clone(), &env.cgroup_root).map_err(|e| e.to_string())?;
+        let fs = CgroupFs::new(env.layout.clone(), &env.cgroup_root).map_err(msg)?;
         let port = match spec.port {
             Some(p) => p,
-            None => redis::free_port().map_err(|e| e.to_string())?,
+            None => redis::free_port().map_err(msg)?,
         };
-        let loadgen = SliceName::parse("loadgen").map_err(|e| e.to_string())?;
+        let loadgen = SliceName::parse("loadgen").map_err(msg)?;
         let user = &spec.plan.plan;
+        let probe = match spec.db {
+            super::db::DbKind::Redis => format!("redis:127.0.0.1:{port}"),
+            super::db::DbKind::Postgres { .. } => format!("tcp:127.0.0.1:{port}"),
+        };
         let text = plan_text(
             &user.source.text,
             user.slices.contains_key(&loadgen),
@@ -52,13 +71,13 @@ impl<'a> Bench<'a> {
             spec.server.as_str(),
             spec.helper.as_str(),
             spec.calibration,
-            port,
+            &probe,
         );
         let plan_file = env.dir.join("plan.toml");
         std::fs::write(&plan_file, &text).map_err(|e| format!("{}: {e}", plan_file.display()))?;
         let plan = Plan::parse(&text, Some(&plan_file))
             .and_then(|p| p.resolve(&bulkhead::host::Host::detect_for(p.device_paths())))
-            .map_err(|e| e.to_string())?;
+            .map_err(msg)?;
         let free = env.plain_cgroup("free")?;
         let b = Bench {
             spec,
@@ -71,25 +90,36 @@ impl<'a> Bench<'a> {
             bar,
             bar_base: Cell::new(0),
             port,
+            io_probe: None,
+            other_dir: None,
+            database: spec.db.name().into(),
         };
         b.apply(&b.plan.clone())?;
         Ok(b)
     }
 
     pub fn apply(&self, plan: &ResolvedPlan) -> Result<(), String> {
-        let changes = self
-            .fs
-            .plan_apply(plan, Default::default())
-            .map_err(|e| e.to_string())?;
-        self.fs.execute(&changes).map_err(|e| e.to_string())?;
+        // The plan's [iocost] (io.cost on the database's disks), as `bulkhead apply` sets
+        // it; the record in the bench's directory puts the lines back at the end.
+        if let Some(r) = &plan.iocost {
+            use bulkhead::cgroup::iocost;
+            let root = iocost::root(&self.fs.layout).map_err(|e| format!("[iocost]: {e}"))?;
+            let ops = iocost::plan_apply(r, &root).map_err(msg)?;
+            if !ops.is_empty() {
+                iocost::execute(&ops, &crate::env::iocost_record(&self.env.dir)).map_err(msg)?;
+            }
+        }
+        let changes = self.fs.plan_apply(plan, Default::default()).map_err(msg)?;
+        self.fs.execute(&changes).map_err(msg)?;
         Ok(())
     }
 
     pub fn say(&self, msg: String) {
         match &self.bar {
-            Some(b) => b.set_message(msg),
-            None if self.spec.progress => eprintln!("{msg}"),
-            None => {}
+            // Without a terminal the bar is hidden: its messages go to stderr as lines.
+            Some(b) if !b.is_hidden() => b.set_message(msg),
+            _ if self.spec.progress => eprintln!("bench: {msg}"),
+            _ => {}
         }
     }
 
@@ -111,33 +141,143 @@ impl<'a> Bench<'a> {
         self.env.layout.describe()
     }
 
-    fn start_redis(&self, dir: &Path, aof: bool) -> Result<Redis, String> {
+    /// The server and helper slices' directives as planned, for the report.
+    pub fn plan_line(&self) -> String {
+        [&self.spec.server, &self.spec.helper]
+            .iter()
+            .filter_map(|n| self.plan.slice(n))
+            .map(|s| {
+                let mut d: Vec<String> = Vec::new();
+                match s.cpu_weight {
+                    Some(bulkhead::plan::CpuWeight::Idle) => d.push("CPUWeight=idle".into()),
+                    Some(bulkhead::plan::CpuWeight::Weight(w)) => d.push(format!("CPUWeight={w}")),
+                    None => {}
+                }
+                if let Some(w) = &s.io_weight {
+                    d.push(format!("IOWeight={w}"));
+                }
+                if let Some(m) = &s.memory_max {
+                    d.push(format!("MemoryMax={m}"));
+                }
+                format!("{}: {}", s.name(), d.join(" "))
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    fn shape(&self) -> LoadShape {
+        LoadShape {
+            connections: self.spec.connections,
+            keys: self.spec.keys,
+            value_size: self.spec.value_size,
+            get_ratio: self.spec.get_ratio,
+        }
+    }
+
+    fn start_db(&mut self, dir: &Path, aof: bool) -> Result<Server, String> {
         let files = self.fs.procs_files(&self.spec.server);
-        let r = Redis::start(&redis::Options {
-            port: self.port,
-            dir,
-            aof_always: aof,
-            procs_files: &files,
-        })?;
         self.say(format!(
-            "loading {} keys of {} bytes into redis",
-            self.spec.keys, self.spec.value_size
+            "starting {} and loading its data",
+            self.spec.db.name()
         ));
-        crate::loadgen::preload(r.addr, self.spec.keys, self.spec.value_size)?;
-        Ok(r)
+        let s = Server::start(
+            self.spec.db,
+            &StartIn {
+                dir,
+                port: self.port,
+                aof,
+                procs_files: &files,
+            },
+            &self.shape(),
+        )?;
+        self.database = s.describe();
+        Ok(s)
+    }
+
+    /// The groups whose I/O the diagnosis follows: the server, the helper, the free cgroup.
+    fn io_groups(&self) -> Vec<Group> {
+        let l = &self.fs.layout;
+        let io = l.hierarchy("io").or_else(|| l.hierarchy("blkio"));
+        let at = |rel: &Path| {
+            (
+                io.map(|h| {
+                    (
+                        h.mount.join(&self.fs.root).join(rel),
+                        h.version == Version::V2,
+                    )
+                }),
+                l.unified
+                    .as_ref()
+                    .map(|u| u.mount.join(&self.fs.root).join(rel)),
+            )
+        };
+        let mut out = Vec::new();
+        for (label, rel) in [
+            ("server", self.spec.server.cgroup_path()),
+            ("helper", self.spec.helper.cgroup_path()),
+            ("free", PathBuf::from("free")),
+        ] {
+            let (d, u) = at(&rel);
+            out.push(Group::new(label, d, u));
+        }
+        out
+    }
+
+    /// The database's directory for the I/O hogs: in `--data-dir` (its disk's scheduler as
+    /// it is, or as `--io-scheduler` says), else on a loop-backed ext4 of the bench's own.
+    fn io_data_dir(&mut self) -> Result<PathBuf, String> {
+        let io = &self.spec.io;
+        if let Some(d) = &io.data_dir {
+            let dir = self.env.dir_in(d, "data")?;
+            if let Some(s) = &io.scheduler {
+                for dev in super::diag::block::path_devices(&dir) {
+                    self.env.set_scheduler(&dev.name, s)?;
+                }
+            }
+            return Ok(dir);
+        }
+        let sched = io.scheduler.clone().unwrap_or_else(|| "none".into());
+        self.say(format!(
+            "making a loop-backed ext4{} with the {sched} scheduler for the database's data",
+            if io.journal { "" } else { " without a journal" },
+        ));
+        Ok(self.env.loop_fs(io.fs_bytes, &sched, io.journal)?.0)
     }
 
     /// One hog's group: (the baseline peak, its scenarios).
     pub fn group(&mut self, kind: HogKind) -> Result<(f64, Vec<ScenarioResult>), String> {
-        let (data_dir, aof) = match kind {
-            HogKind::Io => {
-                self.say(
-                    "making a loop-backed ext4 with the BFQ scheduler for redis's data".into(),
-                );
-                (self.env.loop_fs(3 << 30)?.0, true)
-            }
-            _ => (self.env.scratch()?, false),
+        let io = &self.spec.io;
+        let (data_dir, aof) = if kind.is_io() {
+            (self.io_data_dir()?, true)
+        } else {
+            (self.env.scratch()?, false)
         };
+        if kind == HogKind::BackupOther {
+            self.other_dir = Some(match &io.other_dir {
+                Some(d) => self.env.dir_in(d, "other")?,
+                None => {
+                    self.say("making another loop-backed ext4 for the backup".into());
+                    let size = (io.archive_bytes * 2).max(1 << 30);
+                    self.env
+                        .mkfs_loop("other", size, &["mkfs.ext4", "-q", "-F"])?
+                }
+            });
+        }
+        if kind == HogKind::Reader {
+            self.say(format!(
+                "writing the reader's cold data ({})",
+                bulkhead::units::human_bytes(io.cold_bytes)
+            ));
+            crate::hog::make_cold(&data_dir.join("cold"), io.cold_bytes)
+                .map_err(|e| format!("cannot write the reader's cold data: {e}"))?;
+        }
+        if kind.is_io() {
+            let mut paths: Vec<&Path> = vec![&data_dir];
+            if let Some(o) = &self.other_dir {
+                paths.push(o);
+            }
+            self.io_probe = Some(IoProbe::new(&paths, self.io_groups()));
+        }
         if kind == HogKind::Memory {
             self.env.limit_memory(Some(self.spec.host_memory))?;
         }
@@ -145,8 +285,15 @@ impl<'a> Bench<'a> {
         if kind == HogKind::Memory {
             let _ = self.env.limit_memory(None);
         }
-        if kind == HogKind::Io {
+        self.io_probe = None;
+        if kind.is_io() {
             self.env.drop_loop_fs();
+            if io.data_dir.is_some() {
+                let _ = std::fs::remove_dir_all(&data_dir);
+            }
+        }
+        if self.other_dir.take().is_some() {
+            self.env.drop_loops();
         }
         result
     }
@@ -157,7 +304,7 @@ impl<'a> Bench<'a> {
         dir: &Path,
         aof: bool,
     ) -> Result<(f64, Vec<ScenarioResult>), String> {
-        let mut redis = self.start_redis(dir, aof)?;
+        let mut db = self.start_db(dir, aof)?;
         let sc = |load, setup, round, rate| Sc {
             kind,
             bursty: false,
@@ -172,7 +319,7 @@ impl<'a> Bench<'a> {
             kind.name()
         ));
         let peak = self
-            .scenario(&mut redis, &sc(Load::Closed, Setup::Baseline, 0, None))?
+            .scenario(&mut db, &sc(Load::Closed, Setup::Baseline, 0, None))?
             .load
             .op_rate;
         let rate = |l: Load| match l {
@@ -180,35 +327,40 @@ impl<'a> Bench<'a> {
             Load::Closed => None,
         };
         if self.spec.setups.contains(&Setup::Guarded) {
-            self.calibrate(&redis, rate(REFERENCE_LOAD).unwrap_or(1))?;
+            self.calibrate(&db, rate(REFERENCE_LOAD).unwrap_or(1))?;
         }
         let setups = with_baseline(&self.spec.setups);
         let bursty = kind == HogKind::Cpu && self.spec.bursty;
         let kinds_here = kind == HogKind::Cpu && !self.spec.hogs.contains(&HogKind::Cpu);
         let mut runs = Runs::new();
+        let mut alone = BTreeMap::new();
         for round in 0..self.spec.repeat.max(1) {
+            if kind.is_io() {
+                alone.insert(round, self.hog_alone(kind, round, dir)?);
+            }
             for &load in &self.spec.loads {
                 if kinds_here {
                     break; // only the bursty hog was asked for
                 }
                 for k in 0..setups.len() {
                     let setup = setups[(k + round) % setups.len()];
-                    let r = self.scenario(&mut redis, &sc(load, setup, round, rate(load)))?;
-                    self.restart_if_died(&mut redis, &r, dir, aof)?;
+                    let mut r = self.scenario(&mut db, &sc(load, setup, round, rate(load)))?;
+                    r.hog_alone = alone.get(&round).copied();
+                    self.restart_if_died(&mut db, &r, dir, aof)?;
                     push(&mut runs, kind.name(), load, setup, r);
                 }
             }
             if bursty {
-                self.bursty_round(&mut redis, &mut runs, round, rate(REFERENCE_LOAD), dir, aof)?;
+                self.bursty_round(&mut db, &mut runs, round, rate(REFERENCE_LOAD), dir, aof)?;
             }
         }
-        redis.stop();
+        db.stop();
         Ok((peak, fold(kind, runs)))
     }
 
     fn bursty_round(
         &mut self,
-        redis: &mut Redis,
+        redis: &mut Server,
         runs: &mut Runs,
         round: usize,
         rate: Option<u64>,
@@ -246,17 +398,22 @@ impl<'a> Bench<'a> {
         Ok(())
     }
 
-    /// A scenario that killed Redis (the OOM killer) gets it back for the next one.
+    /// A scenario that killed the database (the OOM killer) gets it back for the next one.
     fn restart_if_died(
-        &self,
-        redis: &mut Redis,
+        &mut self,
+        db: &mut Server,
         r: &RunData,
         dir: &Path,
         aof: bool,
     ) -> Result<(), String> {
         if r.db_died.is_some() {
-            self.say("redis died; restarting it for the next scenario".into());
-            *redis = self.start_redis(dir, aof)?;
+            self.say("the database died; restarting it for the next scenario".into());
+            db.stop();
+            if let super::db::DbKind::Postgres { .. } = self.spec.db {
+                // A new cluster: the old one's files may be half written.
+                let _ = std::fs::remove_dir_all(dir.join("pgdata"));
+            }
+            *db = self.start_db(dir, aof)?;
         }
         Ok(())
     }

@@ -21,7 +21,7 @@ pub fn plan_text(
     server: &str,
     helper: &str,
     calibration: Duration,
-    probe_port: u16,
+    probe: &str,
 ) -> String {
     let mut t = user.to_string();
     if !t.ends_with('\n') {
@@ -33,7 +33,7 @@ pub fn plan_text(
     }
     if !has_guard {
         t.push_str(&format!(
-            "\n[guard]\nprotect = \"{server}\"\nsideloads = [\"{helper}\"]\ncalibration = \"{}ms\"\nprobe = \"redis:127.0.0.1:{probe_port}\"\n",
+            "\n[guard]\nprotect = \"{server}\"\nsideloads = [\"{helper}\"]\ncalibration = \"{}ms\"\nprobe = \"{probe}\"\n",
             calibration.as_millis()
         ));
     }

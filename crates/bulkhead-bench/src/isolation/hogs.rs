@@ -14,6 +14,10 @@ pub struct HogSpec<'a> {
     pub bursty: bool,
     pub seconds: f64,
     pub data_dir: &'a Path,
+    /// The other file system (the backup's target for `backup-other`).
+    pub other_dir: Option<&'a Path>,
+    /// The backup's archive size.
+    pub archive_bytes: u64,
     /// The memory hog grows to twice this.
     pub host_memory: u64,
 }
@@ -76,6 +80,28 @@ fn commands(exe: &Path, h: &HogSpec) -> Vec<Command> {
             let mut c = Command::new(exe);
             c.args(["hog", "io", "--size", "512M", "--seconds", &secs, "--dir"])
                 .arg(h.data_dir);
+            vec![c]
+        }
+        HogKind::Reader => {
+            let mut c = Command::new(exe);
+            c.args(["hog", "reader", "--seconds", &secs, "--dir"])
+                .arg(h.data_dir)
+                .arg("--cold")
+                .arg(h.data_dir.join("cold"));
+            vec![c]
+        }
+        HogKind::Backup | HogKind::BackupOther => {
+            let to = match (h.kind, h.other_dir) {
+                (HogKind::BackupOther, Some(o)) => o.join("backup"),
+                _ => h.data_dir.join("backup"),
+            };
+            let mut c = Command::new(exe);
+            c.args(["hog", "backup", "--seconds", &secs])
+                .args(["--size", &h.archive_bytes.to_string()])
+                .arg("--from")
+                .arg(h.data_dir)
+                .arg("--to")
+                .arg(to);
             vec![c]
         }
         HogKind::Memory => {
@@ -168,7 +194,8 @@ pub fn work(h: &[HogReport]) -> f64 {
 pub fn unit(kind: HogKind) -> &'static str {
     match kind {
         HogKind::Cpu => "M iterations/s",
-        HogKind::Io => "MiB/s",
+        HogKind::Io | HogKind::Reader => "MiB/s",
+        HogKind::Backup | HogKind::BackupOther => "MiB/s written",
         HogKind::Memory => "MiB held",
     }
 }

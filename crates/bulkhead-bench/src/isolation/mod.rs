@@ -11,6 +11,8 @@
 //! medians over rounds are reported (see [`figures`]).
 
 mod chart;
+pub mod db;
+pub mod diag;
 pub mod figures;
 mod group;
 mod guarded;
@@ -32,29 +34,73 @@ use std::time::Duration;
 
 /// The helpers that compete with the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum HogKind {
+    /// One busy loop pinned per CPU.
     Cpu,
+    /// Direct (O_DIRECT) writes and reads on the database's file system.
     Io,
+    /// The seeds' `find | grep` over the database's files: buffered reads.
+    Reader,
+    /// A backup: an archive written with buffered writes to the database's file system.
+    Backup,
+    /// The same backup, written to another file system.
+    BackupOther,
+    /// Anonymous memory and page cache growing past the small host's memory.
     Memory,
 }
 
 impl HogKind {
+    pub const ALL: [HogKind; 6] = [
+        HogKind::Cpu,
+        HogKind::Io,
+        HogKind::Reader,
+        HogKind::Backup,
+        HogKind::BackupOther,
+        HogKind::Memory,
+    ];
     pub fn parse(s: &str) -> Result<HogKind, String> {
         match s.trim() {
-            "cpu" => Ok(HogKind::Cpu),
-            "io" => Ok(HogKind::Io),
-            "memory" | "mem" => Ok(HogKind::Memory),
-            other => Err(format!(
-                "unknown hog '{other}' (choose from cpu, io, memory)"
-            )),
+            "direct" => Ok(HogKind::Io),
+            "mem" => Ok(HogKind::Memory),
+            other => HogKind::ALL
+                .into_iter()
+                .find(|k| k.name() == other)
+                .ok_or_else(|| {
+                    format!(
+                        "unknown hog '{other}' (choose from {})",
+                        HogKind::ALL.map(|k| k.name()).join(", ")
+                    )
+                }),
         }
     }
     pub fn name(self) -> &'static str {
         match self {
             HogKind::Cpu => "cpu",
             HogKind::Io => "io",
+            HogKind::Reader => "reader",
+            HogKind::Backup => "backup",
+            HogKind::BackupOther => "backup-other",
             HogKind::Memory => "memory",
+        }
+    }
+    /// Whether it competes for the disk (the group runs on the bench's file system, and
+    /// the I/O path is followed).
+    pub fn is_io(self) -> bool {
+        matches!(
+            self,
+            HogKind::Io | HogKind::Reader | HogKind::Backup | HogKind::BackupOther
+        )
+    }
+    /// What it does, for the report's headings.
+    pub fn describe(self) -> &'static str {
+        match self {
+            HogKind::Cpu => "one busy loop pinned per CPU",
+            HogKind::Io => "O_DIRECT writes and reads of a 512 MiB file on the database's file system",
+            HogKind::Reader => "find | grep over the database's files (buffered reads; the cold set read from the disk each pass)",
+            HogKind::Backup => "a backup: 1 GiB archives of the database's files, buffered writes to the database's file system, synced at the end of each",
+            HogKind::BackupOther => "the same backup written to another file system on the same disk",
+            HogKind::Memory => "anonymous memory and page cache growing to twice the small host's memory",
         }
     }
 }
@@ -97,7 +143,9 @@ pub enum Setup {
     Baseline,
     /// In a plain cgroup outside any slice.
     Free,
-    /// In the helper slice, as the plan has it.
+    /// In the helper slice, as the plan has it (the embedded default plan unless -c names
+    /// another).
+    #[serde(rename = "plan", alias = "static")]
     Static,
     /// In the helper slice at CPUWeight=idle.
     Idle,
@@ -117,9 +165,13 @@ impl Setup {
         Setup::Guarded,
     ];
     pub fn parse(s: &str) -> Result<Setup, String> {
+        let s = match s.trim() {
+            "static" => "plan",
+            other => other,
+        };
         Setup::ALL
             .into_iter()
-            .find(|x| x.name() == s.trim())
+            .find(|x| x.name() == s)
             .ok_or_else(|| {
                 format!(
                     "unknown setup '{s}' (choose from {})",
@@ -131,7 +183,7 @@ impl Setup {
         match self {
             Setup::Baseline => "baseline",
             Setup::Free => "free",
-            Setup::Static => "static",
+            Setup::Static => "plan",
             Setup::Idle => "idle",
             Setup::IdleQuota => "idle+quota",
             Setup::Guarded => "guarded",
@@ -147,6 +199,7 @@ pub const BURST: (f64, f64) = (3.0, 4.0);
 pub const REFERENCE_LOAD: Load = Load::Open(80);
 
 pub struct Spec {
+    pub db: db::DbKind,
     pub hogs: Vec<HogKind>,
     pub loads: Vec<Load>,
     pub setups: Vec<Setup>,
@@ -171,6 +224,26 @@ pub struct Spec {
     pub repeat: usize,
     /// The guard's calibration.
     pub calibration: Duration,
+    /// The I/O scenarios' disk: the scheduler of the bench's loop device, whether its ext4
+    /// has a journal, the reader's cold data and the backup's archive size.
+    pub io: IoSpec,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IoSpec {
+    /// `bfq`, `mq-deadline`, `none`, or `kyber`; `None`: `none` on the bench's loop device,
+    /// and a `--data-dir` disk's own.
+    pub scheduler: Option<String>,
+    /// The database's files go here (a file system on the disk to measure) instead of
+    /// the bench's loop device.
+    pub data_dir: Option<PathBuf>,
+    /// The backup's other file system (`backup-other`) instead of a second loop device.
+    pub other_dir: Option<PathBuf>,
+    pub journal: bool,
+    pub cold_bytes: u64,
+    pub archive_bytes: u64,
+    /// The loop file system's size.
+    pub fs_bytes: u64,
 }
 
 /// One machine, for the report.
@@ -226,8 +299,43 @@ pub fn validate(spec: &Spec) -> Result<(), String> {
     if !bulkhead::sys::process::is_root() {
         return Err("the bench creates cgroups, a loop device and mounts: run it as root".into());
     }
-    if crate::redis::find_server().is_none() {
-        return Err("redis-server is not installed: apt-get install redis-server".into());
+    match spec.db {
+        db::DbKind::Redis => {
+            if crate::redis::find_server().is_none() {
+                return Err("redis-server is not installed: apt-get install redis-server".into());
+            }
+        }
+        db::DbKind::Postgres { .. } => {
+            if crate::postgres::find_bin_dir().is_none() {
+                return Err("PostgreSQL is not installed: apt-get install postgresql-15 (the bench looks for /usr/lib/postgresql/VERSION/bin/postgres)".into());
+            }
+            if crate::postgres::run_as().is_none() {
+                return Err("PostgreSQL refuses to run as root, and this host has neither a postgres nor a nobody user".into());
+            }
+            if !have_tool("setpriv") {
+                return Err("the bench starts PostgreSQL as the postgres user with setpriv (apt-get install util-linux)".into());
+            }
+        }
+    }
+    if let Some(s) = &spec.io.scheduler {
+        if !["bfq", "mq-deadline", "kyber", "none"].contains(&s.as_str()) {
+            return Err(format!(
+                "--io-scheduler {s}: choose from bfq, mq-deadline, kyber, none"
+            ));
+        }
+    }
+    for (d, flag) in [
+        (&spec.io.data_dir, "--data-dir"),
+        (&spec.io.other_dir, "--other-dir"),
+    ] {
+        if let Some(d) = d {
+            if !d.is_dir() {
+                return Err(format!(
+                    "{flag} {}: not a directory (give a directory on the file system to measure)",
+                    d.display()
+                ));
+            }
+        }
     }
     if let Some(p) = spec.port {
         if crate::redis::port_busy(p) {
@@ -236,14 +344,11 @@ pub fn validate(spec: &Spec) -> Result<(), String> {
             ));
         }
     }
-    if spec.hogs.contains(&HogKind::Io) {
+    if spec.hogs.iter().any(|h| h.is_io()) {
         for tool in ["losetup", "mkfs.ext4", "mount", "umount"] {
-            if !["/sbin", "/usr/sbin", "/bin", "/usr/bin"]
-                .iter()
-                .any(|d| Path::new(d).join(tool).exists())
-            {
+            if !have_tool(tool) {
                 return Err(format!(
-                    "the I/O scenario needs {tool} (apt-get install util-linux e2fsprogs mount)"
+                    "the I/O scenarios need {tool} (apt-get install util-linux e2fsprogs mount)"
                 ));
             }
         }
@@ -251,11 +356,19 @@ pub fn validate(spec: &Spec) -> Result<(), String> {
     Ok(())
 }
 
+fn have_tool(tool: &str) -> bool {
+    ["/sbin", "/usr/sbin", "/bin", "/usr/bin"]
+        .iter()
+        .any(|d| Path::new(d).join(tool).exists())
+}
+
 /// The runs of one round, for the progress bar.
 fn runs_per_round(spec: &Spec) -> u64 {
-    let per_hog = (spec.loads.len() * spec.setups.len()) as u64;
+    let per_hog = (spec.loads.len() * (spec.setups.len() + 1)) as u64;
     let bursty = if spec.bursty { 3 } else { 0 };
-    per_hog * spec.hogs.len() as u64 + bursty
+    // The I/O hogs also run once alone per round (what the helper gets with no database).
+    let alone = spec.hogs.iter().filter(|h| h.is_io()).count() as u64;
+    per_hog * spec.hogs.len() as u64 + bursty + alone
 }
 
 /// Run the whole benchmark. Everything it creates is removed before it returns.
@@ -291,9 +404,11 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
             }
         }
     }
+    let database = g.database.clone();
+    let plan_line = g.plan_line();
     let layout = g.finish();
     result?;
-    let checks = figures::checks(&scenarios);
+    let checks = figures::checks(&scenarios, spec.db);
     Ok(Report {
         machine: Machine {
             cpus: host.cpu_count(),
@@ -319,12 +434,21 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
             "burst_s": BURST.0,
             "pause_s": BURST.1,
             "calibration_s": spec.calibration.as_secs_f64(),
+            "plan_slices": plan_line,
+            "db": spec.db,
+            "io": spec.io,
         }),
-        database: format!("redis-server in {}", spec.server.unit()),
-        load_generator: format!(
-            "bulkhead's RESP load generator in loadgen.slice (CPUWeight=10000, standing in for a remote client), {} connections",
-            spec.connections
-        ),
+        database: format!("{database} in {}", spec.server.unit()),
+        load_generator: match spec.db {
+            db::DbKind::Redis => format!(
+                "bulkhead's RESP load generator in loadgen.slice (CPUWeight=10000, standing in for a remote client), {} connections",
+                spec.connections
+            ),
+            db::DbKind::Postgres { .. } => format!(
+                "pgbench in loadgen.slice (CPUWeight=10000, standing in for remote clients), {} clients, every transaction logged",
+                spec.connections
+            ),
+        },
         peaks,
         scenarios,
         checks,

@@ -3,6 +3,7 @@
 //! load generator slices, and the machine's idle and steal time. The measured window's
 //! figures come from the samples nearest to its start and end.
 
+use super::diag::{IoProbe, IoSnap, IoWindow};
 use bulkhead::cgroup::stats::cpu_usage_us;
 use bulkhead::cgroup::CgroupFs;
 use bulkhead::plan::SliceName;
@@ -22,6 +23,8 @@ pub struct Sample {
     pub helper_us: Option<u64>,
     pub loadgen_us: Option<u64>,
     pub cpu: Option<CpuTimes>,
+    /// The I/O path's counters, when the scenario follows them.
+    pub io: Option<IoSnap>,
 }
 
 /// The window's figures.
@@ -37,14 +40,20 @@ pub struct Window {
     pub steal: f64,
     /// The database threads' mean run-queue wait per time they ran, microseconds.
     pub wait_per_run_us: f64,
+    /// The database's threads waiting for a CPU, on average (their run-queue wait over the
+    /// window's length).
+    #[serde(default)]
+    pub runq_threads: f64,
 }
 
 pub struct Sampler<'a> {
     fs: &'a CgroupFs,
+    /// The database's main process; every process of the server slice is read.
     pid: u32,
     slices: [SliceName; 3],
     /// Where the hog runs when it is not in the helper slice (the "free" cgroup).
     hog_dir: Option<PathBuf>,
+    io: Option<&'a IoProbe>,
     pub samples: Vec<Sample>,
 }
 
@@ -70,8 +79,14 @@ impl<'a> Sampler<'a> {
             pid,
             slices,
             hog_dir: None,
+            io: None,
             samples: Vec::new(),
         }
+    }
+
+    /// Also read the I/O path's counters with every sample.
+    pub fn follow_io(&mut self, probe: Option<&'a IoProbe>) {
+        self.io = probe;
     }
 
     /// Count the hog's CPU in this plain cgroup (relative to the bench root) instead.
@@ -81,13 +96,20 @@ impl<'a> Sampler<'a> {
 
     pub fn take(&mut self) {
         let (mut wait_ns, mut runs) = (0, 0);
-        for tid in sched::threads(self.pid as i32) {
-            if let Some(s) = sched::schedstat(self.pid as i32, tid) {
-                wait_ns += s.wait_ns;
-                runs += s.slices;
+        let [server, helper, loadgen] = &self.slices;
+        // Every process of the server slice (PostgreSQL runs one per connection).
+        let mut pids = self.fs.pids(server);
+        if pids.is_empty() {
+            pids.push(self.pid as i32);
+        }
+        for pid in pids {
+            for tid in sched::threads(pid) {
+                if let Some(s) = sched::schedstat(pid, tid) {
+                    wait_ns += s.wait_ns;
+                    runs += s.slices;
+                }
             }
         }
-        let [server, helper, loadgen] = &self.slices;
         self.samples.push(Sample {
             at: Instant::now(),
             wait_ns,
@@ -99,20 +121,38 @@ impl<'a> Sampler<'a> {
             },
             loadgen_us: cpu_usage_us(self.fs, loadgen),
             cpu: cpu_times(),
+            io: self.io.map(IoProbe::snap),
         });
+    }
+
+    fn nearest(&self, t: Instant) -> Option<usize> {
+        (0..self.samples.len()).min_by_key(|&i| {
+            let at = self.samples[i].at;
+            if at > t {
+                at - t
+            } else {
+                t - at
+            }
+        })
     }
 
     /// The figures between the samples nearest to `from` and `to`.
     pub fn window(&self, from: Instant, to: Instant) -> Window {
-        let near = |t: Instant| {
-            self.samples
-                .iter()
-                .min_by_key(|s| if s.at > t { s.at - t } else { t - s.at })
-        };
-        let (Some(a), Some(b)) = (near(from), near(to)) else {
+        let (Some(a), Some(b)) = (self.nearest(from), self.nearest(to)) else {
             return Window::default();
         };
-        figures(a, b)
+        figures(&self.samples[a], &self.samples[b])
+    }
+
+    /// The I/O path between the samples nearest to `from` and `to`, if it was followed.
+    pub fn io_window(&self, from: Instant, to: Instant) -> Option<IoWindow> {
+        let probe = self.io?;
+        let (a, b) = (self.nearest(from)?, self.nearest(to)?);
+        let snaps: Vec<&IoSnap> = self.samples[a..=b.max(a)]
+            .iter()
+            .filter_map(|s| s.io.as_ref())
+            .collect();
+        Some(probe.window(&snaps))
     }
 }
 
@@ -137,14 +177,16 @@ fn figures(a: &Sample, b: &Sample) -> Window {
         _ => (0.0, 0.0),
     };
     let runs = b.runs.saturating_sub(a.runs);
+    let waited = b.wait_ns.saturating_sub(a.wait_ns) as f64;
     Window {
+        runq_threads: waited / 1e9 / secs,
         server_cpus: cpus(a.server_us, b.server_us),
         helper_cpus: cpus(a.helper_us, b.helper_us),
         loadgen_cpus: cpus(a.loadgen_us, b.loadgen_us),
         idle_cpus,
         steal,
         wait_per_run_us: if runs > 0 {
-            b.wait_ns.saturating_sub(a.wait_ns) as f64 / 1e3 / runs as f64
+            waited / 1e3 / runs as f64
         } else {
             0.0
         },

@@ -1,19 +1,21 @@
 //! One run of one scenario: the setup's plan (or the guard), the hogs, the load generator
-//! in its slice, samples every 250 ms, and what it all measured.
+//! in its slice, samples every 250 ms (and the I/O path, and where the database's threads
+//! block, for the I/O hogs), and what it all measured.
 
+use super::db::{LoadShape, Server};
+use super::diag::stacks::WaitSampler;
 use super::figures::{Mark, RunData};
 use super::group::Bench;
 use super::guarded::GuardProc;
 use super::hogs::{exit_text, HogSpec, Hogs};
 use super::sampler::Sampler;
 use super::{check_interrupt, HogKind, Load, Setup, STATIC_QUOTA};
-use crate::redis::Redis;
 use crate::LoadResult;
 use bulkhead::plan::{CpuMax, CpuWeight, ResolvedPlan};
 use bulkhead::sys::process::unix_now;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// What to run.
@@ -26,6 +28,15 @@ pub struct Sc<'a> {
     /// ops/s for an open load.
     pub rate: Option<u64>,
     pub data_dir: &'a Path,
+}
+
+/// What [`Bench::run_load`] measured.
+struct LoadRun<'a> {
+    load: LoadResult,
+    sampler: Sampler<'a>,
+    started: Instant,
+    started_unix: f64,
+    waits: Option<super::diag::stacks::Waits>,
 }
 
 impl Bench<'_> {
@@ -53,50 +64,59 @@ impl Bench<'_> {
 
     fn loadgen_command(
         &self,
-        redis: &Redis,
+        db: &Server,
         rate: Option<u64>,
         warmup: Duration,
         duration: Duration,
     ) -> Command {
         let s = self.spec;
-        let mut lg = Command::new(&s.exe);
-        lg.args(["loadgen", "--addr", &redis.addr.to_string()])
-            .args(["--connections", &s.connections.to_string()])
-            .args(["--warmup", &format!("{}ms", warmup.as_millis())])
-            .args(["--duration", &format!("{}ms", duration.as_millis())])
-            .args([
-                "--keys",
-                &s.keys.to_string(),
-                "--value-size",
-                &s.value_size.to_string(),
-            ])
-            .args(["--get-ratio", &s.get_ratio.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if let Some(r) = rate {
-            lg.args(["--rate", &r.to_string()]);
-        }
-        lg
+        let shape = LoadShape {
+            connections: s.connections,
+            keys: s.keys,
+            value_size: s.value_size,
+            get_ratio: s.get_ratio,
+        };
+        db.load_command(
+            &s.exe,
+            &shape,
+            rate,
+            warmup,
+            duration,
+            &self.env.dir.join("pgbench-log"),
+        )
+    }
+
+    /// Where the database's threads block, sampled during the measured window.
+    fn wait_sampler(&self, warmup: Duration) -> Option<WaitSampler> {
+        self.io_probe.as_ref()?;
+        let fs = self.fs.clone();
+        let server = self.spec.server.clone();
+        Some(WaitSampler::start(
+            Box::new(move || fs.pids(&server)),
+            warmup,
+            Duration::from_millis(40),
+        ))
     }
 
     /// Run the load generator to its end, sampling the machine; (its report, the sampler,
-    /// when it started, on the wall clock too).
+    /// when it started, on the wall clock too, where the database blocked).
     fn run_load(
         &self,
-        redis: &Redis,
+        db: &Server,
         rate: Option<u64>,
         warmup: Duration,
         free: bool,
-    ) -> Result<(LoadResult, Sampler<'_>, Instant, f64), String> {
-        let mut lg = self.loadgen_command(redis, rate, warmup, self.spec.duration);
+    ) -> Result<LoadRun<'_>, String> {
+        db.before_run()?;
+        let mut lg = self.loadgen_command(db, rate, warmup, self.spec.duration);
         let files = self.fs.procs_files(&self.loadgen);
         let slices = [
             self.spec.server.clone(),
             self.spec.helper.clone(),
             self.loadgen.clone(),
         ];
-        let mut sampler = Sampler::new(&self.fs, redis.pid, slices);
+        let mut sampler = Sampler::new(&self.fs, db.pid(), slices);
+        sampler.follow_io(self.io_probe.as_ref());
         if free {
             sampler.hog_in(PathBuf::from("free"));
         }
@@ -105,12 +125,13 @@ impl Bench<'_> {
         let started_unix = unix_now();
         let mut child = bulkhead::run::spawn_joined(&mut lg, &files)
             .map_err(|e| format!("cannot start the load generator: {e}"))?;
+        let waits = self.wait_sampler(warmup);
         let total = warmup + self.spec.duration;
         let status = loop {
             if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
                 break st;
             }
-            if crate::stop::requested() || started.elapsed() > total + Duration::from_secs(30) {
+            if crate::stop::requested() || started.elapsed() > total + Duration::from_secs(60) {
                 let _ = child.kill();
                 let _ = child.wait();
                 check_interrupt()?;
@@ -121,13 +142,21 @@ impl Bench<'_> {
             std::thread::sleep(Duration::from_millis(250));
         };
         sampler.take();
+        let waits = waits.map(WaitSampler::finish);
         let (out, err) = outputs(&mut child);
         if !status.success() {
-            return Err(format!("the load generator failed: {}", err.trim()));
+            check_interrupt()?;
+            return Err(failed("the load generator", status, &err));
         }
         let load: LoadResult = serde_json::from_str(&out)
             .map_err(|e| format!("cannot read the load generator's report: {e}: {out}"))?;
-        Ok((load, sampler, started, started_unix))
+        Ok(LoadRun {
+            load,
+            sampler,
+            started,
+            started_unix,
+            waits,
+        })
     }
 
     fn tick(&self, started: Instant, total: Duration) {
@@ -138,7 +167,7 @@ impl Bench<'_> {
     }
 
     /// One run.
-    pub fn scenario(&mut self, redis: &mut Redis, sc: &Sc) -> Result<RunData, String> {
+    pub fn scenario(&mut self, db: &mut Server, sc: &Sc) -> Result<RunData, String> {
         check_interrupt()?;
         let hog = if sc.bursty {
             "cpu-bursty"
@@ -155,7 +184,7 @@ impl Bench<'_> {
         if let Some(p) = &variant {
             self.apply(p)?;
         }
-        let result = self.scenario_in_plan(redis, sc);
+        let result = self.scenario_in_plan(db, sc);
         if variant.is_some() {
             self.apply(&self.plan.clone())?;
         }
@@ -167,7 +196,19 @@ impl Bench<'_> {
         result
     }
 
-    fn scenario_in_plan(&mut self, redis: &mut Redis, sc: &Sc) -> Result<RunData, String> {
+    fn hog_spec<'b>(&'b self, sc: &Sc<'b>, seconds: f64) -> HogSpec<'b> {
+        HogSpec {
+            kind: sc.kind,
+            bursty: sc.bursty,
+            seconds,
+            data_dir: sc.data_dir,
+            other_dir: self.other_dir.as_deref(),
+            archive_bytes: self.spec.io.archive_bytes,
+            host_memory: self.spec.host_memory,
+        }
+    }
+
+    fn scenario_in_plan(&mut self, db: &mut Server, sc: &Sc) -> Result<RunData, String> {
         let s = self.spec;
         let total = s.warmup + s.duration;
         let guard = match sc.setup {
@@ -187,25 +228,26 @@ impl Bench<'_> {
                 } else {
                     self.fs.procs_files(&s.helper)
                 };
-                let h = HogSpec {
-                    kind: sc.kind,
-                    bursty: sc.bursty,
-                    seconds: total.as_secs_f64() + 3.0,
-                    data_dir: sc.data_dir,
-                    host_memory: s.host_memory,
-                };
+                let h = self.hog_spec(sc, total.as_secs_f64() + 3.0);
                 let hogs = Hogs::start(&s.exe, &h, &procs)?;
                 std::thread::sleep(Duration::from_millis(500));
                 Some(hogs)
             }
         };
-        let measured = self.run_load(redis, sc.rate, s.warmup, sc.setup == Setup::Free);
+        let measured = self.run_load(db, sc.rate, s.warmup, sc.setup == Setup::Free);
+        // The guard first: it thaws a frozen helper, which could not stop otherwise.
+        let outcome = guard.map(GuardProc::stop).transpose();
         let (hog_work, hog_fate) = hogs.map_or((0.0, None), Hogs::finish);
-        let outcome = guard.map(GuardProc::stop).transpose()?;
-        let (load, sampler, started, started_unix) = measured?;
-        let from = started + s.warmup;
-        let window = sampler.window(from, from + s.duration);
-        let window_unix = started_unix + s.warmup.as_secs_f64();
+        let outcome = outcome?;
+        let m = measured?;
+        let from = m.started + s.warmup;
+        let window = m.sampler.window(from, from + s.duration);
+        let io = m.sampler.io_window(from, from + s.duration).map(|mut w| {
+            w.waits = m.waits.clone().unwrap_or_default();
+            w.runq_threads = window.runq_threads;
+            w
+        });
+        let window_unix = m.started_unix + s.warmup.as_secs_f64();
         let (guard_actions, guard_cost_percent) = match outcome {
             Some(o) => (
                 o.actions
@@ -221,24 +263,62 @@ impl Bench<'_> {
         };
         Ok(RunData {
             round: sc.round,
-            load,
+            load: m.load,
             offered: sc.rate.map(|r| r as f64),
             window,
             hog_work,
-            db_died: redis.exited().map(exit_text),
+            hog_alone: None,
+            db_died: db.exited().map(exit_text),
             hog_fate,
             guard_actions,
             guard_cost_percent,
+            io,
         })
+    }
+
+    /// The hog alone (free, the database idle) for as long as a run: what the helper gets
+    /// when nothing protects anything, the yardstick of "protection, not starvation".
+    pub fn hog_alone(&mut self, kind: HogKind, round: usize, dir: &Path) -> Result<f64, String> {
+        check_interrupt()?;
+        self.say(format!("{} alone (round {})", kind.name(), round + 1));
+        let s = self.spec;
+        let sc = Sc {
+            kind,
+            bursty: false,
+            load: Load::Closed,
+            setup: Setup::Free,
+            round,
+            rate: None,
+            data_dir: dir,
+        };
+        let total = s.warmup + s.duration;
+        let h = self.hog_spec(&sc, total.as_secs_f64());
+        let hogs = Hogs::start(&s.exe, &h, &self.free)?;
+        let start = Instant::now();
+        while start.elapsed() < total {
+            if crate::stop::requested() {
+                break;
+            }
+            self.tick(start, total);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let (work, _) = hogs.finish();
+        check_interrupt()?;
+        if let Some(b) = &self.bar {
+            self.bar_base.set(self.bar_base.get() + total.as_secs());
+            b.set_position(self.bar_base.get());
+        }
+        Ok(work)
     }
 
     /// The guard's calibration: the load at `rate` with no hog, and the guard told to take
     /// a new baseline once the load runs; the guarded runs reuse it.
-    pub fn calibrate(&mut self, redis: &Redis, rate: u64) -> Result<(), String> {
+    pub fn calibrate(&mut self, db: &Server, rate: u64) -> Result<(), String> {
         let cal = self.spec.calibration;
         self.say(format!("calibrating the guard for {cal:?} at {rate} op/s"));
         let warm = Duration::from_secs(1);
-        let mut lg = self.loadgen_command(redis, Some(rate), warm, cal + Duration::from_secs(2));
+        db.before_run()?;
+        let mut lg = self.loadgen_command(db, Some(rate), warm, cal + Duration::from_secs(2));
         let files = self.fs.procs_files(&self.loadgen);
         let mut child = bulkhead::run::spawn_joined(&mut lg, &files)
             .map_err(|e| format!("cannot start the load generator: {e}"))?;
@@ -252,13 +332,39 @@ impl Bench<'_> {
         let st = child.wait().map_err(|e| e.to_string())?;
         g?.stop()?;
         if !st.success() {
+            check_interrupt()?;
             let (_, err) = outputs(&mut child);
-            return Err(format!(
-                "the load generator failed during calibration: {}",
-                err.trim()
+            return Err(failed(
+                "the load generator (calibrating the guard)",
+                st,
+                &err,
             ));
         }
         Ok(())
+    }
+}
+
+/// Why a child failed: how it ended (a signal says who may have sent it) and the last lines
+/// it wrote, never an empty reason.
+pub fn failed(who: &str, st: std::process::ExitStatus, stderr: &str) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let how = match st.signal() {
+        Some(libc::SIGKILL) => {
+            "was killed by SIGKILL (the OOM killer, or someone's kill -9)".to_string()
+        }
+        Some(libc::SIGINT) | Some(libc::SIGTERM) => format!(
+            "was stopped by signal {} (Ctrl-C or a kill from outside the bench)",
+            st.signal().unwrap_or(0)
+        ),
+        Some(s) => format!("was killed by signal {s}"),
+        None => format!("exited with status {}", st.code().unwrap_or(-1)),
+    };
+    let lines: Vec<&str> = stderr.trim().lines().collect();
+    let tail = lines[lines.len().saturating_sub(5)..].join("\n");
+    if tail.is_empty() {
+        format!("{who} {how} and printed no error")
+    } else {
+        format!("{who} {how}: {tail}")
     }
 }
 

@@ -45,9 +45,16 @@ fn row(o: &mut String, s: &ScenarioResult) {
             f.helper_share_of_idle * 100.0
         )
     };
+    let work = if s.setup == Setup::Baseline {
+        "-".to_string()
+    } else if f.hog_share_of_alone.is_finite() {
+        format!("{:.1} ({:.0}%)", f.hog_work, f.hog_share_of_alone * 100.0)
+    } else {
+        format!("{:.1}", f.hog_work)
+    };
     let _ = writeln!(
         o,
-        "{:<7} {:<11} {:>9} {:>6.3}{:<14} {:>6.3} {:>6.3} {:>8.2} {:>6.2}{:<14} {:>13} {:>8.0} {:>9.1}  {}",
+        "{:<7} {:<11} {:>9} {:>6.3}{:<14} {:>6.3} {:>6.3} {:>8.2} {:>6.2}{:<14} {:>13} {:>8.0} {:>15}  {}",
         s.load.label(),
         s.setup.name(),
         thousands(f.op_rate),
@@ -60,9 +67,22 @@ fn row(o: &mut String, s: &ScenarioResult) {
         range(s.rounds.iter().map(|r| r.p99_ratio)),
         helper,
         f.wait_per_run_us,
-        f.hog_work,
+        work,
         notes(s)
     );
+}
+
+/// Where the database waited, per scenario of one hog (the I/O hogs' diagnosis).
+fn waits(o: &mut String, list: &[&ScenarioResult]) {
+    if list.iter().all(|s| s.verdict.is_none()) {
+        return;
+    }
+    let _ = writeln!(o, "where the database waited (median round):");
+    for s in list {
+        if let Some(v) = &s.verdict {
+            let _ = writeln!(o, "  {:<7} {:<11} {v}", s.load.label(), s.setup.name());
+        }
+    }
 }
 
 /// Every hog's table, then the checks.
@@ -73,11 +93,15 @@ pub fn text(r: &Report) -> String {
         o,
         "Medians over {rounds} round(s), each paired with the same round's baseline at the same load ([min-max] over rounds).\n\
          iso: mean per second of operations done / offered (open loop) or / baseline rate (closed); p01 and min over the seconds. p99 x: against the baseline's p99 at the same load.\n\
-         helper: its CPUs, and in brackets its share of the CPU the baseline left idle. wait: the database threads' run-queue wait per run.\n"
+         helper: its CPUs, and in brackets its share of the CPU the baseline left idle. wait: the database threads' run-queue wait per run.\n\
+         hog work: the hog's own progress; for the I/O hogs in brackets its share of what it did alone (no database) in the same round.\n"
     );
     let mut hog = String::new();
+    let mut list: Vec<&ScenarioResult> = Vec::new();
     for s in &r.scenarios {
         if s.hog != hog {
+            waits(&mut o, &list);
+            list.clear();
             hog = s.hog.clone();
             let peak = r
                 .peaks
@@ -86,10 +110,13 @@ pub fn text(r: &Report) -> String {
                 .map_or(String::new(), |(_, p)| {
                     format!(", baseline peak {} op/s", thousands(*p))
                 });
-            let _ = writeln!(o, "\n{hog} hog{peak} (hog work in {})", s.hog_unit);
+            let what = super::HogKind::parse(hog.trim_end_matches("-bursty"))
+                .map(|k| format!(": {}", k.describe()))
+                .unwrap_or_default();
+            let _ = writeln!(o, "\n{hog} hog{what}{peak} (hog work in {})", s.hog_unit);
             let _ = writeln!(
                 o,
-                "{:<7} {:<11} {:>9} {:>6}{:<14} {:>6} {:>6} {:>8} {:>6}{:<14} {:>13} {:>8} {:>9}  notes",
+                "{:<7} {:<11} {:>9} {:>6}{:<14} {:>6} {:>6} {:>8} {:>6}{:<14} {:>13} {:>8} {:>15}  notes",
                 "load",
                 "setup",
                 "op/s",
@@ -106,7 +133,9 @@ pub fn text(r: &Report) -> String {
             );
         }
         row(&mut o, s);
+        list.push(s);
     }
+    waits(&mut o, &list);
     let _ = writeln!(o);
     o.push_str(&checks_text(&r.checks, &[]));
     o

@@ -43,10 +43,11 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 use crate::{LatencySummary, LoadResult};
 
 mod resp;
-mod stats;
+pub(crate) mod stats;
 
 use resp::{encode_get, encode_set, error_text, parse_reply, ReplyKind, SplitMix64};
-use stats::{Stats, HIST_MAX_US};
+pub(crate) use stats::Stats;
+use stats::HIST_MAX_US;
 
 /// How long [`run`] waits for its connections after the window ended before giving up on them.
 const GRACE: Duration = Duration::from_millis(500);
@@ -226,6 +227,23 @@ async fn run_async(spec: &LoadSpec, progress: &dyn Fn(f64)) -> Result<LoadResult
     progress(1.0);
 
     let duration_s = (stopped.min(end) - measure_start).as_secs_f64();
+    Ok(summarize(
+        &stats,
+        spec.connections,
+        spec.rate,
+        duration_s,
+        spec.duration,
+    ))
+}
+
+/// A load run's report from its merged statistics: open loop when a rate was asked for.
+pub(crate) fn summarize(
+    stats: &Stats,
+    connections: usize,
+    rate: Option<u64>,
+    duration_s: f64,
+    window: Duration,
+) -> LoadResult {
     let h = &stats.hist;
     let ms = |us: u64| us as f64 / 1000.0;
     let latency = if h.is_empty() {
@@ -240,15 +258,10 @@ async fn run_async(spec: &LoadSpec, progress: &dyn Fn(f64)) -> Result<LoadResult
             max_ms: ms(h.max()),
         }
     };
-    Ok(LoadResult {
-        mode: if spec.rate.is_some() {
-            "open"
-        } else {
-            "closed"
-        }
-        .to_string(),
-        connections: spec.connections,
-        target_rate: spec.rate,
+    LoadResult {
+        mode: if rate.is_some() { "open" } else { "closed" }.to_string(),
+        connections,
+        target_rate: rate,
         ops: stats.ops,
         gets: stats.gets,
         sets: stats.sets,
@@ -260,8 +273,8 @@ async fn run_async(spec: &LoadSpec, progress: &dyn Fn(f64)) -> Result<LoadResult
             0.0
         },
         latency,
-        seconds: seconds(&stats, spec.duration),
-    })
+        seconds: seconds(stats, window),
+    }
 }
 
 /// The whole seconds of the window (a last partial second is left out).

@@ -40,6 +40,10 @@ const BACKOFF_MIN: Duration = Duration::from_secs(2);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// A sideload moving less than this is not writing or reading enough to throttle.
 const IO_ACTIVE: f64 = 1024.0 * 1024.0;
+/// The share of its unthrottled I/O a throttled sideload keeps at least: protection, not
+/// starvation (and a throttled writer that the protected slice's journal commit waits for
+/// holds it up the less, the more it may write).
+pub const IO_KEEP: f64 = 0.25;
 
 /// What the controller works with (from the plan's `[guard]` and the host).
 #[derive(Debug, Clone)]
@@ -105,6 +109,11 @@ pub struct Harm {
     pub io: f64,
     pub memory: f64,
     pub probe: f64,
+    /// The share of the probe's harm put down to I/O (the rest to CPU and memory): the
+    /// protected slice's extra I/O stall over all its extra stall. A slow service whose
+    /// stall is CPU is not answered by throttling I/O, and the other way round.
+    #[serde(skip)]
+    pub probe_io: f64,
 }
 
 impl Harm {
@@ -113,16 +122,17 @@ impl Harm {
         [
             (self.cpu, "cpu"),
             (self.memory, "memory"),
-            (self.probe, "probe"),
+            (self.probe * (1.0 - self.probe_io), "probe"),
         ]
         .into_iter()
         .fold((f64::MIN, "cpu"), |a, b| if b.0 > a.0 { b } else { a })
     }
     fn io_side(&self) -> (f64, &'static str) {
-        if self.io >= self.probe {
+        let probe = self.probe * self.probe_io;
+        if self.io >= probe {
             (self.io, "io")
         } else {
-            (self.probe, "probe")
+            (probe, "probe")
         }
     }
     fn ewma(&mut self, x: &Harm, alpha: f64) {
@@ -131,6 +141,7 @@ impl Harm {
         m(&mut self.io, x.io);
         m(&mut self.memory, x.memory);
         m(&mut self.probe, x.probe);
+        m(&mut self.probe_io, x.probe_io);
     }
 }
 
@@ -157,6 +168,10 @@ struct Side {
     refreeze_at: Duration,
     /// The most I/O seen from it while not limited.
     io_peak: f64,
+    /// Its I/O limit when the current I/O episode began, and the harm then.
+    io_episode: Option<(Option<u64>, f64)>,
+    /// Since when its I/O limit is at its floor.
+    io_floor_since: Option<Duration>,
     last_release_log: Duration,
 }
 
@@ -178,6 +193,9 @@ pub struct Controller {
     now: Duration,
     next_cut: Duration,
     next_io_cut: Duration,
+    /// No I/O cuts before this (after cuts that did not help), and the next back-off.
+    io_backoff_until: Duration,
+    io_backoff: Duration,
     last_cut: Duration,
     /// Since when both harms are below EXIT.
     calm_since: Option<Duration>,
@@ -200,6 +218,8 @@ impl Controller {
             now: Duration::ZERO,
             next_cut: Duration::ZERO,
             next_io_cut: Duration::ZERO,
+            io_backoff_until: Duration::ZERO,
+            io_backoff: BACKOFF_MIN,
             last_cut: Duration::ZERO,
             calm_since: None,
             episode: None,
@@ -255,11 +275,19 @@ impl Controller {
             (Some(ms), Some(base)) => ((ms - base) / (base + 1.0)).max(0.0),
             _ => 0.0,
         };
+        let (cpu, io, memory) = (
+            over(r.cpu, b.cpu),
+            over(r.io, b.io),
+            over(r.memory, b.memory),
+        );
+        // With no extra stall anywhere the probe's harm is CPU's, as before I/O was weighed.
+        let extra = cpu + io + memory;
         Harm {
-            cpu: over(r.cpu, b.cpu),
-            io: over(r.io, b.io),
-            memory: over(r.memory, b.memory),
+            cpu,
+            io,
+            memory,
             probe,
+            probe_io: if extra > 0.05 { io / extra } else { 0.0 },
         }
     }
 
@@ -279,6 +307,7 @@ impl Controller {
             self.cut_io(r, &mut acts);
         }
         self.judge(&mut acts);
+        self.judge_io(&mut acts);
         self.release(r, &mut acts);
         (self.throttles(), acts)
     }
@@ -323,6 +352,13 @@ impl Controller {
         if calm && self.episode.take().is_some() {
             // The cuts helped: the next episode starts without back-off.
             self.backoff = BACKOFF_MIN;
+        }
+        if calm {
+            for side in &mut self.sides {
+                if side.io_episode.take().is_some() {
+                    self.io_backoff = BACKOFF_MIN;
+                }
+            }
         }
     }
 
@@ -458,9 +494,18 @@ impl Controller {
         }
     }
 
+    /// A sideload's I/O floor: the settings' floor, or [`IO_KEEP`] of its peak if more.
+    fn io_floor_of(&self, i: usize) -> u64 {
+        (self.sides[i].io_peak * IO_KEEP).max(self.s.io_floor as f64) as u64
+    }
+
     fn cut_io(&mut self, r: &Reading, acts: &mut Vec<Action>) {
         let drive = self.fast.io_side();
-        if !self.s.can_io || drive.0 < ENTER || self.now < self.next_io_cut {
+        if !self.s.can_io
+            || drive.0 < ENTER
+            || self.now < self.next_io_cut
+            || self.now < self.io_backoff_until
+        {
             return;
         }
         let why = format!(
@@ -474,11 +519,14 @@ impl Controller {
             if rate < IO_ACTIVE && limit.is_none() {
                 continue;
             }
+            let floor = self.io_floor_of(i);
             let now = limit.map_or(f64::MAX, |b| b as f64);
-            let b = ((now.min(rate.max(self.s.io_floor as f64)) * 0.5) as u64).max(self.s.io_floor);
+            let b = ((now.min(rate.max(floor as f64)) * 0.5) as u64).max(floor);
             if Some(b) != limit {
                 self.start_episode(drive.0);
-                self.sides[i].t.io_bps = Some(b);
+                let side = &mut self.sides[i];
+                side.io_episode.get_or_insert((limit, drive.0));
+                side.t.io_bps = Some(b);
                 self.act(acts, i, "io", drive, why.clone());
                 cut = true;
             }
@@ -486,6 +534,45 @@ impl Controller {
         if cut {
             self.last_cut = self.now;
             self.next_io_cut = self.now + self.s.period * CUT_GAP;
+        }
+    }
+
+    /// PARTIES for I/O: a sideload held at its I/O floor for [`JUDGE`] periods while the I/O
+    /// harm has not come down is not what the protected slice waits for (or throttling it
+    /// holds the protected slice up: a journal commit waiting for the throttled writer's
+    /// data), so its I/O limit goes back to where the episode began and I/O cuts back off.
+    fn judge_io(&mut self, acts: &mut Vec<Action>) {
+        let harm = self.fast.io_side().0;
+        for i in 0..self.sides.len() {
+            let at_floor = self.sides[i]
+                .t
+                .io_bps
+                .is_some_and(|b| b <= self.io_floor_of(i));
+            if !at_floor {
+                self.sides[i].io_floor_since = None;
+                continue;
+            }
+            let since = *self.sides[i].io_floor_since.get_or_insert(self.now);
+            let Some((before, at_start)) = self.sides[i].io_episode else {
+                continue;
+            };
+            if self.now < since + self.s.period * JUDGE
+                || harm < ENTER * 0.9
+                || harm < 0.8 * at_start
+            {
+                continue;
+            }
+            let side = &mut self.sides[i];
+            side.t.io_bps = before;
+            side.io_episode = None;
+            side.io_floor_since = None;
+            self.io_backoff_until = self.now + self.io_backoff;
+            let why = format!(
+                "holding its I/O at the floor did not lower the I/O stall ({harm:.1}x): it is not the cause; no I/O cuts for {:?}",
+                self.io_backoff
+            );
+            self.io_backoff = (self.io_backoff * 2).min(BACKOFF_MAX);
+            self.act(acts, i, "revert", (harm, "judge"), why);
         }
     }
 
