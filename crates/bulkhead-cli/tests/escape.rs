@@ -12,6 +12,8 @@ pub fn bin() -> std::ffi::OsString {
 
 #[path = "escape/exporter.rs"]
 mod exporter;
+#[path = "escape/guard_log.rs"]
+mod guard_log;
 #[path = "escape/input.rs"]
 mod input;
 #[path = "escape/paths.rs"]

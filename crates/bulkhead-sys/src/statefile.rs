@@ -113,8 +113,29 @@ pub fn open_lock(path: &Path, mode: u32) -> io::Result<File> {
 /// regular file of root's (or this process's user's) with one link: a file another user made
 /// there, or a hard link to some other file, is refused rather than written to.
 pub fn open_append_log(path: &Path) -> io::Result<File> {
-    let fd = rustix::fs::open(
-        path,
+    // The directory by the host path rule (no link another user owns on the way: such a link
+    // in a parent could point the log at /etc), the file relative to it, never through a link.
+    let (dir, name) = match (path.parent(), path.file_name()) {
+        (Some(d), Some(n)) => (
+            if d.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                d
+            },
+            n,
+        ),
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "is not a file's path: give the path of a file in a directory root owns",
+            ))
+        }
+    };
+    let dir = crate::hostpath::HostPath::open(dir)
+        .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()))?;
+    let fd = rustix::fs::openat(
+        dir.fd(),
+        name,
         OFlags::WRONLY
             | OFlags::APPEND
             | OFlags::CREATE
@@ -123,7 +144,14 @@ pub fn open_append_log(path: &Path) -> io::Result<File> {
             | OFlags::NOCTTY
             | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o640),
-    )?;
+    )
+    .map_err(|e| match e {
+        rustix::io::Errno::LOOP => io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "is a symbolic link: a log is never written through one (give the file's own path)",
+        ),
+        e => e.into(),
+    })?;
     let st = rustix::fs::fstat(&fd)?;
     if let Some(e) = not_regular(&st) {
         return Err(e);
