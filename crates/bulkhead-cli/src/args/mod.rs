@@ -139,9 +139,10 @@ pub enum Command {
     /// Serve the slices' metrics for Prometheus: GET /metrics over HTTP
     #[command(
         long_about = "Serve what `status` knows as Prometheus text exposition: GET /metrics over \
-HTTP (HEAD too; every other path is 404). Each scrape reads the slices under the cgroup root \
-afresh. Metrics a hierarchy cannot give are left out, never reported as 0. Requests are limited \
-(8 connections, 8 KiB heads, 10 s); listen on loopback or a private address."
+HTTP (HEAD too; every other path is 404). Scrapes within a second share one page read from the \
+slices under the cgroup root. Metrics a hierarchy cannot give are left out, never reported as 0. \
+Requests are limited (4 connections per client, 64 in all, the head within 2 s and 8 KiB, 10 s \
+in all); listen on loopback or a private address."
     )]
     Exporter(ExporterArgs),
     /// Remove the plan's slices, children first
