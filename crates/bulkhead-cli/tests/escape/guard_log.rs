@@ -83,7 +83,7 @@ fn attempt(cmd: &dyn Fn() -> Command, log: &Path, victim: &Path) {
     let mut guard = cmd()
         .arg("guard")
         .arg("--log")
-        .arg(&log)
+        .arg(log)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
