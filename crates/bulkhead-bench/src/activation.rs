@@ -11,6 +11,7 @@
 //!    mode) and through systemd-socket-proxyd (started by systemd-socket-activate), in
 //!    rotated order each round.
 
+use crate::stats;
 use serde::Serialize;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -55,13 +56,7 @@ pub struct Dist {
 impl Dist {
     fn new(name: &str, mut samples: Vec<f64>) -> Dist {
         samples.sort_by(|a, b| a.total_cmp(b));
-        let q = |f: f64| {
-            if samples.is_empty() {
-                f64::NAN
-            } else {
-                samples[((samples.len() - 1) as f64 * f).round() as usize]
-            }
-        };
+        let q = |f: f64| stats::rank(&samples, f);
         Dist {
             name: name.into(),
             n: samples.len(),

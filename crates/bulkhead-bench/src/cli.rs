@@ -5,6 +5,7 @@ use bulkhead::cgroup::{Backend, CgroupFs, Layout};
 use bulkhead::error::{Diagnostic, Error, Result};
 use bulkhead::host::Host;
 use bulkhead::plan::Plan;
+use bulkhead_bench::stats;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -948,27 +949,6 @@ fn hog(h: &HogCmd) -> Result<i32> {
     Ok(0)
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-fn pct(v: &[f64], p: f64) -> f64 {
-    // v sorted
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v[((v.len() - 1) as f64 * p).round() as usize]
-}
-
 fn time_once(cmd: &mut Command) -> std::io::Result<Duration> {
     let t = Instant::now();
     let st = cmd.stdin(Stdio::null()).stdout(Stdio::null()).status()?;
@@ -1096,8 +1076,8 @@ fn run_overhead(cli: &Cli, a: &RunBench) -> Result<i32> {
         }
         use std::io::Write as _;
         let _ = std::io::stderr().flush();
-        let base = median(&mut samples[0].clone());
-        let wrapper = median(&mut samples[1].clone());
+        let base = stats::median(&samples[0]);
+        let wrapper = stats::median(&samples[1]);
         let mut rows = Vec::new();
         println!(
             "{:<42} {:>10} {:>10} {:>8} {:>11} {:>13}",
@@ -1105,8 +1085,9 @@ fn run_overhead(cli: &Cli, a: &RunBench) -> Result<i32> {
         );
         for (i, (label, _)) in peers.iter().enumerate() {
             let mut v = samples[i].clone();
-            let m = median(&mut v);
-            let p90 = pct(&v, 0.9);
+            v.sort_by(f64::total_cmp);
+            let m = stats::median(&v);
+            let p90 = stats::rank(&v, 0.9);
             println!(
                 "{label:<42} {m:>10.3} {p90:>10.3} {:>8.2} {:>8.3} ms {:>10.3} ms",
                 m / base,

@@ -13,6 +13,7 @@
 //! at the end, on error and on Ctrl-C.
 
 use crate::env::Env;
+use crate::stats;
 use bulkhead_agent::conditions::{condition, APPLIED, DEGRADED, DRIFTED};
 use bulkhead_agent::crd::{BulkheadNode, BulkheadNodeStatus, PlanReport, SliceFigures};
 use bulkhead_agent::report::{meta_body, status_body, summary, MANAGER};
@@ -179,13 +180,6 @@ pub fn bulkhead_series(line: &str) -> bool {
     ["nodes", "bulkheadplans", "bulkheadnodes"]
         .iter()
         .any(|r| line.contains(&format!("resource=\"{r}\"")))
-}
-
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
 /// A node's report as the agent makes it: one Applied plan, 3 conditions, 3 slices' figures.
@@ -762,8 +756,8 @@ async fn run_async(spec: &Spec, env: &Env) -> Result<Report, String> {
             concurrency: c,
             object_bytes: object_bytes(&shared, "fleet").await?,
             round: round_figures(m, &lat, errors, secs, te.cost_since(before)),
-            last100_p50_ms: percentile(&last, 0.5),
-            last100_p99_ms: percentile(&last, 0.99),
+            last100_p50_ms: stats::at_rank(&last, 0.5).unwrap_or(0.0),
+            last100_p99_ms: stats::at_rank(&last, 0.99).unwrap_or(0.0),
         });
     }
 
@@ -967,8 +961,8 @@ async fn agent_phase(
         changes: spec.changes,
         cpu_ms_per_change: (cc1 - cc0) * 1e3 / k,
         requests_per_change: ours_changes.max(0.0) / k,
-        change_to_report_p50_ms: percentile(&lat, 0.5),
-        change_to_report_max_ms: percentile(&lat, 1.0),
+        change_to_report_p50_ms: stats::at_rank(&lat, 0.5).unwrap_or(0.0),
+        change_to_report_max_ms: stats::at_rank(&lat, 1.0).unwrap_or(0.0),
     })
 }
 

@@ -66,5 +66,6 @@ pub mod postgres;
 pub mod redis;
 pub mod report;
 pub mod spawn;
+pub mod stats;
 pub mod stop;
 pub mod tlb;

@@ -3,6 +3,7 @@
 //! with N slices under a cgroup root of the bench's own, removed at the end.
 
 use crate::env::Env;
+use crate::stats;
 use bulkhead::actions::{metrics, Context};
 use bulkhead::cgroup::{Backend, CgroupFs, Choice};
 use bulkhead::host::Host;
@@ -33,10 +34,6 @@ pub fn slices_plan(n: usize) -> String {
             format!("[slice.bmetrics{i}]\nCPUWeight = 100\nMemoryMax = \"1G\"\nTasksMax = 512\n")
         })
         .collect()
-}
-
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
 pub fn run(spec: &Spec) -> Result<Report, String> {
@@ -86,8 +83,8 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
         scrapes: spec.scrapes,
         series,
         bytes: first.len(),
-        median_ms: percentile(&ms, 0.5),
-        p99_ms: percentile(&ms, 0.99),
-        max_ms: percentile(&ms, 1.0),
+        median_ms: stats::rank(&ms, 0.5),
+        p99_ms: stats::rank(&ms, 0.99),
+        max_ms: stats::rank(&ms, 1.0),
     })
 }

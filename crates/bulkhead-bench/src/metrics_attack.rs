@@ -7,6 +7,7 @@
 //! attacker got. Each exporter can be run under a CPU quota, as the packaged unit runs it.
 
 use crate::env::Env;
+use crate::stats;
 use bulkhead::cgroup::{Backend, CgroupFs, Placement};
 use bulkhead::host::Host;
 use bulkhead::plan::{Plan, SliceName};
@@ -263,15 +264,6 @@ fn one(
     Ok((ms, cpus, per_s(got.flood_pages), per_s(got.opened)))
 }
 
-fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
-    (!sorted.is_empty()).then(|| sorted[((sorted.len() - 1) as f64 * q).round() as usize])
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    percentile(&v, 0.5).unwrap_or(0.0)
-}
-
 pub fn run(spec: &Spec) -> Result<Report, String> {
     if spec.slices == 0 || spec.scrapes == 0 || spec.rounds == 0 {
         return Err("--slices, --scrapes and --rounds must be at least 1".into());
@@ -335,12 +327,15 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
                 scenario: scenario.to_string(),
                 scrapes: spec.scrapes * spec.rounds,
                 ok: ms.len(),
-                median_ms: percentile(&ms, 0.5),
-                p99_ms: percentile(&ms, 0.99),
-                max_ms: percentile(&ms, 1.0),
-                exporter_cpus: median(r.iter().map(|x| x.1).collect()),
-                flood_pages_per_s: median(r.iter().map(|x| x.2).collect()),
-                attacker_connects_per_s: median(r.iter().map(|x| x.3).collect()),
+                median_ms: stats::at_rank(&ms, 0.5),
+                p99_ms: stats::at_rank(&ms, 0.99),
+                max_ms: stats::at_rank(&ms, 1.0),
+                exporter_cpus: stats::at_rank_of(r.iter().map(|x| x.1).collect(), 0.5)
+                    .unwrap_or(0.0),
+                flood_pages_per_s: stats::at_rank_of(r.iter().map(|x| x.2).collect(), 0.5)
+                    .unwrap_or(0.0),
+                attacker_connects_per_s: stats::at_rank_of(r.iter().map(|x| x.3).collect(), 0.5)
+                    .unwrap_or(0.0),
             });
         }
     }

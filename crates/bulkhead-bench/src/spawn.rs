@@ -9,6 +9,7 @@
 //! first `slow_runs` rounds only. Everything made is recorded and removed (see [`crate::env`]).
 
 use crate::env::Env;
+use crate::stats;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -118,14 +119,6 @@ fn tree_size(p: &Path) -> (u64, u64) {
         }
     }
     (bytes, files)
-}
-
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
-    sorted[i]
 }
 
 struct Planned {
@@ -437,9 +430,9 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
                 name: p.name.clone(),
                 group: p.group.clone(),
                 command: p.argv.clone(),
-                median_ms: percentile(&s, 0.5),
-                p10_ms: percentile(&s, 0.1),
-                p90_ms: percentile(&s, 0.9),
+                median_ms: stats::rank(&s, 0.5),
+                p10_ms: stats::rank(&s, 0.1),
+                p90_ms: stats::rank(&s, 0.9),
                 samples_ms: raw,
                 failures: f,
             }

@@ -18,6 +18,7 @@
 use crate::env::Env;
 use crate::loadgen::{self, LoadSpec};
 use crate::redis::{self, Redis};
+use crate::stats;
 use serde::Serialize;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -412,22 +413,6 @@ fn measure(t: &Table, row: usize, threads: usize, d: Duration, seed: u64) -> f64
     })
 }
 
-fn sorted(v: &[f64]) -> Vec<f64> {
-    let mut s: Vec<f64> = v.iter().cloned().filter(|x| x.is_finite()).collect();
-    s.sort_by(|a, b| a.total_cmp(b));
-    s
-}
-
-fn quantile(v: &[f64], q: f64) -> f64 {
-    let s = sorted(v);
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    let pos = (s.len() - 1) as f64 * q;
-    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
-    s[lo] + (s[hi] - s[lo]) * (pos - lo as f64)
-}
-
 fn machine() -> String {
     let m = bulkhead::host::hugepages::meminfo(&bulkhead::hugepages::Paths::default());
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -626,12 +611,12 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
                 threads: *threads,
                 backing: b.name().into(),
                 rates: r.clone(),
-                median_rate: quantile(r, 0.5),
-                ratio_median: quantile(&ratios, 0.5),
-                ratio_min: quantile(&ratios, 0.0),
-                ratio_max: quantile(&ratios, 1.0),
-                ratio_p25: quantile(&ratios, 0.25),
-                ratio_p75: quantile(&ratios, 0.75),
+                median_rate: stats::interpolated(r, 0.5),
+                ratio_median: stats::interpolated(&ratios, 0.5),
+                ratio_min: stats::interpolated(&ratios, 0.0),
+                ratio_max: stats::interpolated(&ratios, 1.0),
+                ratio_p25: stats::interpolated(&ratios, 0.25),
+                ratio_p75: stats::interpolated(&ratios, 0.75),
                 ratios,
             });
         }
@@ -836,10 +821,10 @@ impl RedisRun {
         for v in &mut self.variants {
             let n = v.op_rates.len().min(base.len());
             v.ratios = (0..n).map(|i| v.op_rates[i] / base[i]).collect();
-            v.median_op_rate = quantile(&v.op_rates, 0.5);
-            v.ratio_median = quantile(&v.ratios, 0.5);
-            v.ratio_min = quantile(&v.ratios, 0.0);
-            v.ratio_max = quantile(&v.ratios, 1.0);
+            v.median_op_rate = stats::interpolated(&v.op_rates, 0.5);
+            v.ratio_median = stats::interpolated(&v.ratios, 0.5);
+            v.ratio_min = stats::interpolated(&v.ratios, 0.0);
+            v.ratio_max = stats::interpolated(&v.ratios, 1.0);
         }
         let server = redis::find_server()
             .and_then(|s| std::process::Command::new(s).arg("--version").output().ok())
@@ -878,12 +863,15 @@ fn pct(v: &[f64]) -> String {
     if v.is_empty() {
         return "-".into();
     }
-    let lo = quantile(v, 0.0) * 100.0;
-    let hi = quantile(v, 1.0) * 100.0;
+    let lo = stats::interpolated(v, 0.0) * 100.0;
+    let hi = stats::interpolated(v, 1.0) * 100.0;
     if (hi - lo).abs() < 0.5 {
-        format!("{:.0}%", quantile(v, 0.5) * 100.0)
+        format!("{:.0}%", stats::interpolated(v, 0.5) * 100.0)
     } else {
-        format!("{:.0}% [{lo:.0}-{hi:.0}%]", quantile(v, 0.5) * 100.0)
+        format!(
+            "{:.0}% [{lo:.0}-{hi:.0}%]",
+            stats::interpolated(v, 0.5) * 100.0
+        )
     }
 }
 
@@ -1108,13 +1096,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quantiles_and_backings() {
-        let v = [1.0, 3.0, 2.0, 4.0];
-        assert_eq!(quantile(&v, 0.5), 2.5);
-        assert_eq!(quantile(&v, 0.0), 1.0);
-        assert_eq!(quantile(&v, 1.0), 4.0);
-        assert_eq!(quantile(&[f64::NAN, 2.0], 0.5), 2.0);
-        assert!(quantile(&[], 0.5).is_nan());
+    fn backings() {
         assert_eq!(Backing::parse("thp").unwrap(), Backing::Thp);
         assert_eq!(Backing::parse("4k").unwrap(), Backing::Base);
         assert!(Backing::parse("3M").is_err());

@@ -721,7 +721,7 @@ command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{d
     let mut cmd = Command::new(activate);
     cmd.arg("-l")
         .arg(format!("127.0.0.1:{port}"))
-        .arg(common::serve::bin())
+        .arg(common::bin())
         .arg("-c")
         .arg(&plan)
         .arg("serve")
@@ -754,7 +754,7 @@ command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{d
     let mut cmd = Command::new(activate);
     cmd.args(["-l", &format!("127.0.0.1:{port}")])
         .args(["-l", &format!("127.0.0.1:{stray}")])
-        .arg(common::serve::bin())
+        .arg(common::bin())
         .arg("-c")
         .arg(&plan)
         .arg("serve")

@@ -4,12 +4,6 @@
 
 mod common;
 
-/// The bulkhead binary under attack: this build's, or another build given by
-/// `BULKHEAD_UNDER_TEST=/path/to/bulkhead` (to show that an older one falls to the attacks).
-pub fn bin() -> std::ffi::OsString {
-    std::env::var_os("BULKHEAD_UNDER_TEST").unwrap_or_else(|| env!("CARGO_BIN_EXE_bulkhead").into())
-}
-
 #[path = "escape/exporter.rs"]
 mod exporter;
 #[path = "escape/guard_log.rs"]

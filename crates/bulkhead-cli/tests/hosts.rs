@@ -30,25 +30,6 @@ mod sandbox;
 #[path = "hosts/systemd.rs"]
 mod systemd;
 
-/// The bulkhead binary: `BULKHEAD_UNDER_TEST`, else this build's, else the one beside this
-/// test binary (in a guest the build's absolute path does not exist, the target dir is
-/// mounted at /mnt/target).
-pub fn bin() -> std::ffi::OsString {
-    if let Some(b) = std::env::var_os("BULKHEAD_UNDER_TEST") {
-        return b;
-    }
-    let built = std::path::Path::new(env!("CARGO_BIN_EXE_bulkhead"));
-    if built.exists() {
-        return built.into();
-    }
-    std::env::current_exe()
-        .ok()
-        .and_then(|e| Some(e.parent()?.parent()?.join("bulkhead")))
-        .filter(|p| p.exists())
-        .map(Into::into)
-        .unwrap_or_else(|| built.into())
-}
-
 /// One check at a time: they measure shared CPUs and disks.
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());

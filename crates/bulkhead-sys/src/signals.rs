@@ -4,6 +4,19 @@
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
+/// The signals bulkhead passes on to what it supervises (a sandbox, a `run` service): those
+/// of a user or a service manager asking it to stop, reload or report, and window size
+/// changes. (`run --hugepages` forwards its own shorter list.)
+pub const FORWARDED: &[libc::c_int] = &[
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+];
+
 /// The write end of the pipe the handler writes signal numbers to.
 static PIPE: AtomicI32 = AtomicI32::new(-1);
 

@@ -10,6 +10,7 @@ use super::diag::IoWindow;
 use super::sampler::Window;
 use super::{Load, Setup};
 use crate::report::Check;
+use crate::stats::{median, quantile};
 use crate::LoadResult;
 use serde::{Deserialize, Serialize};
 
@@ -95,31 +96,6 @@ pub struct ScenarioResult {
     pub db_died: Option<String>,
     pub hog_fate: Option<String>,
     pub runs: Vec<RunData>,
-}
-
-/// The `q` quantile (0..1) of `v` by nearest rank; NaN when empty.
-pub fn quantile(v: &[f64], q: f64) -> f64 {
-    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    s.sort_by(f64::total_cmp);
-    let i = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1;
-    s[i]
-}
-
-pub fn median(v: &[f64]) -> f64 {
-    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
 }
 
 /// Per-second isolation and p99 ratio of a run against its baseline.
@@ -536,14 +512,5 @@ mod tests {
         assert!((s.rounds[0].isolation_mean - 0.5).abs() < 1e-9);
         assert!((s.rounds[1].isolation_mean - 1.0).abs() < 1e-9);
         assert!((s.median.isolation_mean - 0.75).abs() < 1e-9);
-    }
-
-    #[test]
-    fn quantiles() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(quantile(&v, 0.01), 1.0);
-        assert_eq!(quantile(&v, 0.5), 50.0);
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert!(median(&[]).is_nan());
     }
 }

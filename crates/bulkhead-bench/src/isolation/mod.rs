@@ -198,6 +198,18 @@ pub const BURST: (f64, f64) = (3.0, 4.0);
 /// The open load the bursty hog and the guard's calibration run at.
 pub const REFERENCE_LOAD: Load = Load::Open(80);
 
+/// One scenario to run (the group builds it, `scenario.rs` runs it).
+pub(crate) struct Sc<'a> {
+    pub kind: HogKind,
+    pub bursty: bool,
+    pub load: Load,
+    pub setup: Setup,
+    pub round: usize,
+    /// ops/s for an open load.
+    pub rate: Option<u64>,
+    pub data_dir: &'a Path,
+}
+
 pub struct Spec {
     pub db: db::DbKind,
     pub hogs: Vec<HogKind>,

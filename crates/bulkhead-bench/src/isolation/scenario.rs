@@ -9,7 +9,7 @@ use super::group::Bench;
 use super::guarded::GuardProc;
 use super::hogs::{exit_text, HogSpec, Hogs};
 use super::sampler::Sampler;
-use super::{check_interrupt, HogKind, Load, Setup, STATIC_QUOTA};
+use super::{check_interrupt, HogKind, Load, Sc, Setup, STATIC_QUOTA};
 use crate::LoadResult;
 use bulkhead::plan::{CpuMax, CpuWeight, ResolvedPlan};
 use bulkhead::sys::process::unix_now;
@@ -17,18 +17,6 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-
-/// What to run.
-pub struct Sc<'a> {
-    pub kind: HogKind,
-    pub bursty: bool,
-    pub load: Load,
-    pub setup: Setup,
-    pub round: usize,
-    /// ops/s for an open load.
-    pub rate: Option<u64>,
-    pub data_dir: &'a Path,
-}
 
 /// What [`Bench::run_load`] measured.
 struct LoadRun<'a> {

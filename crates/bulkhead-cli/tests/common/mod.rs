@@ -182,6 +182,26 @@ impl Drop for TestRoot {
     }
 }
 
+/// The bulkhead binary: `BULKHEAD_UNDER_TEST` (the escape suite takes an older build there,
+/// to show it falling to the attacks), else this build's, else the one beside this test
+/// binary (in a `scripts/vmhost` guest the build's absolute path does not exist, the target
+/// dir is mounted at /mnt/target).
+pub fn bin() -> std::ffi::OsString {
+    if let Some(b) = std::env::var_os("BULKHEAD_UNDER_TEST") {
+        return b;
+    }
+    let built = std::path::Path::new(env!("CARGO_BIN_EXE_bulkhead"));
+    if built.exists() {
+        return built.into();
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|e| Some(e.parent()?.parent()?.join("bulkhead")))
+        .filter(|p| p.exists())
+        .map(Into::into)
+        .unwrap_or_else(|| built.into())
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -97,14 +97,8 @@ pub fn free_port() -> u16 {
     panic!("no free port between 20000 and 32000");
 }
 
-/// The bulkhead binary: this build's, or another given by `BULKHEAD_UNDER_TEST` (as the
-/// escape suite takes it, to show an older build falling to the attacks).
-pub fn bin() -> std::ffi::OsString {
-    std::env::var_os("BULKHEAD_UNDER_TEST").unwrap_or_else(|| env!("CARGO_BIN_EXE_bulkhead").into())
-}
-
 pub fn bulkhead() -> Command {
-    let mut c = Command::new(bin());
+    let mut c = Command::new(super::bin());
     c.env_remove("BULKHEAD_CONFIG")
         .env_remove("BULKHEAD_CGROUP_ROOT")
         .env_remove("NOTIFY_SOCKET");

@@ -36,7 +36,7 @@ impl Exporter {
             .output()
             .unwrap();
         assert!(o.status.success(), "apply: {}", crate::common::stderr(&o));
-        let mut child = Command::new(crate::bin())
+        let mut child = Command::new(crate::common::bin())
             .env("BULKHEAD_CGROUP_ROOT", &t.cgroup)
             .env_remove("BULKHEAD_CONFIG")
             .arg("-c")

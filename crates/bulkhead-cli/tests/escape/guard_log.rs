@@ -32,7 +32,7 @@ calibration = "1s"
     );
     let state = t.plan_dir.join("guard-state");
     let cmd = || {
-        let mut c = Command::new(crate::bin());
+        let mut c = Command::new(crate::common::bin());
         c.env("BULKHEAD_CGROUP_ROOT", &t.cgroup)
             .env("BULKHEAD_GUARD_DIR", &state)
             .env_remove("BULKHEAD_CONFIG")

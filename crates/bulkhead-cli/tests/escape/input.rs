@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 const HUGE: &str = "99999999999999999999d";
 
-fn bin() -> Command {
-    let mut c = Command::new(crate::bin());
+fn command() -> Command {
+    let mut c = Command::new(crate::common::bin());
     c.env_remove("BULKHEAD_CONFIG").stdin(Stdio::null());
     c
 }
@@ -71,7 +71,7 @@ fn refused(what: &str, o: &Output, wants: &[&str]) {
 /// `plan show` reads, checks and resolves a plan and touches no cgroup.
 fn plan_show(name: &str, text: &str, wants: &[&str]) {
     let p = plan_file(name, text);
-    let mut c = bin();
+    let mut c = command();
     c.arg("-c").arg(&p).args(["plan", "show"]);
     let o = run(c);
     let _ = std::fs::remove_file(&p);
@@ -115,7 +115,7 @@ fn socket_idle_timeout_of_a_huge_span() {
     );
     // serve reads the same plan before it listens on anything.
     let p = plan_file("idle-timeout-serve", &text);
-    let mut c = bin();
+    let mut c = command();
     c.arg("-c").arg(&p).arg("serve");
     let o = run(c);
     let _ = std::fs::remove_file(&p);
@@ -129,7 +129,7 @@ fn socket_idle_timeout_of_a_huge_span() {
 #[test]
 fn spawn_timeout_of_a_huge_span() {
     for opt in ["--timeout", "--stop-timeout"] {
-        let mut c = bin();
+        let mut c = command();
         c.args(["spawn", "-D", "/", opt, HUGE, "--", "/bin/true"]);
         let o = run(c);
         refused(&format!("spawn {opt} {HUGE}"), &o, &[opt, "100 years"]);
@@ -178,7 +178,7 @@ fn other_hostile_values() {
         ("--memory", "99999999999999999999E"),
         ("--cpus", "4294967295"),
     ] {
-        let mut c = bin();
+        let mut c = command();
         c.args(["plan", "show", opt, value]);
         let o = run(c);
         refused(&format!("plan show {opt} {value}"), &o, &[opt]);

@@ -32,7 +32,7 @@ fn python_ok() -> bool {
 }
 
 fn bulkhead() -> Command {
-    let mut c = Command::new(crate::bin());
+    let mut c = Command::new(crate::common::bin());
     c.env_remove("BULKHEAD_CONFIG")
         .env_remove("BULKHEAD_CGROUP_ROOT")
         .stdin(Stdio::null());

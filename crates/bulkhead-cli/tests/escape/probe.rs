@@ -72,7 +72,7 @@ probe = "redis:127.0.0.1:{port}"
     }
 
     fn cmd(&self) -> Command {
-        let mut c = Command::new(crate::bin());
+        let mut c = Command::new(crate::common::bin());
         c.env("BULKHEAD_CGROUP_ROOT", &self.t.cgroup)
             .env("BULKHEAD_GUARD_DIR", &self.state)
             .env_remove("BULKHEAD_CONFIG")

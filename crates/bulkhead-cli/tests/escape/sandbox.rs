@@ -49,7 +49,7 @@ impl Drop for Scratch {
 }
 
 fn bulkhead() -> Command {
-    let mut c = Command::new(crate::bin());
+    let mut c = Command::new(crate::common::bin());
     c.env_remove("BULKHEAD_CONFIG")
         .env_remove("BULKHEAD_CGROUP_ROOT");
     c
@@ -413,7 +413,7 @@ fn sandboxes_cannot_type_into_the_callers_terminal() {
     for seccomp in ["--seccomp=yes", "--seccomp=no"] {
         let inner = format!(
             "{} spawn -D {} --bind /usr:/usr:ro {seccomp} -- /usr/bin/python3 -c \"{}\"",
-            crate::bin().to_string_lossy(),
+            crate::common::bin().to_string_lossy(),
             s.root(),
             probe.replace('"', "\\\"")
         );
@@ -456,7 +456,7 @@ fn private_users_mounts_never_reach_the_host_namespace() {
                  grep -c ' {d}' /proc/self/mountinfo",
                 d = s.dir.display(),
                 r = s.root(),
-                bin = crate::bin().to_string_lossy(),
+                bin = crate::common::bin().to_string_lossy(),
             );
             let o = Command::new("unshare")
                 .args([

@@ -538,7 +538,7 @@ command = ["{PY}", "{script}"]
     );
     let mut cmd = std::process::Command::new("sh");
     cmd.args(["-c", "ulimit -S -n 1024 && exec \"$@\"", "sh"])
-        .arg(crate::common::serve::bin())
+        .arg(crate::common::bin())
         .arg("-c")
         .arg(&plan)
         .arg("serve")

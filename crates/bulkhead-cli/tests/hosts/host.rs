@@ -135,7 +135,7 @@ impl Host {
 
     /// `bulkhead -c PLAN ARGS...` with this host's backend and root.
     pub fn cmd(&self) -> Command {
-        let mut c = Command::new(crate::bin());
+        let mut c = Command::new(crate::common::bin());
         match &self.root {
             Some(r) => c.env("BULKHEAD_CGROUP_ROOT", &r.cgroup),
             None => c.env_remove("BULKHEAD_CGROUP_ROOT"),

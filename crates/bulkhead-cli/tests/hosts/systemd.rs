@@ -160,7 +160,7 @@ fn exported_units_are_loaded_and_enforced_by_systemd() {
     )
     .unwrap();
     let dir = "/run/systemd/system";
-    let o = Command::new(crate::bin())
+    let o = Command::new(crate::common::bin())
         .args(["-c", plan.to_str().unwrap(), "export", "systemd", dir])
         .output()
         .unwrap();

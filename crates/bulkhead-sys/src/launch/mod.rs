@@ -95,24 +95,13 @@ unsafe fn clone3(flags: u64, cgroup: Option<std::os::fd::RawFd>) -> libc::c_long
     }
 }
 
-/// The signals bulkhead forwards to the sandbox.
-const FORWARDED: &[libc::c_int] = &[
-    libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGWINCH,
-];
-
 /// The forwarded signals plus SIGCHLD.
 fn signal_set() -> libc::sigset_t {
     // SAFETY: sigemptyset/sigaddset initialise the set they are given, a local value.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        for s in FORWARDED.iter().chain(&[libc::SIGCHLD]) {
+        for s in crate::signals::FORWARDED.iter().chain(&[libc::SIGCHLD]) {
             libc::sigaddset(&mut set, *s);
         }
         set

@@ -13,7 +13,7 @@ use bulkhead_cgroups::Placement;
 use bulkhead_plan::env::read_env_file;
 use bulkhead_sys::error::{errno_text, Diagnostic, Error};
 use bulkhead_sys::pty::{self, Pty, RawStdin};
-use bulkhead_sys::signals::SignalPipe;
+use bulkhead_sys::signals::{SignalPipe, FORWARDED};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
@@ -339,16 +339,6 @@ fn wait_finished(
         }
     }
 }
-
-const FORWARDED: &[libc::c_int] = &[
-    libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGWINCH,
-];
 
 /// Forwards the signals bulkhead gets to the service (KillUnit), and window size changes to
 /// its pseudo-terminal. Dropping it puts the default handlers back.
