@@ -2,6 +2,7 @@
 //! hybrid (v1 controllers plus a v2 mount), read from /proc/self/mountinfo.
 
 use bulkhead_sys::host::kernel_at_least;
+use bulkhead_sys::mountinfo::{self, Mount};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -92,27 +93,22 @@ fn v2_name(v1: &str) -> &str {
 impl Layout {
     /// Read this machine's layout.
     pub fn detect() -> std::io::Result<Layout> {
-        let mountinfo = fs::read_to_string("/proc/self/mountinfo")?;
-        Ok(Layout::from_mountinfo(&mountinfo, Path::new("/")))
+        Ok(Layout::from_mounts(mountinfo::read()?, Path::new("/")))
     }
 
     /// Build the layout from mountinfo text; `root` prefixes every mount point (a fixture
     /// tree in tests, `/` for the real system).
     pub fn from_mountinfo(mountinfo: &str, root: &Path) -> Layout {
+        Layout::from_mounts(mountinfo::parse(mountinfo.as_bytes()), root)
+    }
+
+    fn from_mounts(mounts: Vec<Mount>, root: &Path) -> Layout {
         let mut v1: Vec<Hierarchy> = Vec::new();
         let mut unified = None;
-        for line in mountinfo.lines() {
-            let Some((pre, post)) = line.split_once(" - ") else {
-                continue;
-            };
-            let pre: Vec<&str> = pre.split_whitespace().collect();
-            let post: Vec<&str> = post.split_whitespace().collect();
-            if pre.len() < 5 || post.is_empty() {
-                continue;
-            }
-            let point = bulkhead_sys::mountinfo::unescape(pre[4]);
-            let mount = root.join(point.strip_prefix("/").unwrap_or(&point));
-            match post[0] {
+        for m in mounts {
+            let point = &m.point;
+            let mount = root.join(point.strip_prefix("/").unwrap_or(point));
+            match m.fstype.as_str() {
                 "cgroup2" => {
                     let controllers = fs::read_to_string(mount.join("cgroup.controllers"))
                         .unwrap_or_default()
@@ -126,8 +122,8 @@ impl Layout {
                     });
                 }
                 "cgroup" => {
-                    let opts = post.get(2).copied().unwrap_or("");
-                    let controllers: Vec<String> = opts
+                    let controllers: Vec<String> = m
+                        .super_options
                         .split(',')
                         .filter(|o| {
                             matches!(

@@ -7,6 +7,7 @@
 //! trees.
 
 use crate::host::meminfo_field;
+use crate::mountinfo::Mount;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -236,34 +237,32 @@ pub struct HugetlbfsMount {
 /// hugetlbfs mounts from a mountinfo text. `default_size` fills in a mount without
 /// `pagesize=` (the kernel then uses its default size).
 pub fn parse_hugetlbfs_mounts(mountinfo: &str, default_size: u64) -> Vec<HugetlbfsMount> {
-    mountinfo
-        .lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let mut r = right.split_whitespace();
-            if r.next()? != "hugetlbfs" {
-                return None;
-            }
-            let _source = r.next()?;
-            let options = r.next().unwrap_or("").to_string();
-            let path = crate::mountinfo::unescape(left.split_whitespace().nth(4)?);
-            let pagesize = options
+    hugetlbfs_of(crate::mountinfo::parse(mountinfo.as_bytes()), default_size)
+}
+
+fn hugetlbfs_of(mounts: Vec<Mount>, default_size: u64) -> Vec<HugetlbfsMount> {
+    mounts
+        .into_iter()
+        .filter(|m| m.fstype == "hugetlbfs")
+        .map(|m| {
+            let pagesize = m
+                .super_options
                 .split(',')
                 .find_map(|o| o.strip_prefix("pagesize="))
                 .and_then(crate::host::parse_page_size)
                 .unwrap_or(default_size);
-            Some(HugetlbfsMount {
-                path,
+            HugetlbfsMount {
+                path: m.point,
                 pagesize,
-                options,
-            })
+                options: m.super_options,
+            }
         })
         .collect()
 }
 
 pub fn hugetlbfs_mounts(p: &Paths) -> Vec<HugetlbfsMount> {
-    let text = fs::read_to_string(p.proc.join("self/mountinfo")).unwrap_or_default();
-    parse_hugetlbfs_mounts(&text, default_size(p))
+    let mounts = crate::mountinfo::read_at(&p.proc.join("self/mountinfo")).unwrap_or_default();
+    hugetlbfs_of(mounts, default_size(p))
 }
 
 /// The huge page lines of /proc/meminfo, in bytes (page counts for the HugePages_* lines).

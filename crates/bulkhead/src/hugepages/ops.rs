@@ -112,20 +112,7 @@ impl fmt::Display for HpOp {
 /// A mount point and its file system type, from mountinfo (the last entry for a path is the
 /// one on top).
 fn mount_at(path: &Path) -> Option<String> {
-    let text = fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mut top = None;
-    for l in text.lines() {
-        let Some((left, right)) = l.split_once(" - ") else {
-            continue;
-        };
-        let Some(mp) = left.split_whitespace().nth(4) else {
-            continue;
-        };
-        if bulkhead_sys::mountinfo::unescape(mp) == path {
-            top = right.split_whitespace().next().map(String::from);
-        }
-    }
-    top
+    bulkhead_sys::mountinfo::top_at(path).map(|m| m.fstype)
 }
 
 /// The directories to create for `path`, outermost first.

@@ -8,7 +8,7 @@ use super::list_in;
 use bulkhead_sys::dir::private_dir;
 use bulkhead_sys::error::{errno_text, io_failed, Diagnostic, Error, Result};
 use bulkhead_sys::hostpath::HostPath;
-use bulkhead_sys::mountinfo::unmount;
+use bulkhead_sys::mountinfo::{self, unmount};
 use bulkhead_sys::statefile;
 use bulkhead_sys::units::human_bytes;
 use std::io;
@@ -266,7 +266,7 @@ fn check_mount_dir(mount: &Path) -> Result<()> {
 }
 
 fn is_mount_point(p: &Path) -> bool {
-    mountinfo().iter().any(|m| m.point == p)
+    mountinfo::top_at(p).is_some()
 }
 
 /// Create `dir` and its missing parents; returns the ones created, outermost first.
@@ -426,33 +426,10 @@ fn require_store() -> Result<StoreRecord> {
     })
 }
 
-struct MountLine {
-    point: PathBuf,
-    fstype: String,
-    source: String,
-}
-
-fn mountinfo() -> Vec<MountLine> {
-    let text =
-        statefile::read_string(Path::new("/proc/self/mountinfo"), 64 << 20).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let point = bulkhead_sys::mountinfo::unescape(left.split(' ').nth(4)?);
-            let mut r = right.split(' ');
-            Some(MountLine {
-                point,
-                fstype: r.next()?.to_string(),
-                source: r.next()?.to_string(),
-            })
-        })
-        .collect()
-}
-
 /// The loop device the store is mounted from, when its mount point shows it; an error when
 /// something else is mounted there.
 pub(super) fn mounted_loop(rec: &StoreRecord) -> Result<Option<String>> {
-    let Some(m) = mountinfo().into_iter().rev().find(|m| m.point == rec.mount) else {
+    let Some(m) = mountinfo::top_at(&rec.mount) else {
         return Ok(None);
     };
     let dev = m.source.rsplit('/').next().unwrap_or("");
