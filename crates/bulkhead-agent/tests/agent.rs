@@ -7,8 +7,10 @@
 //! back, a selector change, huge pages put back, delete.
 //! Every process and cgroup is removed also when the test fails (Drop guards).
 
+mod common;
 use bulkhead::cgroup::{Layout, Version};
 use bulkhead_agent::crd::{BulkheadNode, BulkheadPlan, Condition, PlanReport};
+use common::{entry, read, wait, TempDir};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
@@ -16,7 +18,6 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -237,46 +238,6 @@ impl Drop for PoolGuard<'_> {
     fn drop(&mut self) {
         let _ = std::fs::write(self.0, self.1.to_string());
     }
-}
-
-struct TempDir(PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn read(p: &Path) -> String {
-    std::fs::read_to_string(p)
-        .unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
-        .trim()
-        .to_string()
-}
-
-/// Poll `f` until it gives Some, for at most `secs`.
-async fn wait<T, F, Fut>(what: &str, secs: u64, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            eprintln!("  {what}: after {} ms", t0.elapsed().as_millis());
-            return v;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(secs),
-            "timed out after {secs} s waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// The node's report for one plan, from its BulkheadNode.
-async fn entry(reports: &Api<BulkheadNode>, plan: &str, node: &str) -> Option<PlanReport> {
-    let n = reports.get(node).await.ok()?;
-    n.status?.plans.into_iter().find(|r| r.plan == plan)
 }
 
 fn cond<'a>(e: &'a PlanReport, t: &str) -> Option<&'a Condition> {

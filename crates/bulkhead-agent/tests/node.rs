@@ -8,13 +8,14 @@
 //! `helm uninstall` undoing everything. Every process, mount, cgroup and link is removed at
 //! the end, also when the test fails (Drop guards; the node's own by k8s-testenv stop).
 
+mod common;
 use bulkhead::cgroup::{Layout, Version};
 use bulkhead_agent::crd::{BulkheadNode, BulkheadPlan, PlanReport};
+use common::{entry, read, wait, TempDir};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -207,44 +208,6 @@ impl Drop for TestRoot {
             eprintln!("test cleanup: {e}");
         }
     }
-}
-
-struct TempDir(PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn read(p: &Path) -> String {
-    std::fs::read_to_string(p)
-        .unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
-        .trim()
-        .to_string()
-}
-
-async fn wait<T, F, Fut>(what: &str, secs: u64, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            eprintln!("  {what}: after {} ms", t0.elapsed().as_millis());
-            return v;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(secs),
-            "timed out after {secs} s waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-async fn entry(reports: &Api<BulkheadNode>, plan: &str, node: &str) -> Option<PlanReport> {
-    let n = reports.get(node).await.ok()?;
-    n.status?.plans.into_iter().find(|r| r.plan == plan)
 }
 
 fn is(e: &PlanReport, t: &str, status: &str) -> Option<String> {
