@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The main demo on a fresh machine (run as root): build bulkhead, create the default
-# database slices, show that a command run in the helper slice is confined, show status,
-# start an ephemeral sandbox in the helper slice, serve a sandboxed web server on demand,
-# then remove everything again.
+# The main demo on a fresh machine (run as root): install only what it runs, build the
+# bulkhead binary, create the default database slices, show that a command run in the helper
+# slice is confined, show status, start an ephemeral sandbox in the helper slice, serve a
+# sandboxed web server on demand, then remove everything again.
 set -euo pipefail
 cd "$(dirname "$0")"
 # Root is needed (real cgroups, mounts, namespaces): as root it runs as is; another user gets
@@ -12,8 +12,27 @@ if [ "$(id -u)" != 0 ]; then
   echo "$(basename "$0"): run as root (there is no sudo here: su -c $0, or log in as root)" >&2
   exit 1
 fi
-scripts/setup
-cargo build --release --locked -q
+# Only what the demo runs: a C linker and curl (Debian packages), a Rust toolchain (rustup,
+# when cargo is missing or older than the workspace's rust-version), a static busybox for the
+# sandbox's root. The test command (./test.sh) installs the rest (scripts/setup).
+need=()
+command -v cc >/dev/null || need+=(gcc libc6-dev)
+command -v curl >/dev/null || need+=(curl ca-certificates)
+ldd /bin/busybox 2>&1 | grep -q "not a dynamic" || need+=(busybox-static)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "demo.sh: installing ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+want=$(sed -n 's/^rust-version *= *"\(.*\)"/\1/p' Cargo.toml | head -1)
+have=$(cargo --version 2>/dev/null | awk '{print $2}')
+if [ -z "$have" ] || [ "$(printf '%s\n%s\n' "$want" "$have" | sort -V | head -1)" != "$want" ]; then
+  echo "demo.sh: installing Rust $want or newer with rustup (cargo: ${have:-none})"
+  curl -sSf https://sh.rustup.rs | sh -s -- -y -q --profile minimal
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+echo "demo.sh: building bulkhead (release; the first build takes a few minutes)"
+cargo build --release --locked -q -p bulkhead-cli --bin bulkhead
 B=target/release/bulkhead
 trap '$B destroy --kill -q || true' EXIT
 say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
