@@ -61,3 +61,19 @@ impl Drop for AnonMap {
         let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr(), self.len.get()) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::AnonMap;
+
+    #[test]
+    fn a_map_is_touched_page_by_page_and_an_empty_one_refused() {
+        let mut m = AnonMap::new(1 << 20, false).unwrap();
+        assert_eq!(m.len(), 1 << 20);
+        m.touch(4096);
+        let e = AnonMap::new(0, false)
+            .err()
+            .expect("an empty map is refused");
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    }
+}
