@@ -8,9 +8,9 @@
 //! Every process and cgroup is removed also when the test fails (Drop guards).
 
 mod common;
-use bulkhead::cgroup::{Layout, Version};
 use bulkhead_agent::crd::{BulkheadNode, BulkheadPlan, Condition, PlanReport};
-use common::{entry, read, wait, TempDir};
+use bulkhead_testkit::{free_port, prereq, read, TempDir, TestRoot};
+use common::{entry, wait};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
@@ -31,44 +31,17 @@ fn testenv() -> PathBuf {
 /// True when the test can run. Outside CI a missing prerequisite skips with a SKIPPED line;
 /// in CI (CI=true) it fails the test.
 fn prerequisites() -> bool {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-    let have = |c: &str| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {c}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    // Root: the effective uid in /proc/self/status.
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
-        })
-        .unwrap_or(false);
-    let problem = if !root {
+    let problem = if !prereq::is_root() {
         Some("the agent test needs root (cgroups)".to_string())
-    } else if Layout::detect()
-        .map(|l| l.primary().is_none())
-        .unwrap_or(true)
-    {
-        Some("no cgroup hierarchy is mounted".into())
+    } else if let Some(p) = prereq::cgroups_problem() {
+        Some(p.to_string())
     } else {
         ["go", "openssl", "curl", "flock"]
             .into_iter()
-            .find(|c| !have(c))
+            .find(|c| !prereq::on_path(c))
             .map(|c| format!("{c} is needed for scripts/k8s-testenv (scripts/setup installs it)"))
     };
-    match problem {
-        None => true,
-        Some(p) if ci => panic!("prerequisite missing in CI: {p}"),
-        Some(p) => {
-            eprintln!("SKIPPED: {p}");
-            false
-        }
-    }
+    prereq::require(problem)
 }
 
 /// etcd + kube-apiserver, stopped and removed on drop.
@@ -126,86 +99,6 @@ impl Drop for TestEnv {
     }
 }
 
-/// A unique cgroup root in every hierarchy (as crates/bulkhead-cli/tests/common TestRoot),
-/// removed on drop with everything under it.
-struct TestRoot {
-    cgroup: String,
-    dirs: Vec<PathBuf>,
-    layout: Layout,
-}
-
-impl TestRoot {
-    fn new(name: &str) -> TestRoot {
-        let layout = Layout::detect().expect("mountinfo");
-        let mut root = TestRoot {
-            cgroup: format!("/{name}"),
-            dirs: vec![],
-            layout,
-        };
-        let mounts: Vec<(PathBuf, bool)> = root
-            .layout
-            .v1
-            .iter()
-            .chain(root.layout.unified.iter())
-            .map(|h| (h.mount.clone(), h.has("cpuset") && h.version == Version::V1))
-            .collect();
-        for (mount, v1_cpuset) in mounts {
-            let d = mount.join(name);
-            std::fs::create_dir(&d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
-            root.dirs.push(d.clone());
-            // v1 cpuset starts a new cgroup with no CPUs; v2 inherits them.
-            if v1_cpuset {
-                for f in ["cpuset.cpus", "cpuset.mems"] {
-                    let v = std::fs::read_to_string(mount.join(f)).unwrap();
-                    std::fs::write(d.join(f), v.trim()).unwrap();
-                }
-            }
-        }
-        root
-    }
-
-    /// The directory of a slice's cgroup ("db.slice/db-helper.slice") in the hierarchy that
-    /// holds `controller`: its v1 mount, else the unified one.
-    fn dir(&self, controller: &str, rel: &str) -> PathBuf {
-        let h = self
-            .layout
-            .v1
-            .iter()
-            .find(|h| h.has(controller))
-            .or(self.layout.unified.as_ref())
-            .expect("a hierarchy");
-        h.mount.join(self.cgroup.trim_start_matches('/')).join(rel)
-    }
-
-    fn v1(&self, controller: &str) -> bool {
-        self.layout.v1.iter().any(|h| h.has(controller))
-    }
-}
-
-impl Drop for TestRoot {
-    fn drop(&mut self) {
-        if let Err(e) = bulkhead::cgroup::fs::remove_trees(&self.dirs) {
-            eprintln!("test cleanup: {e}");
-        }
-        // The unified root's cgroup.subtree_control is not touched: it is not the test's, and
-        // the test's plan has no directive (HugetlbMax) that would make the agent enable a
-        // controller there (the library turns off what it enabled when it destroys anyway).
-        let state = Path::new("/run/bulkhead/enabled-controllers");
-        if let Ok(t) = std::fs::read_to_string(state) {
-            let keep: String = t
-                .lines()
-                .filter(|l| !l.contains(self.cgroup.trim_start_matches('/')))
-                .map(|l| format!("{l}\n"))
-                .collect();
-            let _ = if keep.is_empty() {
-                std::fs::remove_file(state)
-            } else {
-                std::fs::write(state, keep)
-            };
-        }
-    }
-}
-
 /// The agent process, killed on drop; its log is printed when the test fails.
 struct Agent {
     child: Child,
@@ -255,13 +148,6 @@ async fn labels(nodes: &Api<Node>, node: &str) -> std::collections::BTreeMap<Str
         .ok()
         .and_then(|n| n.metadata.labels)
         .unwrap_or_default()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 fn http_get(port: u16, path: &str) -> String {
@@ -350,10 +236,9 @@ fn agent_against_a_real_api_server() {
 async fn scenario() {
     let t_all = Instant::now();
     let id = format!("bulkhead-agent-test-{}", std::process::id());
-    let tmp = TempDir(std::env::temp_dir().join(&id));
-    std::fs::create_dir_all(&tmp.0).unwrap();
+    let tmp = TempDir::new("agent-test");
     let env = TestEnv::start(tmp.0.join("k8s"));
-    let root = TestRoot::new(&id);
+    let root = TestRoot::named(&id);
     let node = format!("{id}-node");
 
     let kc = kube::config::Kubeconfig::read_from(&env.kubeconfig).unwrap();
@@ -588,8 +473,12 @@ async fn scenario() {
     } else {
         "memory.max"
     };
-    let helper_cpu = root.dir("cpu", "db.slice/db-helper.slice").join(cpu_file);
-    let server_cpu = root.dir("cpu", "db.slice/db-server.slice").join(cpu_file);
+    let helper_cpu = root
+        .controller_dir("cpu", "db.slice/db-helper.slice")
+        .join(cpu_file);
+    let server_cpu = root
+        .controller_dir("cpu", "db.slice/db-server.slice")
+        .join(cpu_file);
     let helper_mem = root
         .dir("memory", "db.slice/db-helper.slice")
         .join(mem_file);
@@ -802,7 +691,7 @@ async fn scenario() {
     })
     .await;
     assert_eq!(e.applied_revision, Some(2));
-    assert!(!root.dir("cpu", "kubepods.slice").exists());
+    assert!(!root.controller_dir("cpu", "kubepods.slice").exists());
     let mut fixed = json!({"spec": {"slices": {"kubepods-burstable": null}}});
     fixed["spec"]["slices"]["db-helper"] = json!({"CPUWeight": 100, "MemoryMax": "200M"});
     let p = plans
@@ -855,7 +744,7 @@ async fn scenario() {
         "{e:?}"
     );
     assert!(is(&e, "Applied", "True"));
-    assert!(!root.dir("cpu", "other.slice").exists());
+    assert!(!root.controller_dir("cpu", "other.slice").exists());
     plans
         .delete("other", &DeleteParams::default())
         .await
@@ -924,8 +813,9 @@ async fn scenario() {
         .await
         .unwrap();
     wait("slices removed", 30, move || async move {
-        (!root.dir("cpu", "db.slice").exists() && !root.dir("memory", "db.slice").exists())
-            .then_some(())
+        (!root.controller_dir("cpu", "db.slice").exists()
+            && !root.controller_dir("memory", "db.slice").exists())
+        .then_some(())
     })
     .await;
     wait("labels removed", 30, move || async move {
@@ -961,7 +851,7 @@ async fn scenario() {
         .await
         .unwrap();
     wait("applied again", 30, move || async move {
-        root.dir("cpu", "db.slice/db-helper.slice")
+        root.controller_dir("cpu", "db.slice/db-helper.slice")
             .exists()
             .then_some(())
     })
@@ -988,7 +878,7 @@ async fn scenario() {
         .await
         .unwrap();
     wait("slices removed after delete", 30, move || async move {
-        (!root.dir("cpu", "db.slice").exists()).then_some(())
+        (!root.controller_dir("cpu", "db.slice").exists()).then_some(())
     })
     .await;
     wait("labels removed after delete", 30, move || async move {
@@ -1025,7 +915,7 @@ async fn scenario() {
     );
     plans.delete(name, &DeleteParams::default()).await.unwrap();
     wait("the example's slices removed", 30, move || async move {
-        (!root.dir("cpu", "db.slice").exists()).then_some(())
+        (!root.controller_dir("cpu", "db.slice").exists()).then_some(())
     })
     .await;
     assert!(agent.alive(), "{}", agent.log());

@@ -9,9 +9,9 @@
 //! the end, also when the test fails (Drop guards; the node's own by k8s-testenv stop).
 
 mod common;
-use bulkhead::cgroup::{Layout, Version};
 use bulkhead_agent::crd::{BulkheadNode, BulkheadPlan, PlanReport};
-use common::{entry, read, wait, TempDir};
+use bulkhead_testkit::{prereq, read, TempDir, TestRoot};
+use common::{entry, wait};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -27,27 +27,10 @@ fn testenv() -> PathBuf {
     Path::new(REPO).join("scripts/k8s-testenv")
 }
 
-fn have(c: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {c}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// True when the test can run: outside CI a missing prerequisite skips with a SKIPPED line,
 /// in CI (CI=true) it fails the test.
 fn prerequisites() -> bool {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false);
-    let problem = if !root {
+    let problem = if !prereq::is_root() {
         Some("the node test needs root".to_string())
     } else if !Path::new("/usr/sbin/runc").exists() {
         Some("runc is needed (apt-get install runc; scripts/setup does)".into())
@@ -56,17 +39,10 @@ fn prerequisites() -> bool {
     } else {
         ["go", "openssl", "curl", "flock", "ip", "python3"]
             .into_iter()
-            .find(|c| !have(c))
+            .find(|c| !prereq::on_path(c))
             .map(|c| format!("{c} is needed for scripts/k8s-testenv (scripts/setup installs it)"))
     };
-    match problem {
-        None => true,
-        Some(p) if ci => panic!("prerequisite missing in CI: {p}"),
-        Some(p) => {
-            eprintln!("SKIPPED: {p}");
-            false
-        }
-    }
+    prereq::require(problem)
 }
 
 /// The control plane and the node, stopped and removed on drop.
@@ -147,66 +123,6 @@ impl TestEnv {
 impl Drop for TestEnv {
     fn drop(&mut self) {
         let _ = Command::new(testenv()).arg("stop").arg(&self.dir).status();
-    }
-}
-
-/// A unique cgroup root for the plans' slices in every hierarchy, removed on drop.
-struct TestRoot {
-    cgroup: String,
-    dirs: Vec<PathBuf>,
-    layout: Layout,
-}
-
-impl TestRoot {
-    fn new(name: &str) -> TestRoot {
-        let layout = Layout::detect().expect("mountinfo");
-        let mut dirs = vec![];
-        for h in layout.v1.iter().chain(layout.unified.iter()) {
-            let d = h.mount.join(name);
-            std::fs::create_dir(&d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
-            if h.has("cpuset") && h.version == Version::V1 {
-                for f in ["cpuset.cpus", "cpuset.mems"] {
-                    let v = std::fs::read_to_string(h.mount.join(f)).unwrap();
-                    std::fs::write(d.join(f), v.trim()).unwrap();
-                }
-            }
-            dirs.push(d);
-        }
-        TestRoot {
-            cgroup: format!("/{name}"),
-            dirs,
-            layout,
-        }
-    }
-
-    /// `rel` (under the cgroup root `under`, "/" for the hierarchy's root) in the hierarchy
-    /// holding `controller` (its v2 name: `io`, not `blkio`).
-    fn path(&self, controller: &str, under: &str, rel: &str) -> PathBuf {
-        let h = self
-            .layout
-            .hierarchy(controller)
-            .or(self.layout.unified.as_ref())
-            .expect("a hierarchy");
-        h.mount.join(under.trim_start_matches('/')).join(rel)
-    }
-
-    fn dir(&self, controller: &str, rel: &str) -> PathBuf {
-        self.path(controller, &self.cgroup, rel)
-    }
-
-    /// Whether `controller` (its v2 name) is in a v1 hierarchy.
-    fn v1(&self, controller: &str) -> bool {
-        self.layout
-            .hierarchy(controller)
-            .is_some_and(|h| h.version == Version::V1)
-    }
-}
-
-impl Drop for TestRoot {
-    fn drop(&mut self) {
-        if let Err(e) = bulkhead::cgroup::fs::remove_trees(&self.dirs) {
-            eprintln!("test cleanup: {e}");
-        }
     }
 }
 
@@ -300,11 +216,10 @@ fn chart_and_nri_on_a_real_node() {
 async fn scenario() {
     let t_all = Instant::now();
     let id = format!("bulkhead-node-test-{}", std::process::id());
-    let tmp = TempDir(std::env::temp_dir().join(&id));
-    std::fs::create_dir_all(&tmp.0).unwrap();
+    let tmp = TempDir::new("node-test");
     let node = format!("{id}-node");
     let env = TestEnv::start(tmp.0.join("k8s"), &node);
-    let root = TestRoot::new(&id);
+    let root = TestRoot::named(&id);
     let node_root = env.var("K8S_NODE_CGROUP_ROOT").to_string();
 
     // The agent's image from this test's binary, into the node's containerd.
@@ -415,9 +330,11 @@ async fn scenario() {
     } else {
         ("cpu.weight", "1000")
     };
-    let server_cpu = root.dir("cpu", "db.slice/db-server.slice").join(cpu_file);
+    let server_cpu = root
+        .controller_dir("cpu", "db.slice/db-server.slice")
+        .join(cpu_file);
     assert_eq!(read(&server_cpu), shares);
-    let helper_idle = root.dir("cpu", "db.slice/db-helper.slice/cpu.idle");
+    let helper_idle = root.controller_dir("cpu", "db.slice/db-helper.slice/cpu.idle");
     assert_eq!(read(&helper_idle), "1");
     let mem = if root.v1("memory") {
         "memory.limit_in_bytes"
@@ -425,7 +342,11 @@ async fn scenario() {
         "memory.max"
     };
     assert_eq!(
-        read(&root.dir("memory", "db.slice/db-helper.slice").join(mem)),
+        read(
+            &root
+                .controller_dir("memory", "db.slice/db-helper.slice")
+                .join(mem)
+        ),
         (100u64 << 20).to_string()
     );
     // A task of another user in db-helper gets the scheduler slice (SYS_NICE, hostPID).
@@ -478,8 +399,9 @@ async fn scenario() {
         .await
         .unwrap();
     wait("slices removed after delete", 30, || async {
-        (!root.dir("cpu", "db.slice").exists() && !root.dir("memory", "db.slice").exists())
-            .then_some(())
+        (!root.controller_dir("cpu", "db.slice").exists()
+            && !root.controller_dir("memory", "db.slice").exists())
+        .then_some(())
     })
     .await;
     wait("labels removed after delete", 30, || async {
@@ -501,7 +423,7 @@ async fn scenario() {
     again.metadata.resource_version = None;
     plans.create(&PostParams::default(), &again).await.unwrap();
     wait("applied again", 60, || async {
-        root.dir("cpu", "db.slice/db-helper.slice")
+        root.controller_dir("cpu", "db.slice/db-helper.slice")
             .exists()
             .then_some(())
     })
@@ -510,7 +432,7 @@ async fn scenario() {
     chart.uninstall();
     eprintln!("helm uninstall took {} ms", t0.elapsed().as_millis());
     wait("slices removed by the uninstall", 30, || async {
-        (!root.dir("cpu", "db.slice").exists()).then_some(())
+        (!root.controller_dir("cpu", "db.slice").exists()).then_some(())
     })
     .await;
     let l = nodes
@@ -681,7 +603,9 @@ async fn privileges(
         .unwrap()
         .message;
     eprintln!("    {msg}");
-    assert!(!root.dir("cpu", "db.slice/db-helper.slice").exists());
+    assert!(!root
+        .controller_dir("cpu", "db.slice/db-helper.slice")
+        .exists());
     chart.uninstall();
 
     // Without SYS_NICE: another user's task refuses its scheduler slice, and the report
@@ -689,7 +613,7 @@ async fn privileges(
     eprintln!("privileges: no SYS_NICE");
     chart.install(agents, &["capabilities={SYS_ADMIN}"]).await;
     wait("applied without SYS_NICE", 60, || async {
-        root.dir("cpu", "db.slice/db-helper.slice")
+        root.controller_dir("cpu", "db.slice/db-helper.slice")
             .exists()
             .then_some(())
     })
@@ -712,7 +636,7 @@ async fn privileges(
     eprintln!("privileges: no hostPID");
     chart.install(agents, &["hostPID=false"]).await;
     wait("applied without hostPID", 60, || async {
-        root.dir("cpu", "db.slice/db-helper.slice")
+        root.controller_dir("cpu", "db.slice/db-helper.slice")
             .exists()
             .then_some(())
     })
@@ -726,7 +650,7 @@ async fn privileges(
     drop(other);
     chart.uninstall();
     wait("slices removed by the last uninstall", 30, || async {
-        (!root.dir("cpu", "db.slice").exists()).then_some(())
+        (!root.controller_dir("cpu", "db.slice").exists()).then_some(())
     })
     .await;
 }

@@ -3,8 +3,9 @@
 //! Each test starts its own server on a free port. Without `redis-server` the tests print
 //! "SKIPPED" and pass, except under `CI=true`, where they fail.
 
+use bulkhead_testkit::free_port;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -32,33 +33,12 @@ impl Drop for Redis {
     }
 }
 
-fn redis_binary() -> Option<&'static str> {
-    ["redis-server", "/usr/bin/redis-server"]
-        .into_iter()
-        .find(|bin| {
-            Command::new(bin)
-                .arg("--version")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok()
-        })
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().unwrap().port()
-}
-
 /// Starts a server, or returns `None` (after saying so) when redis-server is not installed.
 fn start_redis() -> Option<Redis> {
-    let Some(bin) = redis_binary() else {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("redis-server is not installed: install it (e.g. apt-get install redis-server) to run the loadgen tests");
-        }
-        println!("SKIPPED: redis-server not installed");
-        return None;
-    };
+    let bin = bulkhead_testkit::prereq::program(
+        &["redis-server", "/usr/bin/redis-server"],
+        "redis-server is not installed (apt-get install redis-server)",
+    )?;
     let port = free_port();
     let child = Command::new(bin)
         .args(["--port", &port.to_string()])

@@ -404,3 +404,42 @@ pub fn lock_file(f: &std::fs::File, wait: bool) -> std::io::Result<bool> {
         Err(e) => Err(e.into()),
     }
 }
+
+/// Before `cmd` execs: `sig` back to its default disposition (a process started in the
+/// background without job control inherits SIGINT ignored, and exec keeps that).
+pub fn default_signal_before_exec(cmd: &mut std::process::Command, sig: i32) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure only calls signal(2), which is async-signal-safe, and allocates
+    // nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::signal(sig, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+}
+
+/// Before `cmd` execs: `fd` duplicated to descriptor `to` (dup2; without CLOEXEC, so the
+/// command gets it). The caller keeps `fd` open until the spawn returned.
+pub fn dup_to_before_exec(cmd: &mut std::process::Command, fd: std::os::fd::RawFd, to: i32) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure only calls dup2, which is async-signal-safe, and allocates
+    // nothing; `fd` stays open in the parent until the spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(fd, to) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Run `f` when this process exits normally (atexit(3)): after every test of a test binary.
+pub fn at_exit(f: extern "C" fn()) -> std::io::Result<()> {
+    // SAFETY: registers a plain function pointer that lives for the whole program.
+    if unsafe { libc::atexit(f) } != 0 {
+        return Err(std::io::Error::other("atexit refused the handler"));
+    }
+    Ok(())
+}

@@ -1,27 +1,9 @@
 //! Helpers shared by the agent's test binaries (agent.rs, node.rs).
-#![allow(dead_code)]
 
 use bulkhead_agent::crd::{BulkheadNode, PlanReport};
 use kube::api::Api;
 use std::future::Future;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// A directory removed when the test ends.
-pub struct TempDir(pub PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A file's text, trimmed; a missing file fails the test, naming it.
-pub fn read(p: &Path) -> String {
-    std::fs::read_to_string(p)
-        .unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
-        .trim()
-        .to_string()
-}
 
 /// Poll `f` every 200 ms until it gives Some, for at most `secs`.
 pub async fn wait<T, F, Fut>(what: &str, secs: u64, mut f: F) -> T

@@ -42,6 +42,14 @@ fn save(entries: &[(PathBuf, String)]) {
     let _ = fs::write(f, text);
 }
 
+/// Forget the entries `pick` chooses (a test forgetting the scratch cgroups it removed), and
+/// those of cgroups that are gone.
+pub fn forget(pick: impl Fn(&Path, &str) -> bool) {
+    let mut state = load();
+    state.retain(|(d, c)| !pick(d, c));
+    save(&state);
+}
+
 /// Update the record after `changes` were carried out: foreign enables are added, foreign
 /// disables removed.
 pub fn record<'a>(changes: impl IntoIterator<Item = Change<'a>>) {

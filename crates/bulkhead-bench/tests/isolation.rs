@@ -1,0 +1,402 @@
+//! `bulkhead bench isolation` end to end, in miniature (short scenarios, few keys): the
+//! report's structure, and that nothing is left behind, also after a kill -9 mid-run.
+
+use bulkhead_testkit::prereq::cgroups as prerequisites;
+use bulkhead_testkit::{stderr, stdout};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The bench tests use loop devices and whole-machine checks for leftovers: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn redis_installed() -> bool {
+    bulkhead_testkit::prereq::program(
+        &["/usr/bin/redis-server", "/usr/local/bin/redis-server"],
+        "redis-server is not installed (the setup script installs it)",
+    )
+    .is_some()
+}
+
+/// Whether bulkhead is built beside bulkhead-bench (this package's binary, which `bulkhead
+/// bench` execs); `cargo test --workspace` builds both. A missing one fails in CI, skips
+/// elsewhere.
+fn built() -> bool {
+    bulkhead_testkit::bins::require("bulkhead", "bulkhead-cli").is_some()
+}
+
+fn bench() -> Command {
+    bulkhead_testkit::bins::clean(bulkhead_testkit::bins::this_build())
+}
+
+/// Everything a bench run may create, found on the machine.
+fn leftovers() -> Vec<String> {
+    let mut out = Vec::new();
+    for m in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for c in std::fs::read_dir(m.path()).into_iter().flatten().flatten() {
+            if c.file_name()
+                .to_string_lossy()
+                .starts_with("bulkhead-bench-")
+            {
+                out.push(c.path().display().to_string());
+            }
+        }
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    out.extend(
+        mounts
+            .lines()
+            .filter(|l| l.contains("/run/bulkhead/bench"))
+            .map(String::from),
+    );
+    let loops = Command::new("losetup")
+        .arg("-a")
+        .output()
+        .map(|o| stdout(&o))
+        .unwrap_or_default();
+    out.extend(
+        loops
+            .lines()
+            .filter(|l| l.contains("bulkhead-bench-"))
+            .map(String::from),
+    );
+    for p in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if let Ok(cmd) = std::fs::read_to_string(p.path().join("cmdline")) {
+            let cmd = cmd.replace('\0', " ");
+            let cg = std::fs::read_to_string(p.path().join("cgroup")).unwrap_or_default();
+            if cmd.contains("bench hog")
+                || cmd.contains("bench loadgen")
+                || cmd.contains("bench pgload")
+                || cg.contains("bulkhead-bench-")
+            {
+                out.push(format!(
+                    "process {}: {cmd}",
+                    p.file_name().to_string_lossy()
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn short_run_reports_every_scenario_and_cleans_up() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !prerequisites() || !built() || !redis_installed() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("bulkhead-bench-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.json");
+    let png = dir.join("r.png");
+    let o = bench()
+        .args([
+            "bench",
+            "isolation",
+            "--loads",
+            "80,closed",
+            "--setups",
+            "free,idle,guarded",
+            "--duration",
+            "2s",
+            "--warmup",
+            "500ms",
+            "--calibration",
+            "2s",
+            "--repeat",
+            "1",
+            "--keys",
+            "20000",
+            "--connections",
+            "4",
+            "--host-memory",
+            "1G",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .arg("--chart")
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("baseline peak") && text.contains("p99 x") && text.contains("target"),
+        "{text}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let sc = v["scenarios"].as_array().unwrap();
+    let key = |s: &serde_json::Value| {
+        let load = match &s["load"] {
+            serde_json::Value::String(l) => l.clone(),
+            l => format!("{}%", l["open"]),
+        };
+        format!(
+            "{}/{load}/{}",
+            s["hog"].as_str().unwrap(),
+            s["setup"].as_str().unwrap()
+        )
+    };
+    let names: Vec<String> = sc.iter().map(key).collect();
+    for hog in ["cpu", "io", "memory"] {
+        for load in ["80%", "closed"] {
+            for setup in ["baseline", "free", "idle", "guarded"] {
+                let want = format!("{hog}/{load}/{setup}");
+                assert!(names.contains(&want), "missing {want} in {names:?}");
+            }
+        }
+    }
+    // The bursty helper runs in every confining setup (free has nothing to react to).
+    for setup in ["idle", "guarded"] {
+        let want = format!("cpu-bursty/80%/{setup}");
+        assert!(names.contains(&want), "missing {want} in {names:?}");
+    }
+    for s in sc {
+        let m = &s["median"];
+        assert!(m["op_rate"].as_f64().unwrap() > 0.0, "{s}");
+        assert!(
+            m["isolation_min"].as_f64() <= m["isolation_mean"].as_f64(),
+            "{}",
+            key(s)
+        );
+        assert!(m["p99_ms"].as_f64().unwrap() > 0.0, "{}", key(s));
+        assert!(m["wait_per_run_us"].as_f64().unwrap() > 0.0, "{}", key(s));
+        let per_second = s["series"]["isolation"].as_array().unwrap();
+        assert!(per_second.len() >= 2, "per-second figures: {}", key(s));
+        assert!(s["db_died"].is_null(), "{}: {}", key(s), s["db_died"]);
+        if s["setup"] != "baseline" && s["hog"] == "cpu" {
+            assert!(
+                m["hog_work"].as_f64().unwrap() > 0.0,
+                "the hog ran: {}",
+                key(s)
+            );
+        }
+    }
+    // The guard ran in its scenarios: it calibrated, acted at least once under a CPU hog at
+    // 80% of the peak, and its cost is measured.
+    let guarded = sc.iter().find(|s| key(s) == "cpu/80%/guarded").unwrap();
+    assert!(
+        guarded["median"]["guard_actions"].as_f64().unwrap() >= 1.0,
+        "{guarded}"
+    );
+    assert!(guarded["median"]["guard_cost_percent"].as_f64().is_some());
+    assert!(!guarded["series"]["marks"].as_array().unwrap().is_empty());
+    // Every issue target is checked and reported, met or not.
+    let checks = v["checks"].as_array().unwrap();
+    assert!(checks.len() >= 5, "{checks:?}");
+    assert!(checks.iter().all(|c| c["met"].is_boolean()));
+    let png_bytes = std::fs::read(&png).unwrap();
+    assert!(png_bytes.starts_with(b"\x89PNG"), "a PNG chart is written");
+    assert_eq!(
+        leftovers(),
+        Vec::<String>::new(),
+        "the bench left things behind"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn postgres_installed() -> bool {
+    let ok = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.path().join("bin/pgbench").exists());
+    ok || bulkhead_testkit::prereq::missing(
+        "PostgreSQL (pgbench) is not installed (the setup script installs postgresql-15)",
+    )
+}
+
+#[test]
+fn postgres_under_a_backup_reports_where_it_waited() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !prerequisites() || !built() || !postgres_installed() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("bulkhead-bench-pg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.json");
+    let o = bench()
+        .args([
+            "bench",
+            "isolation",
+            "--db",
+            "postgres",
+            "--pg-scale",
+            "1",
+            "--hog",
+            "backup",
+            "--loads",
+            "80",
+            "--setups",
+            "plan",
+            "--duration",
+            "2s",
+            "--warmup",
+            "1s",
+            "--repeat",
+            "1",
+            "--connections",
+            "4",
+            "--archive-size",
+            "64M",
+            "--fs-size",
+            "1G",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("PostgreSQL") && text.contains("where the database waited"),
+        "{text}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let sc = v["scenarios"].as_array().unwrap();
+    let plan = sc
+        .iter()
+        .find(|s| s["hog"] == "backup" && s["setup"] == "plan")
+        .expect("the backup under the plan");
+    assert!(plan["median"]["op_rate"].as_f64().unwrap() > 0.0, "{plan}");
+    // The backup wrote, and its share of what it wrote alone is measured.
+    assert!(plan["median"]["hog_work"].as_f64().unwrap() > 0.0, "{plan}");
+    assert!(
+        plan["median"]["hog_share_of_alone"].as_f64().is_some(),
+        "{plan}"
+    );
+    // Where the database waited: sampled, and the devices under its file system followed.
+    let io = &plan["runs"][0]["io"];
+    assert!(io["waits"]["samples"].as_u64().unwrap() > 0, "{io}");
+    assert!(!io["devices"].as_array().unwrap().is_empty(), "{io}");
+    assert!(plan["verdict"].as_str().is_some_and(|v| !v.is_empty()));
+    assert_eq!(leftovers(), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn killed_mid_run_then_cleaned_by_the_next_run() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !prerequisites() || !built() || !redis_installed() {
+        return;
+    }
+    let mut child = bench()
+        .args([
+            "-q",
+            "bench",
+            "isolation",
+            "--hog",
+            "io,cpu",
+            "--loads",
+            "closed",
+            "--setups",
+            "static",
+            "--no-bursty",
+            "--duration",
+            "5s",
+            "--warmup",
+            "1s",
+            "--keys",
+            "20000",
+            "--connections",
+            "2",
+        ])
+        .spawn()
+        .unwrap();
+    // Wait until it has made its loop device and cgroups, then kill -9.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline
+        && !leftovers()
+            .iter()
+            .any(|l| l.contains("/run/bulkhead/bench"))
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !leftovers().is_empty(),
+        "a SIGKILLed bench leaves things behind until the next run"
+    );
+    let o = bench()
+        .args([
+            "bench",
+            "isolation",
+            "--hog",
+            "cpu",
+            "--loads",
+            "closed",
+            "--setups",
+            "static",
+            "--no-bursty",
+            "--repeat",
+            "1",
+            "--duration",
+            "1s",
+            "--warmup",
+            "100ms",
+            "--keys",
+            "1000",
+            "--connections",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("left behind"),
+        "the next run says it cleaned up: {}",
+        stderr(&o)
+    );
+    assert_eq!(leftovers(), Vec::<String>::new());
+}
+
+#[test]
+fn bad_input_is_refused_before_anything_starts() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !prerequisites() || !built() || !redis_installed() {
+        return;
+    }
+    let plan =
+        std::env::temp_dir().join(format!("bulkhead-bench-plan-{}.toml", std::process::id()));
+    std::fs::write(&plan, "[slice.other]\nCPUWeight = 5\n").unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port().to_string();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--hog".into(), "gpu".into()], "unknown hog 'gpu'"),
+        (
+            vec!["--duration".into(), "0s".into()],
+            "--duration must be at least 1s",
+        ),
+        (vec!["--rate".into(), "1000".into()], "--loads"),
+        (vec!["--loads".into(), "500".into()], "500"),
+        (vec!["--setups".into(), "fast".into()], "fast"),
+        (
+            vec!["-c".into(), plan.display().to_string()],
+            "has no slice 'db-server'",
+        ),
+        (vec!["--port".into(), port], "is busy"),
+    ];
+    for (args, want) in cases {
+        let o = bench()
+            .args(["bench", "isolation"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(want),
+            "{args:?}: expected '{want}' in {}",
+            stderr(&o)
+        );
+        assert_eq!(leftovers(), Vec::<String>::new());
+    }
+    let _ = std::fs::remove_file(plan);
+}

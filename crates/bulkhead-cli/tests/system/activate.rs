@@ -1,0 +1,787 @@
+//! `bulkhead serve`: real sockets on loopback, real targets (busybox httpd in a sandbox, small
+//! python3 servers as plain commands), real `bulkhead serve` processes.
+
+use crate::common;
+
+use crate::common::prerequisites;
+use crate::common::serve::{bulkhead, python_ok, status, wait_for, Scratch, Serve, PY};
+use bulkhead_testkit::free_port;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn http_get(port: u16) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+fn pids_of(pattern: &str) -> Vec<u32> {
+    let out = Command::new("pgrep")
+        .arg("-f")
+        .arg("--")
+        .arg(pattern)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Sandbox registry entries owned by a process (the snapshot registry of `spawn`).
+fn sandbox_entries() -> usize {
+    std::fs::read_dir("/run/bulkhead/sandbox")
+        .map(|r| {
+            r.flatten()
+                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn first_connection_starts_idle_stops_next_restarts() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let s = Scratch::new("activate");
+    let name = s.name("web");
+    let (port, backend) = (free_port(), free_port());
+    std::fs::create_dir_all(s.dir.join("www")).unwrap();
+    std::fs::write(s.dir.join("www/index.html"), "plain target\n").unwrap();
+    let marker = format!("-p 127.0.0.1:{backend}");
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["127.0.0.1:{port}", "unix:{dir}/web.sock"]
+backend = "127.0.0.1:{backend}"
+idle_timeout = "400ms"
+socket_mode = "0660"
+socket_group = "nogroup"
+[socket.{name}.target]
+command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{dir}/www"]
+"#,
+            dir = s.dir.display()
+        ),
+    );
+    let mut serve = Serve::start(&plan, s.dir.join("serve.log"));
+    // Nothing runs before the first connection.
+    assert!(pids_of(&marker).is_empty());
+    assert_eq!(status(&name)["state"], "idle");
+    let r = http_get(port).unwrap();
+    assert!(r.contains("plain target"), "{r}");
+    // The unix socket file has the plan's mode and group (systemd's SocketMode=, SocketGroup=).
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(s.dir.join("web.sock")).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o660);
+    let nogroup = nix::unistd::Group::from_name("nogroup").unwrap().unwrap();
+    assert_eq!(meta.gid(), nogroup.gid.as_raw());
+    // The unix listener reaches the same target.
+    let mut u = std::os::unix::net::UnixStream::connect(s.dir.join("web.sock")).unwrap();
+    u.write_all(b"GET /index.html HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    u.read_to_string(&mut out).unwrap();
+    assert!(out.contains("plain target"), "{out}");
+    // The target closed its side; the connection ends when the client closes its own.
+    drop(u);
+    // The status file is refreshed on every state change and once a second.
+    wait_for("counters", || {
+        let st = status(&name);
+        st["connections_total"] == 2 && st["bytes_out"].as_u64().unwrap() > 0
+    });
+    assert_eq!(status(&name)["cold_starts"], 1);
+    // Idle stop: the target is gone, and the next connection starts it again.
+    let t0 = Instant::now();
+    while !(status(&name)["state"] == "idle" && pids_of(&marker).is_empty()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no idle stop: {} {:?}\n{}",
+            status(&name),
+            pids_of(&marker),
+            serve.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(serve.log().contains("idle for 400ms"), "{}", serve.log());
+    assert!(http_get(port).unwrap().contains("plain target"));
+    wait_for("second cold start", || status(&name)["cold_starts"] == 2);
+    // `bulkhead status` shows the socket.
+    let out = bulkhead().arg("status").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&name));
+    assert_eq!(serve.stop(), Some(0));
+    assert!(pids_of(&marker).is_empty(), "target left running");
+    assert!(!s.dir.join("web.sock").exists(), "unix socket file left");
+    assert!(!Path::new(&format!("/run/bulkhead/sockets/{name}.json")).exists());
+}
+
+#[test]
+fn dry_run_prints_the_target_and_sd_notify_says_ready() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let s = Scratch::new("activate");
+    let name = s.name("dry");
+    let port = free_port();
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["127.0.0.1:{port}"]
+backend = "127.0.0.1:8000"
+[socket.{name}.target]
+rootfs = "{root}"
+command = ["/bin/httpd", "-f", "-p", "127.0.0.1:8000"]
+network = "private"
+environment = {{ A = "b c" }}
+"#,
+            root = s.root().display()
+        ),
+    );
+    let out = bulkhead()
+        .arg("-c")
+        .arg(&plan)
+        .args(["serve", "--dry-run"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!(
+            "listen on 127.0.0.1:{port} (proxy mode, backend 127.0.0.1:8000)"
+        )),
+        "{text}"
+    );
+    assert!(text.contains(" spawn -D "), "{text}");
+    assert!(text.contains("--ephemeral --net private"), "{text}");
+    assert!(
+        text.contains("--env 'A=b c' -- /bin/httpd -f -p 127.0.0.1:8000"),
+        "{text}"
+    );
+    assert!(
+        text.contains("dry run: nothing bound, nothing started"),
+        "{text}"
+    );
+    // Nothing listens after a dry run.
+    TcpListener::bind(("127.0.0.1", port)).expect("the dry run bound the port");
+    // Started by systemd as Type=notify: READY=1 once every socket listens, STOPPING=1 at the end.
+    let sock_path = s.dir.join("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut child = bulkhead()
+        .arg("-c")
+        .arg(&plan)
+        .arg("serve")
+        .env("NOTIFY_SOCKET", &sock_path)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let n = sock.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"READY=1");
+    TcpStream::connect(("127.0.0.1", port)).expect("listening once READY=1 was sent");
+    let _ = bulkhead::sys::process::kill(child.id() as i32, libc::SIGTERM);
+    let n = sock.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"STOPPING=1");
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn hundred_clients_during_a_sandboxed_cold_start_all_get_answers() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let s = Scratch::new("activate");
+    let name = s.name("sb");
+    let port = free_port();
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["127.0.0.1:{port}"]
+backend = "127.0.0.1:8000"
+idle_timeout = "infinity"
+[socket.{name}.target]
+rootfs = "{root}"
+command = ["/bin/httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]
+"#,
+            root = s.root().display()
+        ),
+    );
+    let before = sandbox_entries();
+    let mut serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(100));
+    let handles: Vec<_> = (0..100)
+        .map(|_| {
+            let b = barrier.clone();
+            std::thread::spawn(move || {
+                b.wait();
+                http_get(port)
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for h in handles {
+        match h.join().unwrap() {
+            Ok(r) if r.contains("hello from the sandbox") => ok += 1,
+            other => panic!("a client got {other:?}\n{}", serve.log()),
+        }
+    }
+    assert_eq!(ok, 100);
+    wait_for("counters", || status(&name)["connections_total"] == 100);
+    assert_eq!(status(&name)["cold_starts"], 1);
+    assert_eq!(serve.stop(), Some(0));
+    assert_eq!(sandbox_entries(), before, "a sandbox was left behind");
+}
+
+#[test]
+fn a_crashed_target_is_restarted_by_the_next_connection() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let s = Scratch::new("activate");
+    let name = s.name("crash");
+    let (port, backend) = (free_port(), free_port());
+    std::fs::create_dir_all(s.dir.join("www")).unwrap();
+    std::fs::write(s.dir.join("www/index.html"), "again\n").unwrap();
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["127.0.0.1:{port}"]
+backend = "127.0.0.1:{backend}"
+[socket.{name}.target]
+command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{dir}/www"]
+"#,
+            dir = s.dir.display()
+        ),
+    );
+    let serve = Serve::start(&plan, s.dir.join("serve.log"));
+    assert!(http_get(port).unwrap().contains("again"));
+    wait_for("target pid", || status(&name)["target_pid"].is_u64());
+    let pid = status(&name)["target_pid"].as_u64().unwrap();
+    let _ = bulkhead::sys::process::kill(pid as i32, libc::SIGKILL);
+    wait_for("crash noticed", || status(&name)["state"] == "idle");
+    assert!(
+        serve.log().contains("killed by signal 9"),
+        "{}",
+        serve.log()
+    );
+    assert!(http_get(port).unwrap().contains("again"));
+    wait_for("second cold start", || status(&name)["cold_starts"] == 2);
+}
+
+#[test]
+fn pass_mode_hands_over_the_listening_socket() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() || !python_ok() {
+        return;
+    }
+    let s = Scratch::new("activate");
+    let name = s.name("pass");
+    let port = free_port();
+    // A systemd-style socket-activated server: checks LISTEN_PID and serves on fd 3.
+    let script = s.write(
+        "pass.py",
+        r#"
+import os, socket
+assert os.environ["LISTEN_PID"] == str(os.getpid()), "LISTEN_PID"
+n = int(os.environ["LISTEN_FDS"])
+names = os.environ.get("LISTEN_FDNAMES", "")
+l = socket.socket(fileno=3)
+for _ in range(2):
+    c, _ = l.accept()
+    c.sendall(f"fds={n} names={names} pid={os.getpid()}\n".encode())
+    c.close()
+"#,
+    );
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["127.0.0.1:{port}"]
+mode = "pass"
+[socket.{name}.target]
+command = ["{PY}", "{script}"]
+"#,
+            script = script.display()
+        ),
+    );
+    let serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let read = || {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        out
+    };
+    let a = read();
+    assert!(
+        a.starts_with(&format!("fds=1 names={name} pid=")),
+        "{a}\n{}",
+        serve.log()
+    );
+    let b = read();
+    // Both connections went to the same process: bulkhead stepped aside.
+    assert_eq!(a, b);
+    // After it exits, the next connection starts it again.
+    wait_for("target exit", || status(&name)["state"] == "idle");
+    let c = read();
+    assert!(c.starts_with("fds=1"), "{c}");
+    assert_ne!(a, c, "a new process serves after the restart");
+}
+
+#[test]
+fn per_connection_mode_gives_each_client_its_own_sandbox() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let s = Scratch::new("activate");
+    let t = common::TestRoot::new();
+    let name = s.name("inetd");
+    let port = free_port();
+    // Every sandbox of the socket runs in a slice that bounds them (the plan refuses one
+    // without).
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[slice.inetd]
+TasksMax = 256
+MemoryMax = "1G"
+
+[socket.{name}]
+listen = ["127.0.0.1:{port}"]
+mode = "per-connection"
+[socket.{name}.target]
+rootfs = "{root}"
+slice = "inetd"
+command = ["/bin/sh", "-c", "read line; ls /root; touch /root/mark; echo \"$line pid=$$ from=$REMOTE_ADDR\""]
+"#,
+            root = s.root().display()
+        ),
+    );
+    let in_root = |args: &[&str]| {
+        let mut c = bulkhead();
+        c.env("BULKHEAD_CGROUP_ROOT", &t.cgroup)
+            .arg("-c")
+            .arg(&plan);
+        c.args(args);
+        c
+    };
+    let o = in_root(&["apply", "-q"]).output().unwrap();
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let before = sandbox_entries();
+    let mut serve = Serve::start_cmd(in_root(&["serve"]), s.dir.join("serve.log"));
+    let talk = |msg: &str| {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        c.write_all(format!("{msg}\n").as_bytes()).unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        out
+    };
+    for i in 0..3 {
+        let out = talk(&format!("hello{i}"));
+        // A fresh root each time (no mark left by the previous client), PID 2 under the init.
+        assert_eq!(
+            out,
+            format!("hello{i} pid=2 from=127.0.0.1\n"),
+            "{}",
+            serve.log()
+        );
+    }
+    assert!(!s.root().join("root/mark").exists(), "wrote into the image");
+    wait_for("three starts", || status(&name)["cold_starts"] == 3);
+    assert_eq!(serve.stop(), Some(0));
+    assert_eq!(sandbox_entries(), before);
+}
+
+#[test]
+fn half_close_and_proxy_protocol_pass_through() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() || !python_ok() {
+        return;
+    }
+    let s = Scratch::new("activate");
+    let name = s.name("half");
+    let (port, backend) = (free_port(), free_port());
+    // Reads the PROXY line, then everything until EOF, then answers: only possible when the
+    // client's shutdown(SHUT_WR) travels through the proxy as a half-close.
+    let script = s.write(
+        "echo.py",
+        &format!(
+            r#"
+import socket
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", {backend})); l.listen(16)
+while True:
+    c, _ = l.accept()
+    f = c.makefile("rb")
+    header = f.readline().decode().strip()
+    body = f.read()
+    c.sendall(f"{{header}}|{{len(body)}}\n".encode())
+    f.close()
+    c.close()
+"#
+        ),
+    );
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["127.0.0.1:{port}"]
+backend = "127.0.0.1:{backend}"
+accept_proxy_protocol = true
+proxy_protocol = "v1"
+pipe_size = "1M"
+[socket.{name}.target]
+command = ["{PY}", "{script}"]
+"#,
+            script = script.display()
+        ),
+    );
+    let serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // A load balancer's v2 header: the client 192.0.2.7:4242 connected to 198.51.100.1:443.
+    let mut h = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c".to_vec();
+    h.extend([192, 0, 2, 7, 198, 51, 100, 1]);
+    h.extend(4242u16.to_be_bytes());
+    h.extend(443u16.to_be_bytes());
+    c.write_all(&h).unwrap();
+    let body = vec![b'x'; 3 << 20];
+    c.write_all(&body).unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let mut out = String::new();
+    if let Err(e) = c.read_to_string(&mut out) {
+        panic!("{e}: read {out:?}\n{}", serve.log());
+    }
+    assert_eq!(
+        out,
+        format!("PROXY TCP4 192.0.2.7 198.51.100.1 4242 443|{}\n", 3 << 20),
+        "{}",
+        serve.log()
+    );
+    // Without a PROXY header the connection is refused by the proxy, with a log line.
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    assert_eq!(out, "");
+    wait_for("log line", || serve.log().contains("PROXY protocol header"));
+}
+
+#[test]
+fn udp_with_notify_readiness() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() || !python_ok() {
+        return;
+    }
+    let s = Scratch::new("activate");
+    let name = s.name("udp");
+    let (port, backend) = (free_port(), free_port());
+    // Sleeps before READY=1: datagrams sent meanwhile must be held, not lost.
+    let script = s.write(
+        "udp.py",
+        &format!(
+            r#"
+import os, socket, time
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(("127.0.0.1", {backend}))
+time.sleep(0.3)
+n = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+n.sendto(b"READY=1", os.environ["NOTIFY_SOCKET"])
+while True:
+    d, a = u.recvfrom(65536)
+    u.sendto(d.upper(), a)
+"#
+        ),
+    );
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["udp:127.0.0.1:{port}"]
+backend = "udp:127.0.0.1:{backend}"
+ready = "notify"
+[socket.{name}.target]
+command = ["{PY}", "{script}"]
+"#,
+            script = script.display()
+        ),
+    );
+    let serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    u.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    u.connect(("127.0.0.1", port)).unwrap();
+    u.send(b"one").unwrap();
+    u.send(b"two").unwrap();
+    let mut buf = [0u8; 64];
+    let n = u.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"ONE", "{}", serve.log());
+    let n = u.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"TWO");
+    wait_for("status", || status(&name)["cold_starts"] == 1);
+    let st = status(&name);
+    assert!(st["last_start_ms"].as_f64().unwrap() >= 300.0, "{st}");
+}
+
+/// `serve` with a plan, expected to fail at once with exit code 2 and this text on stderr.
+fn refused(s: &Scratch, plan_text: &str, expect: &[&str]) {
+    let plan = s.write("bad.toml", plan_text);
+    let mut child = bulkhead()
+        .arg("-c")
+        .arg(&plan)
+        .arg("serve")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let st = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("serve did not refuse the plan:\n{plan_text}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(st.code(), Some(2), "{err}");
+    for e in expect {
+        assert!(err.contains(e), "expected '{e}' in:\n{err}");
+    }
+    assert!(err.contains("bad.toml:"), "no file:line in:\n{err}");
+}
+
+#[test]
+fn bad_input_is_refused_before_anything_listens() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let s = Scratch::new("activate");
+    let name = s.name("bad");
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_port = busy.local_addr().unwrap().port();
+    let free = free_port();
+    let target = "[socket.X.target]\ncommand = [\"/bin/true\"]\n";
+    let with = |head: &str| format!("[socket.X]\n{head}\n{target}").replace('X', &name);
+    refused(
+        &s,
+        &with(&format!(
+            "listen = [\"127.0.0.1:{free}\", \"127.0.0.1:{busy_port}\"]\nbackend = \"127.0.0.1:1\""
+        )),
+        &[
+            "cannot listen on 127.0.0.1:",
+            "Address already in use",
+            "another process listens there",
+        ],
+    );
+    // Nothing was left listening on the first address.
+    TcpListener::bind(("127.0.0.1", free)).expect("the first address was left bound");
+    refused(
+        &s,
+        &with("listen = [\"127.0.0.1:80:80\"]\nbackend = \"127.0.0.1:1\""),
+        &["is not an address"],
+    );
+    refused(
+        &s,
+        &with("listen = [\"unix:/nonexistent/dir/app.sock\"]\nbackend = \"127.0.0.1:1\""),
+        &["the directory /nonexistent/dir does not exist"],
+    );
+    refused(
+        &s,
+        &format!(
+            "[socket.{name}]\nlisten = [\"127.0.0.1:{free}\"]\nbackend = \"127.0.0.1:1\"\n[socket.{name}.target]\ncommand = [\"/no/such/server\"]\n"
+        ),
+        &["the command '/no/such/server' does not exist"],
+    );
+    refused(
+        &s,
+        &with(&format!("listen = [\"127.0.0.1:{free}\"]")),
+        &["proxy mode needs a backend address"],
+    );
+    refused(
+        &s,
+        &with(&format!(
+            "listen = [\"127.0.0.1:{free}\"]\nbackend = \"127.0.0.1:1\"\nidle_timout = \"1s\""
+        )),
+        &["unknown key 'idle_timout'", "did you mean idle_timeout?"],
+    );
+    drop(busy);
+}
+
+#[test]
+fn a_backend_that_never_listens_fails_the_start_and_closes_clients() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let s = Scratch::new("activate");
+    let name = s.name("never");
+    let (port, backend) = (free_port(), free_port());
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["127.0.0.1:{port}"]
+backend = "127.0.0.1:{backend}"
+start_timeout = "500ms"
+stop_timeout = "500ms"
+[socket.{name}.target]
+rootfs = "{root}"
+command = ["/bin/sleep", "600"]
+"#,
+            root = s.root().display()
+        ),
+    );
+    let before = sandbox_entries();
+    let mut serve = Serve::start(&plan, s.dir.join("serve.log"));
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut out = Vec::new();
+        // Closed, not hung.
+        let _ = c.read_to_end(&mut out);
+        assert!(out.is_empty());
+        assert!(t0.elapsed() < Duration::from_secs(10));
+    }
+    let log = serve.log();
+    assert!(
+        log.contains(&format!("nothing accepted on 127.0.0.1:{backend}")),
+        "{log}"
+    );
+    assert!(log.contains("3 starts failed in a row"), "{log}");
+    // Backing off: the next client is closed at once, with the reason.
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    wait_for("backoff log", || {
+        serve.log().contains("failed in a row (last:")
+    });
+    wait_for("backoff state", || status(&name)["state"] == "backoff");
+    wait_for("failed sandboxes removed", || sandbox_entries() == before);
+    wait_for("failed targets stopped", || {
+        pids_of("/bin/sleep 600").is_empty()
+    });
+    assert_eq!(serve.stop(), Some(0));
+}
+
+/// systemd's socket activation of `serve` itself: a `.socket` unit (here its stand-in,
+/// systemd-socket-activate) binds the port and passes it as LISTEN_FDS; serve matches it to
+/// the plan's listen address, binds the plan's other addresses itself, and refuses a passed
+/// socket that no plan address names.
+#[test]
+fn serve_takes_its_listening_sockets_from_a_socket_unit() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let activate = "/usr/bin/systemd-socket-activate";
+    if !common::serve::have(activate, "systemd") {
+        return;
+    }
+    let s = Scratch::new("passed");
+    let name = s.name("web");
+    let (port, own, stray, backend) = (free_port(), free_port(), free_port(), free_port());
+    std::fs::create_dir_all(s.dir.join("www")).unwrap();
+    std::fs::write(s.dir.join("www/index.html"), "served from a socket unit\n").unwrap();
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["127.0.0.1:{port}", "127.0.0.1:{own}"]
+backend = "127.0.0.1:{backend}"
+[socket.{name}.target]
+command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{dir}/www"]
+"#,
+            dir = s.dir.display()
+        ),
+    );
+    let mut cmd = Command::new(activate);
+    cmd.arg("-l")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg(common::bin())
+        .arg("-c")
+        .arg(&plan)
+        .arg("serve")
+        .env_remove("BULKHEAD_CONFIG")
+        .env_remove("NOTIFY_SOCKET");
+    let serve = Serve::spawn(cmd, s.dir.join("serve.log"));
+    wait_for("systemd-socket-activate to listen", || {
+        serve.log().contains("Listening on")
+    });
+    // systemd-socket-activate starts serve on the first connection, which serve then answers.
+    let r = http_get(port).unwrap();
+    assert!(
+        r.contains("served from a socket unit"),
+        "{r}\n{}",
+        serve.log()
+    );
+    let log = serve.log();
+    assert!(
+        log.contains(&format!("127.0.0.1:{port} (from the socket unit)")),
+        "{log}"
+    );
+    // The address the unit did not pass is bound by serve.
+    assert!(http_get(own).unwrap().contains("served from a socket unit"));
+    wait_for("the cold start counted", || {
+        status(&name)["cold_starts"] == 1
+    });
+    drop(serve);
+
+    // A passed socket that the plan does not name: an error that says which, before serving.
+    let mut cmd = Command::new(activate);
+    cmd.args(["-l", &format!("127.0.0.1:{port}")])
+        .args(["-l", &format!("127.0.0.1:{stray}")])
+        .arg(common::bin())
+        .arg("-c")
+        .arg(&plan)
+        .arg("serve")
+        .env_remove("BULKHEAD_CONFIG")
+        .env_remove("NOTIFY_SOCKET");
+    let mut serve = Serve::spawn(cmd, s.dir.join("stray.log"));
+    wait_for("systemd-socket-activate to listen", || {
+        serve.log().matches("Listening on").count() == 2
+    });
+    let _ = TcpStream::connect(("127.0.0.1", port));
+    wait_for("serve to refuse the stray socket", || {
+        serve.log().contains("that no [socket.*] listen names")
+    });
+    assert_eq!(serve.stop(), Some(2), "{}", serve.log());
+    let log = serve.log();
+    assert!(log.contains(&format!("127.0.0.1:{stray}")), "{log}");
+    assert!(log.contains("remove that Listen line"), "{log}");
+}

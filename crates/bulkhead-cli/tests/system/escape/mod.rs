@@ -1,0 +1,12 @@
+//! The escape suite (issue 14): each test plays a hostile image, sandboxed program, local user
+//! or network client, tries one attack the outside review reproduced, and checks that it
+//! fails. The modules are the classes; every test prints what it tried (`--nocapture`).
+
+mod exporter;
+mod guard_log;
+mod input;
+mod paths;
+mod probe;
+mod sandbox;
+mod sockets;
+mod targets;

@@ -1,0 +1,593 @@
+//! Escape tests: sockets. A sandboxed target, a local user and network clients against
+//! `bulkhead serve` (issue 14, items 9 to 12).
+
+use crate::common::prerequisites;
+use crate::common::serve::{
+    as_nobody, bulkhead, connect_from, cpu_time, python_ok, serve_cmd, status, wait_for, want_fds,
+    Scratch, Serve, PY,
+};
+use bulkhead_testkit::free_port;
+use std::io::{Read, Write};
+use std::net::{TcpStream, UdpSocket};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixListener;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A unix socket server on a thread that answers every connection with `reply`, until the
+/// returned flag is set.
+fn answer_on(path: &Path, reply: &'static str) -> Arc<AtomicBool> {
+    let l = UnixListener::bind(path).unwrap();
+    l.set_nonblocking(true).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    std::thread::spawn(move || {
+        while !s.load(Ordering::Relaxed) {
+            match l.accept() {
+                Ok((mut c, _)) => {
+                    let _ = c.write_all(reply.as_bytes());
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    });
+    stop
+}
+
+fn read_all(mut c: TcpStream, timeout: Duration) -> String {
+    c.set_read_timeout(Some(timeout)).unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    out
+}
+
+/// Item 9: the target's `unix:` backend is a symlink the sandbox made to a root-only socket
+/// of the host. A TCP client must reach what the path names inside the sandbox, never the
+/// host's socket.
+#[test]
+fn a_unix_backend_symlink_made_in_the_sandbox_does_not_reach_a_host_socket() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let s = Scratch::new("escape");
+    let name = s.name("symlink");
+    let port = free_port();
+    // The host's socket, in a directory only root may enter.
+    let private = s.dir.join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let host_sock = private.join("app.sock");
+    let host = answer_on(&host_sock, "HOST-SECRET\n");
+    // Inside the sandbox the same path is a directory of its own (a bind), where the
+    // sandbox's own server listens: that is what the symlink names there.
+    let inner = s.dir.join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    let own = answer_on(&inner.join("app.sock"), "SANDBOX-OWN\n");
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["127.0.0.1:{port}"]
+backend = "unix:/run/app.sock"
+start_timeout = "3s"
+stop_timeout = "500ms"
+[socket.{name}.target]
+rootfs = "{root}"
+bind = ["{inner}:{private}"]
+command = ["/bin/sh", "-c", "mkdir -p /run && ln -s {host_sock} /run/app.sock && exec sleep 600"]
+"#,
+            root = s.root().display(),
+            inner = inner.display(),
+            private = private.display(),
+            host_sock = host_sock.display(),
+        ),
+    );
+    let serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let out = read_all(c, Duration::from_secs(20));
+    host.store(true, Ordering::Relaxed);
+    own.store(true, Ordering::Relaxed);
+    println!(
+        "escape[sockets]: tried a unix backend /run/app.sock -> symlink to the host's root-only {} -> the client read {:?}",
+        host_sock.display(),
+        out.trim()
+    );
+    assert!(
+        !out.contains("HOST-SECRET"),
+        "the client reached the host's socket\n{}",
+        serve.log()
+    );
+    assert_eq!(out, "SANDBOX-OWN\n", "{}", serve.log());
+}
+
+/// Item 10: a local user who can write the socket's directory swaps the fresh socket file
+/// for a symlink to a root-only file while `serve` sets the socket's owner and mode.
+#[test]
+fn a_socket_directory_writable_by_others_cannot_turn_chown_onto_a_host_file() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() || !python_ok() {
+        return;
+    }
+    let s = Scratch::new("escape");
+    let name = s.name("swap");
+    let shared = s.dir.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    // Writable by everyone, without the sticky bit.
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let victim = s.dir.join("victim");
+    std::fs::write(&victim, "root only\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let sock = shared.join("app.sock");
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["unix:{sock}"]
+mode = "pass"
+socket_mode = "0666"
+socket_user = "nobody"
+[socket.{name}.target]
+command = ["/bin/true"]
+"#,
+            sock = sock.display()
+        ),
+    );
+    // The attacker: whenever the path is a socket, put a symlink to the victim in its place.
+    let script = s.write(
+        "swap.py",
+        r#"
+import os, stat, sys, time
+path, victim, tmp, secs = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+end = time.time() + secs
+while time.time() < end:
+    try:
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            try:
+                os.symlink(victim, tmp)
+            except FileExistsError:
+                pass
+            os.rename(tmp, path)
+    except OSError:
+        pass
+"#,
+    );
+    let mut attacker = as_nobody(PY)
+        .arg(&script)
+        .arg(&sock)
+        .arg(&victim)
+        .arg(shared.join(".swap"))
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let victim_ok = || {
+        let m = std::fs::metadata(&victim).unwrap();
+        m.uid() == 0 && m.mode() & 0o7777 == 0o600
+    };
+    let mut tries = 0;
+    let mut refused = None;
+    while tries < 40 && victim_ok() && refused.is_none() {
+        tries += 1;
+        let _ = std::fs::remove_file(&sock);
+        let mut serve = Serve::spawn(serve_cmd(&plan), s.dir.join("serve.log"));
+        let t0 = Instant::now();
+        loop {
+            if serve.log().contains("listening on") {
+                break;
+            }
+            if let Ok(Some(st)) = serve.child.try_wait() {
+                refused = Some((st.code(), serve.log()));
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "{}", serve.log());
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        serve.stop();
+    }
+    let _ = attacker.kill();
+    let _ = attacker.wait();
+    let m = std::fs::metadata(&victim).unwrap();
+    println!(
+        "escape[sockets]: tried swapping the socket file in a 0777 directory for a symlink to a root-only file ({tries} serve start(s)) -> victim uid {} mode {:o}; serve {}",
+        m.uid(),
+        m.mode() & 0o7777,
+        match &refused {
+            Some((code, _)) => format!("refused the directory (exit {code:?})"),
+            None => "listened there".into(),
+        }
+    );
+    assert!(
+        victim_ok(),
+        "serve changed the owner or mode of a host file"
+    );
+    let (code, log) = refused.expect("serve listened in a directory others can write");
+    assert_eq!(code, Some(2), "{log}");
+    assert!(log.contains("writable by others"), "{log}");
+}
+
+/// Item 11: a local user sends READY=1 to a target's notify socket before the target is
+/// ready: `serve` must not believe it.
+#[test]
+fn a_local_user_cannot_declare_a_target_ready() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() || !python_ok() {
+        return;
+    }
+    let s = Scratch::new("escape");
+    let name = s.name("ready");
+    let (port, backend) = (free_port(), free_port());
+    // Takes 3 s to come up, then listens and says READY=1 itself.
+    let script = s.write(
+        "slow.py",
+        &format!(
+            r#"
+import os, socket, time
+time.sleep(3)
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", {backend})); l.listen(16)
+socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"READY=1", os.environ["NOTIFY_SOCKET"])
+while True:
+    c, _ = l.accept(); c.sendall(b"served by the ready target\n"); c.close()
+"#
+        ),
+    );
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["127.0.0.1:{port}"]
+backend = "127.0.0.1:{backend}"
+ready = "notify"
+[socket.{name}.target]
+command = ["{PY}", "{script}"]
+"#,
+            script = script.display()
+        ),
+    );
+    let notify = format!("/run/bulkhead/sockets/{name}.notify/notify");
+    let attack = s.write(
+        "forge.py",
+        r#"
+import socket, sys, time
+path, end, sent = sys.argv[1], time.time() + 6, 0
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+while time.time() < end:
+    try:
+        s.sendto(b"READY=1", path)
+        sent += 1
+    except OSError:
+        pass
+    time.sleep(0.005)
+print(sent)
+"#,
+    );
+    let serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let attacker = as_nobody(PY)
+        .arg(&attack)
+        .arg(&notify)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let out = read_all(c, Duration::from_secs(20));
+    let sent = String::from_utf8_lossy(&attacker.wait_with_output().unwrap().stdout)
+        .trim()
+        .parse::<u64>()
+        .unwrap_or(0);
+    println!(
+        "escape[sockets]: tried {sent} READY=1 datagrams from uid 65534 to {notify} during a 3 s start -> the client read {:?}",
+        out.trim()
+    );
+    assert!(sent > 0, "the attacker never reached the notify socket");
+    assert_eq!(
+        out,
+        "served by the ready target\n",
+        "serve believed a forged READY=1\n{}",
+        serve.log()
+    );
+    wait_for("refusals counted", || {
+        status(&name)["limits"]["notify_refused"].as_u64() > Some(0)
+    });
+}
+
+/// Item 11: a sandboxed target must not get a writable view of the host's /run through its
+/// notify socket's bind mount.
+#[test]
+fn a_sandbox_cannot_write_into_the_hosts_run_through_its_notify_socket() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let s = Scratch::new("escape");
+    let name = s.name("notifyrun");
+    let port = free_port();
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["127.0.0.1:{port}"]
+backend = "127.0.0.1:8000"
+ready = "notify"
+start_timeout = "3s"
+stop_timeout = "500ms"
+[socket.{name}.target]
+rootfs = "{root}"
+command = ["/bin/sh", "-c", "touch /run/bulkhead/notify/planted 2>/dev/null; echo touch-exit=$? >&2; exec sleep 600"]
+"#,
+            root = s.root().display()
+        ),
+    );
+    let serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let _c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // The log shows the command line too: look for what the shell printed.
+    let said = |v: &str| serve.log().contains(&format!("touch-exit={v}"));
+    wait_for("the target's script", || said("0") || said("1"));
+    let planted = Path::new("/run/bulkhead/sockets")
+        .join(format!("{name}.notify"))
+        .join("planted");
+    let written = said("0") || planted.exists();
+    println!(
+        "escape[sockets]: tried creating a file in the notify socket's directory from inside the sandbox -> {}",
+        if written {
+            format!("written to the host's {}", planted.display())
+        } else {
+            "refused (read-only)".into()
+        }
+    );
+    assert!(
+        !written,
+        "the sandbox wrote into the host's /run\n{}",
+        serve.log()
+    );
+}
+
+/// A backend for the limit tests: answers "pong LINE" to the first line of every
+/// connection, holds idle connections as long as they stay open.
+fn pong_backend(s: &Scratch, backend: u16) -> std::path::PathBuf {
+    s.write(
+        "pong.py",
+        &format!(
+            r#"
+import asyncio
+async def handle(r, w):
+    line = await r.readline()
+    if line:
+        w.write(b"pong " + line)
+        await w.drain()
+    w.close()
+async def main():
+    srv = await asyncio.start_server(handle, "127.0.0.1", {backend}, backlog=4096)
+    async with srv:
+        await srv.serve_forever()
+asyncio.run(main())
+"#
+        ),
+    )
+}
+
+/// Send `msg` from 127.0.0.2 and read the answer, or an empty string after `timeout`.
+fn other_client(port: u16, msg: &[u8], timeout: Duration) -> String {
+    match connect_from([127, 0, 0, 2], port) {
+        Ok(mut c) => {
+            let _ = c.write_all(msg);
+            read_all(c, timeout)
+        }
+        Err(e) => format!("connect failed: {e}"),
+    }
+}
+
+/// Item 12: one client opens 1100 idle connections (more than max_connections); another
+/// client must still be served.
+#[test]
+fn a_thousand_idle_connections_from_one_client_do_not_lock_out_another() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() || !python_ok() || !want_fds(4096) {
+        return;
+    }
+    let s = Scratch::new("escape");
+    let name = s.name("idle");
+    let (port, backend) = (free_port(), free_port());
+    let script = pong_backend(&s, backend);
+    // Every limit at its default.
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["127.0.0.1:{port}"]
+backend = "127.0.0.1:{backend}"
+idle_timeout = "infinity"
+[socket.{name}.target]
+command = ["{PY}", "{script}"]
+"#,
+            script = script.display()
+        ),
+    );
+    let serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let mut idle = Vec::new();
+    for _ in 0..1100 {
+        idle.push(TcpStream::connect(("127.0.0.1", port)).unwrap());
+    }
+    wait_for("the target", || status(&name)["state"] == "ready");
+    std::thread::sleep(Duration::from_secs(1));
+    let out = other_client(port, b"ping\n", Duration::from_secs(5));
+    let st = status(&name);
+    println!(
+        "escape[sockets]: tried 1100 idle connections from 127.0.0.1, then one from 127.0.0.2 -> {} (active {}, refused per source {})",
+        if out == "pong ping\n" {
+            "served".to_string()
+        } else {
+            format!("not served: {out:?}")
+        },
+        st["connections_active"],
+        st["limits"]["per_source"]
+    );
+    assert_eq!(out, "pong ping\n", "{}", serve.log());
+    assert!(st["limits"]["per_source"].as_u64() > Some(0), "{st}");
+    let text = bulkhead().arg("status").output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("max_connections_per_source"),
+        "status does not say a limit was hit:\n{text}"
+    );
+    drop(idle);
+}
+
+/// Item 12: 400 connections that send half a PROXY header and wait: `serve` must not spin
+/// on them, and another client must still be served.
+#[test]
+fn half_sent_proxy_headers_cost_no_cpu_and_are_timed_out() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() || !python_ok() || !want_fds(4096) {
+        return;
+    }
+    let s = Scratch::new("escape");
+    let name = s.name("slowloris");
+    let (port, backend) = (free_port(), free_port());
+    let script = pong_backend(&s, backend);
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["127.0.0.1:{port}"]
+backend = "127.0.0.1:{backend}"
+accept_proxy_protocol = true
+idle_timeout = "infinity"
+[socket.{name}.target]
+command = ["{PY}", "{script}"]
+"#,
+            script = script.display()
+        ),
+    );
+    let serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let mut slow = Vec::new();
+    for _ in 0..400 {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.write_all(b"PROXY TCP4 192.0.2.1 ").unwrap();
+        slow.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (c0, t0) = (cpu_time(serve.pid()), Instant::now());
+    std::thread::sleep(Duration::from_secs(2));
+    let share = (cpu_time(serve.pid()) - c0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    let out = other_client(
+        port,
+        b"PROXY TCP4 192.0.2.9 192.0.2.1 5555 80\r\nping\n",
+        Duration::from_secs(10),
+    );
+    // The default header timeout closes them.
+    let t1 = Instant::now();
+    let closed = read_all(slow.swap_remove(0), Duration::from_secs(15)).is_empty()
+        && t1.elapsed() < Duration::from_secs(14);
+    println!(
+        "escape[sockets]: tried 400 half-sent PROXY headers from one client -> serve used {:.1}% of a CPU while they waited; another client {}; the first closed after {:.1} s",
+        share * 100.0,
+        if out == "pong ping\n" { "served" } else { "not served" },
+        t1.elapsed().as_secs_f64()
+    );
+    assert!(
+        share < 0.05,
+        "serve spun on half-sent headers: {:.1}% CPU",
+        share * 100.0
+    );
+    assert_eq!(out, "pong ping\n", "{}", serve.log());
+    assert!(closed, "a half-sent header was not timed out");
+    wait_for("timeouts counted", || {
+        status(&name)["limits"]["proxy_header_timeouts"].as_u64() > Some(0)
+    });
+}
+
+/// Item 12: one client sends from 1500 source ports (serve's soft RLIMIT_NOFILE is the
+/// common 1024); a fresh client must still get its answers.
+#[test]
+fn udp_from_1500_source_ports_does_not_drop_a_fresh_client() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() || !python_ok() || !want_fds(4096) {
+        return;
+    }
+    let s = Scratch::new("escape");
+    let name = s.name("udpflood");
+    let (port, backend) = (free_port(), free_port());
+    let script = s.write(
+        "echo.py",
+        &format!(
+            r#"
+import os, socket
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(("127.0.0.1", {backend}))
+socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"READY=1", os.environ["NOTIFY_SOCKET"])
+while True:
+    d, a = u.recvfrom(65536)
+    u.sendto(d.upper(), a)
+"#
+        ),
+    );
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["udp:127.0.0.1:{port}"]
+backend = "udp:127.0.0.1:{backend}"
+ready = "notify"
+idle_timeout = "infinity"
+[socket.{name}.target]
+command = ["{PY}", "{script}"]
+"#,
+            script = script.display()
+        ),
+    );
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", "ulimit -S -n 1024 && exec \"$@\"", "sh"])
+        .arg(crate::common::bin())
+        .arg("-c")
+        .arg(&plan)
+        .arg("serve")
+        .env_remove("BULKHEAD_CONFIG")
+        .env_remove("BULKHEAD_CGROUP_ROOT")
+        .env_remove("NOTIFY_SOCKET");
+    let serve = Serve::start_cmd(cmd, s.dir.join("serve.log"));
+    let mut flood = Vec::new();
+    for i in 0..1500 {
+        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+        u.send_to(b"x", ("127.0.0.1", port)).unwrap();
+        flood.push(u);
+        // Paced, so that serve's receive buffer does not drop the datagrams.
+        if i % 50 == 49 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let fresh = UdpSocket::bind("127.0.0.2:0").unwrap();
+    fresh
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut answer = None;
+    let mut buf = [0u8; 64];
+    for _ in 0..10 {
+        fresh.send_to(b"hello", ("127.0.0.1", port)).unwrap();
+        if let Ok((n, _)) = fresh.recv_from(&mut buf) {
+            answer = Some(String::from_utf8_lossy(&buf[..n]).into_owned());
+            break;
+        }
+    }
+    println!(
+        "escape[sockets]: tried UDP from 1500 source ports of 127.0.0.1, then a fresh client -> {}",
+        match &answer {
+            Some(a) => format!("answered {a:?}"),
+            None => "no answer in 5 s".into(),
+        }
+    );
+    assert_eq!(answer.as_deref(), Some("HELLO"), "{}", serve.log());
+    wait_for("evictions counted", || {
+        status(&name)["limits"]["udp_flows_evicted"].as_u64() > Some(0)
+    });
+    drop(flood);
+}

@@ -1,0 +1,310 @@
+//! `bulkhead guard` on this machine's real cgroups: it calibrates, cuts a sideload that
+//! takes the protected slice's CPU, shows it in `status`, and when it is killed with SIGKILL
+//! its watchdog puts the plan back within seconds; a restart reuses the calibration and a
+//! clean stop leaves every sideload as planned.
+
+use crate::common::{prerequisites, read, stderr, stdout, TestRoot};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Protected and sideload at the same weight: the plan alone cannot protect the server, so
+/// whatever the server keeps comes from the guard.
+const PLAN: &str = r#"
+[slice.db-server]
+CPUWeight = 100
+
+[slice.db-helper]
+CPUWeight = 100
+CPUQuota = "150%"
+
+[guard]
+protect = "db-server"
+sideloads = ["db-helper"]
+period = "100ms"
+calibration = "2s"
+max_frozen = "1s"
+"#;
+
+const SPIN2: &str = "while :; do :; done & while :; do :; done";
+
+struct Guarded {
+    t: TestRoot,
+    plan: PathBuf,
+    state: PathBuf,
+    procs: Vec<Child>,
+}
+
+impl Guarded {
+    fn new() -> Guarded {
+        let t = TestRoot::new();
+        let plan = t.plan(PLAN);
+        let state = t.plan_dir.join("guard-state");
+        let mut g = Guarded {
+            t,
+            plan,
+            state,
+            procs: vec![],
+        };
+        let o = g.cmd().args(["apply"]).output().unwrap();
+        assert!(o.status.success(), "apply: {}", stderr(&o));
+        for slice in ["db-server", "db-helper"] {
+            let mut c = g.cmd();
+            c.args(["run", "--slice", slice, "--", "sh", "-c", SPIN2]);
+            g.procs.push(c.spawn().unwrap());
+        }
+        g
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = self.t.cmd();
+        c.arg("-c")
+            .arg(&self.plan)
+            .env("BULKHEAD_GUARD_DIR", &self.state);
+        c
+    }
+
+    fn guard(&self, args: &[&str]) -> Child {
+        self.cmd()
+            .arg("guard")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn helper(&self, mount: &str, file: &str) -> String {
+        read(&self.t.dir(mount, "db.slice/db-helper.slice").join(file))
+    }
+
+    /// What the guard may change on the helper, as it is now.
+    fn helper_state(&self) -> Vec<String> {
+        let mut s = vec![
+            format!("cpu.idle={}", self.helper("cpu", "cpu.idle")),
+            format!("cpu.shares={}", self.helper("cpu", "cpu.shares")),
+            format!(
+                "cpu.cfs_quota_us={}",
+                self.helper("cpu", "cpu.cfs_quota_us")
+            ),
+            format!(
+                "cpu.cfs_period_us={}",
+                self.helper("cpu", "cpu.cfs_period_us")
+            ),
+        ];
+        let unified = self
+            .t
+            .dir("unified", "db.slice/db-helper.slice")
+            .join("cgroup.freeze");
+        if unified.exists() {
+            s.push(format!("cgroup.freeze={}", read(&unified)));
+        } else {
+            s.push(format!(
+                "freezer.state={}",
+                self.helper("freezer", "freezer.state")
+            ));
+        }
+        s
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        for p in &mut self.procs {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+        // Also when a test failed midway: nothing stays held (the state dir is this test's).
+        let _ = self.cmd().args(["guard", "--release", "-q"]).output();
+    }
+}
+
+fn planned() -> Vec<String> {
+    [
+        "cpu.idle=0",
+        "cpu.shares=1024",
+        "cpu.cfs_quota_us=150000",
+        "cpu.cfs_period_us=100000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn unfrozen(state: &[String]) -> bool {
+    state
+        .iter()
+        .any(|s| s == "cgroup.freeze=0" || s == "freezer.state=THAWED")
+}
+
+fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) -> Duration {
+    let t0 = Instant::now();
+    while !ok() {
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t0.elapsed()
+}
+
+fn watchdogs_of(state: &Path) -> Vec<String> {
+    let mut out = vec![];
+    for p in std::fs::read_dir("/proc").unwrap().flatten() {
+        let env = std::fs::read(p.path().join("environ")).unwrap_or_default();
+        let cmd = std::fs::read_to_string(p.path().join("cmdline")).unwrap_or_default();
+        let env = String::from_utf8_lossy(&env);
+        if cmd.contains("guard") && env.contains(&*state.to_string_lossy()) {
+            out.push(format!(
+                "{}: {}",
+                p.file_name().to_string_lossy(),
+                cmd.replace('\0', " ")
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn guard_cuts_a_hog_and_its_watchdog_puts_the_plan_back_after_sigkill() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let g = Guarded::new();
+    let before = g.helper_state();
+    assert_eq!(before[..4], planned()[..], "apply gave the plan");
+
+    // The dry run names every file it would read and write, and changes nothing.
+    let o = g.cmd().args(["guard", "--dry-run"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("db-helper"), "{}", stdout(&o));
+    assert_eq!(g.helper_state(), before);
+
+    let mut guard = g.guard(&["--json", "--duration", "60s"]);
+    // Calibration (2 s, the sideloads held at their floor), then the first cut: an action
+    // in the guard's log while the helper is off its plan.
+    let status = g.state.join("status.json");
+    let took = wait_for("the guard cuts the helper", Duration::from_secs(20), || {
+        let v: serde_json::Value = std::fs::read(&status)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        v["phase"] == "guarding"
+            && !v["actions_last_minute"]
+                .as_array()
+                .is_none_or(|a| a.is_empty())
+            && g.helper_state()[..4] != planned()[..]
+    });
+    eprintln!("first cut {took:?} after the guard started (2 s of it calibration)");
+
+    // `status` shows the guard: alive, calibrated, the helper's throttle, its actions.
+    let o = g.cmd().args(["status", "--json"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let gs = &v["guard"];
+    assert_eq!(gs["running"], true, "{gs}");
+    assert_eq!(gs["protect"], "db-server");
+    assert!(gs["calibrated_at"].is_number(), "{gs}");
+    assert_eq!(gs["sideloads"][0]["slice"], "db-helper");
+    assert!(
+        !gs["actions_last_minute"].as_array().unwrap().is_empty(),
+        "{gs}"
+    );
+    let o = g.cmd().arg("status").output().unwrap();
+    assert!(stdout(&o).contains("GUARD"), "{}", stdout(&o));
+
+    // SIGKILL: nothing can run in the guard; its watchdog puts the plan back.
+    guard.kill().unwrap();
+    let killed = Instant::now();
+    let _ = guard.wait();
+    let restored = wait_for(
+        "the plan is back after SIGKILL",
+        Duration::from_secs(5),
+        || {
+            let s = g.helper_state();
+            s[..4] == planned()[..] && unfrozen(&s)
+        },
+    );
+    eprintln!(
+        "plan back {:?} after SIGKILL",
+        killed.elapsed().min(restored)
+    );
+    wait_for("the watchdog exits", Duration::from_secs(5), || {
+        watchdogs_of(&g.state).is_empty()
+    });
+    let o = g.cmd().args(["status", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["guard"]["running"], false, "{}", v["guard"]);
+
+    // A hung guard (SIGSTOP: alive, but no heartbeat) is killed by its watchdog, which
+    // then puts the plan back.
+    let hung = g.guard(&["--duration", "60s"]);
+    wait_for("the restarted guard cuts", Duration::from_secs(20), || {
+        g.helper_state()[..4] != planned()[..]
+    });
+    let pid = nix::unistd::Pid::from_raw(hung.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let back = wait_for(
+        "the plan is back after a hang",
+        Duration::from_secs(8),
+        || {
+            let s = g.helper_state();
+            s[..4] == planned()[..] && unfrozen(&s)
+        },
+    );
+    eprintln!("plan back {back:?} after SIGSTOP");
+    let out = hung.wait_with_output().unwrap();
+    assert!(!out.status.success(), "the hung guard was killed");
+    wait_for("the watchdog exits", Duration::from_secs(5), || {
+        watchdogs_of(&g.state).is_empty()
+    });
+
+    // A restart picks up cleanly: this boot's calibration is reused, and a clean stop
+    // leaves the helper as planned.
+    let restarted = g.guard(&["--duration", "3s"]).wait_with_output().unwrap();
+    let err = stderr(&restarted);
+    assert!(restarted.status.success(), "{err}");
+    assert!(err.contains("this boot's calibration"), "{err}");
+    assert!(err.contains("every sideload has its plan back"), "{err}");
+    let after = g.helper_state();
+    assert_eq!(after[..4], planned()[..]);
+    assert!(unfrozen(&after), "{after:?}");
+    let o = g.cmd().args(["guard", "--release"]).output().unwrap();
+    assert!(stdout(&o).contains("nothing to release"), "{}", stdout(&o));
+}
+
+#[test]
+fn guard_refuses_a_plan_without_a_usable_guard_section() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let t = TestRoot::new();
+    let cases = [
+        ("[slice.db-server]\n", "[guard]"),
+        (
+            "[slice.db-server]\n[guard]\nprotect = \"db-server\"\nsideloads = [\"db-helpr\"]\n",
+            "db-helpr",
+        ),
+        (
+            "[slice.a]\n[slice.b]\n[guard]\nprotect = \"a\"\nsideloads = [\"b\"]\nperiod = \"1ms\"\n",
+            "period",
+        ),
+    ];
+    for (plan, want) in cases {
+        let p = t.plan(plan);
+        let o = t
+            .cmd()
+            .arg("-c")
+            .arg(&p)
+            .env("BULKHEAD_GUARD_DIR", t.plan_dir.join("g"))
+            .args(["guard", "--duration", "1s"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{plan}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(want),
+            "{plan}: want {want}: {}",
+            stderr(&o)
+        );
+    }
+}

@@ -1,0 +1,142 @@
+//! Sandboxes in slices on every layout: `spawn --slice` (on systemd a transient scope with
+//! Delegate=yes in the slice, like systemd-nspawn) and `serve` starting a sandboxed target in
+//! a slice on its first connection. The root is a busybox root the check builds.
+
+use super::host::{ended, Host};
+use crate::common::rootfs::busybox_root;
+use crate::common::stderr;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+fn root(h: &Host) -> std::path::PathBuf {
+    let r = busybox_root(&h.tmp().join("root"));
+    std::fs::create_dir_all(r.join("www")).unwrap();
+    std::fs::write(r.join("www/index.html"), "hello from the sandbox\n").unwrap();
+    r
+}
+
+#[test]
+fn spawn_runs_the_sandbox_in_the_slice() {
+    let _s = super::serial();
+    let Some(h) = Host::new() else { return };
+    let r = root(&h);
+    h.apply(&[("box", "TasksMax = 50")]);
+    let kid = h
+        .cmd()
+        .args(["spawn", "--slice", &h.slice("box"), "-D"])
+        .arg(&r)
+        .args(["--", "sleep", "30"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let found = loop {
+        let p = h.processes_below("box");
+        if !p.is_empty() || t.elapsed() > Duration::from_secs(20) {
+            break p;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(kid.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let o = kid.wait_with_output().unwrap();
+    let places: Vec<&str> = found.iter().map(|(c, _)| c.as_str()).collect();
+    h.report(
+        "spawn --slice",
+        &format!(
+            "the sandbox's processes in the slice at {places:?} ({})",
+            ended(&o.status)
+        ),
+    );
+    assert!(
+        !found.is_empty(),
+        "no process of the sandbox in the slice: {}",
+        stderr(&o)
+    );
+    if h.systemd {
+        assert!(
+            places
+                .iter()
+                .any(|c| c.starts_with("bulkhead-spawn-") && c.ends_with(".scope")),
+            "on systemd the sandbox is in a scope of the slice: {places:?}"
+        );
+    }
+}
+
+#[test]
+fn serve_starts_a_sandboxed_target_in_the_slice() {
+    let _s = super::serial();
+    let Some(h) = Host::new() else { return };
+    let r = root(&h);
+    let port = bulkhead_testkit::free_port();
+    let socket = format!("{}s", h.parent);
+    h.write_plan_with(
+        &[("web", "TasksMax = 50")],
+        &format!(
+            r#"
+[socket.{socket}]
+listen = ["127.0.0.1:{port}"]
+backend = "127.0.0.1:8000"
+[socket.{socket}.target]
+rootfs = "{root}"
+slice = "{slice}"
+command = ["/bin/httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]
+"#,
+            root = r.display(),
+            slice = h.slice("web")
+        ),
+    );
+    let o = h.bulkhead(&["apply"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let log = h.tmp().join("serve.log");
+    let mut serve = h
+        .cmd()
+        .arg("serve")
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(h.tmp().join("serve.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let mut answer = Err(std::io::Error::other("not tried"));
+    while t.elapsed() < Duration::from_secs(60) {
+        answer = get(port);
+        if answer
+            .as_ref()
+            .is_ok_and(|a| a.contains("hello from the sandbox"))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let cold = t.elapsed();
+    let found = h.processes_below("web");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(serve.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let st = serve.wait().unwrap();
+    let err = std::fs::read_to_string(h.tmp().join("serve.err")).unwrap_or_default();
+    let places: Vec<&str> = found.iter().map(|(c, _)| c.as_str()).collect();
+    h.report(
+        "serve (sandboxed target)",
+        &format!(
+            "first answer after {:.1} s, the target in the slice at {places:?}, serve {}",
+            cold.as_secs_f64(),
+            ended(&st)
+        ),
+    );
+    let answer = answer.unwrap_or_else(|e| panic!("no answer: {e}\n{err}"));
+    assert!(answer.contains("hello from the sandbox"), "{answer}\n{err}");
+    assert!(!found.is_empty(), "the target was not in the slice\n{err}");
+}
+
+fn get(port: u16) -> std::io::Result<String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
