@@ -30,7 +30,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
 }
 
 /// While it lives, the given signals are caught and their numbers can be read with
-/// [`SignalPipe::recv`] (one pipe per process: installing a second one replaces the first).
+/// [`SignalReader::recv`] (one pipe per process: installing a second one replaces the first).
 /// Dropping it puts the default dispositions back and wakes a reader with None.
 pub struct SignalPipe {
     signals: Vec<i32>,

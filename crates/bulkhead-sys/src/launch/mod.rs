@@ -6,7 +6,7 @@
 //! (CLONE_INTO_CGROUP), waited for by the same loop.
 //!
 //! The callers (bulkhead's sandbox and run modules) decide everything; this module only
-//! performs it, so all the `unsafe` of a start is here, in [`parent`], [`child`], [`idmap`]
+//! performs it, so all the `unsafe` of a start is here, in `parent`, `child`, `idmap`
 //! and [`command`].
 
 mod child;
