@@ -1,47 +1,175 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: set-up, format, lints, unit and integration tests on
-# this machine, then the host suite in a throw-away VM with pure cgroup v2 under systemd (the
-# layout most users have; scripts/vmhost, docs/TESTING.md).
-#   ./test.sh              this machine + the v2 guest
-#   ./test.sh --all-hosts  this machine + every guest: v2, hybrid, v1, each with systemd and without
-# Needs root (tests create real cgroups under unique names and remove them).
+# The whole test suite, as CI runs it (docs/TESTING.md, "Two lanes"), in two lanes:
+#   check   unprivileged and fast: format, clippy, unit and property tests, rustdoc, the ring
+#           and layer checks, shellcheck, the MSRV build. Needs no root, changes nothing on the
+#           machine; run it before every commit.
+#   system  as root: set-up, every test that needs root (real cgroups, sandboxes, systemd, the
+#           API server, Redis), then the host suite in a throw-away VM with pure cgroup v2
+#           under systemd (the layout most users have; scripts/vmhost).
+#
+#   ./test.sh                  set-up, the check lane, then the system lane (CI: .ci/run)
+#   ./test.sh check            the check lane alone, as any user (scripts/setup installs its tools)
+#   ./test.sh system           set-up and the system lane alone
+#   ./test.sh [system] --all-hosts   the host suite in every guest: v2, hybrid, v1, each with
+#                                    systemd and without
+# Each lane prints its wall time at the end ("check lane: 3m12s").
 set -euo pipefail
 cd "$(dirname "$0")"
+
+# Every test target of the workspace is in exactly one lane (the check lane checks it).
+# Pure: no root, no service, nothing outside the process and a temporary directory.
+check_tests=(--test props_units --test props_plan --test props_backends --test props_proxy
+  # bulkhead-agent: the reconcile pass against a mock API server
+  --test reconcile)
+# Root, real services or both.
+system_tests=(
+  # bulkhead-cli: the binary against real cgroups, sandboxes, systemd, socket activation: one
+  # binary, a module per area (escape::, hosts::, spawn::, ...)
+  --test system
+  # bulkhead-agent: `bulkhead agent ...` execs the agent
+  --test agent_exec
+  # bulkhead-cgroups: the backends' fixtures on real cgroupfs
+  --test fixtures
+  # bulkhead-agent: a real etcd + kube-apiserver, a real kubelet node
+  --test agent --test node
+  # bulkhead-bench: the load generator against a real redis-server, bench isolation in miniature
+  --test loadgen --test isolation
+)
+
+usage() {
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+}
+
+lane=all
 modes=("v2")
-case ${1:-} in
-  "") ;;
-  --all-hosts) modes=("v2" "hybrid" "v1" "v2 --no-systemd" "hybrid --no-systemd" "v1 --no-systemd") ;;
-  *) echo "usage: ./test.sh [--all-hosts]" >&2; exit 2 ;;
-esac
-# Root is needed (real cgroups, mounts, namespaces): as root it runs as is; another user gets
-# it through sudo where sudo exists (minimal Debian hosts often have none: then run it as root).
-if [ "$(id -u)" != 0 ]; then
+for arg in "$@"; do
+  case $arg in
+    check | system) lane=$arg ;;
+    --all-hosts) modes=("v2" "hybrid" "v1" "v2 --no-systemd" "hybrid --no-systemd" "v1 --no-systemd") ;;
+    -h | --help) usage; exit 0 ;;
+    *) usage; exit 2 ;;
+  esac
+done
+
+# The system lane needs root (real cgroups, mounts, namespaces): another user gets it through
+# sudo where sudo exists (minimal Debian hosts often have none: then run it as root).
+if [ "$lane" != check ] && [ "$(id -u)" != 0 ]; then
   if command -v sudo >/dev/null; then exec sudo -E "$PWD/$(basename "$0")" "$@"; fi
-  echo "$(basename "$0"): run as root (there is no sudo here: su -c $0, or log in as root)" >&2
+  echo "$(basename "$0"): the system lane needs root (no sudo here: su -c '$0 $*', or log in as root; './test.sh check' needs none)" >&2
   exit 1
 fi
-scripts/setup
-cargo fmt --all -- --check
-cargo clippy --locked --workspace --all-targets -q -- -D warnings
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-cargo test --locked --workspace 2>&1 | tee "$log"
-# A skipped prerequisite outside CI is said; in CI it fails the test itself.
-if grep -q "^SKIPPED:" "$log"; then
-  echo "test.sh: some tests were skipped (see SKIPPED lines above)" >&2
-fi
-passed=$(awk '/^test result:/ {p += $4} END {print p+0}' "$log")
-failed=$(awk '/^test result:/ {f += $6} END {print f+0}' "$log")
+
+log_dir=$(mktemp -d)
+: >"$log_dir/tests.log"
+trap 'rm -rf "$log_dir"' EXIT
+lane_times=()
+skipped=()
+
+# Prints a duration in seconds as 3m12s.
+span() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+
+# Runs one step of a lane, saying its name and time: step NAME COMMAND ARGS...
+step() {
+  local name=$1 t0=$SECONDS
+  shift
+  echo "== $name"
+  "$@"
+  echo "== $name: $(span $((SECONDS - t0)))"
+}
+
+# A tool the check lane needs: missing, it fails the run in CI and is a SKIPPED step elsewhere.
+have() {
+  if command -v "$1" >/dev/null; then return 0; fi
+  if [ "${CI:-}" = true ]; then
+    echo "test.sh: $1 is missing (scripts/setup installs it)" >&2
+    exit 1
+  fi
+  echo "SKIPPED: $2 ($1 is missing; scripts/setup installs it)"
+  skipped+=("$2")
+  return 1
+}
+
+# Runs cargo test with the arguments and adds up its results (a SKIPPED prerequisite is said).
+cargo_test() {
+  local log
+  log=$(mktemp -p "$log_dir")
+  local rc=0
+  cargo test --locked "$@" 2>&1 | tee "$log" || rc=$?
+  if grep -q "^SKIPPED:" "$log"; then
+    echo "test.sh: some tests were skipped (see SKIPPED lines above)" >&2
+  fi
+  cat "$log" >>"$log_dir/tests.log"
+  return "$rc"
+}
+
+# Every shell script of the repository: *.sh and the scripts under scripts/ with a shell #!.
+shell_scripts() {
+  find . -path ./target -prune -o -path ./.git -prune -o -name '*.sh' -type f -print | sed 's|^\./||'
+  find .ci scripts -type f | while read -r f; do
+    if head -n1 "$f" | grep -Eq '^#!.*\b(ba)?sh\b'; then echo "$f"; fi
+  done
+}
+
+# cargo doc with every rustdoc warning an error. The CLI's binary is named bulkhead like the
+# library, so it is documented on its own: in one run their pages would collide.
+rustdoc_all() {
+  RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps -q -p bulkhead-cli
+  RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps -q --workspace --exclude bulkhead-cli
+}
+
+check_lane() {
+  local t0=$SECONDS
+  step "format" cargo fmt --all -- --check
+  step "clippy" cargo clippy --locked --workspace --all-targets -q -- -D warnings
+  step "manifests" scripts/check-manifests
+  step "lanes cover every test target" scripts/check-lanes "${check_tests[@]}" -- "${system_tests[@]}"
+  step "unit and property tests" cargo_test --workspace --lib --bins "${check_tests[@]}"
+  step "rustdoc" rustdoc_all
+  step "module rings" sh -c 'scripts/check-rings --self-test && scripts/check-rings'
+  # ---- layer check (issue 27): scripts/check-architecture checks docs/ARCHITECTURE.md's
+  # import table against the code; it runs here once it exists. ----
+  if [ -x scripts/check-architecture ]; then step "layers" scripts/check-architecture; fi
+  if have shellcheck shellcheck; then
+    local scripts
+    mapfile -t scripts < <(shell_scripts | sort -u)
+    step "shellcheck (${#scripts[@]} scripts)" shellcheck -x -P SCRIPTDIR "${scripts[@]}"
+  fi
+  local v
+  v=$(scripts/msrv)
+  if have rustup "MSRV $v build"; then
+    step "MSRV $v build" cargo "+$v" check --locked --workspace --all-targets -q
+  fi
+  lane_times+=("check lane: $(span $((SECONDS - t0)))")
+  echo "${lane_times[-1]}"
+}
+
+system_lane() {
+  local t0=$SECONDS
+  step "tests as root" cargo_test --workspace "${system_tests[@]}"
+  # The host suite in the guests (the test binary is already built; vmhost builds the image once).
+  local hosts_failed=() m
+  for m in "${modes[@]}"; do
+    # shellcheck disable=SC2086 # "v2 --no-systemd" is two words on purpose
+    if ! scripts/vmhost test --cgroup $m; then hosts_failed+=("$m"); fi
+  done
+  if [ ${#hosts_failed[@]} -gt 0 ]; then
+    echo "test.sh: the host suite failed in: ${hosts_failed[*]}" >&2
+    exit 1
+  fi
+  echo "host suite: passed in ${#modes[@]} guest(s): ${modes[*]}"
+  lane_times+=("system lane: $(span $((SECONDS - t0)))")
+  echo "${lane_times[-1]}"
+}
+
+start=$SECONDS
+[ "$lane" = check ] || step "set-up" scripts/setup
+[ "$lane" = system ] || check_lane
+[ "$lane" = check ] || system_lane
+# Both lanes' times together at the end of a whole run (each lane also says its own).
+if [ ${#lane_times[@]} -gt 1 ]; then printf '%s\n' "${lane_times[@]}"; fi
+echo "test.sh: $(span $((SECONDS - start))) in all"
+if [ ${#skipped[@]} -gt 0 ]; then echo "test.sh: skipped: ${skipped[*]}"; fi
+passed=$(awk '/^test result:/ {p += $4} END {print p+0}' "$log_dir/tests.log")
+failed=$(awk '/^test result:/ {f += $6} END {print f+0}' "$log_dir/tests.log")
 echo "tests: $passed passed, $failed failed"
 [ "$failed" = 0 ] && [ "$passed" -gt 0 ]
-# The host suite in the guests (the test binary is already built; vmhost builds the image once).
-hosts_failed=()
-for m in "${modes[@]}"; do
-  # shellcheck disable=SC2086 # "v2 --no-systemd" is two words on purpose
-  if ! scripts/vmhost test --cgroup $m; then hosts_failed+=("$m"); fi
-done
-if [ ${#hosts_failed[@]} -gt 0 ]; then
-  echo "test.sh: the host suite failed in: ${hosts_failed[*]}" >&2
-  exit 1
-fi
-echo "host suite: passed in ${#modes[@]} guest(s): ${modes[*]}"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # A real node for scripts/k8s-testenv (sourced by it): kube-controller-manager and
 # kube-scheduler next to the API server, containerd 2.x with runc and the CNI bridge, and a
 # kubelet joined to the test API server. Everything it makes is its own and removed by
@@ -9,6 +10,7 @@
 # Needs: runc (/usr/sbin/runc, Debian's), the CNI plugins (/usr/lib/cni: bridge, host-local,
 # loopback; Debian's containernetworking-plugins), iproute2, mount/umount.
 
+# shellcheck disable=SC2034 # used by scripts/k8s-testenv, which sources this file
 NODE_BINS=(kubelet kube-scheduler kube-controller-manager containerd containerd-shim-runc-v2 ctr pause)
 CNI_DIR=${BULKHEAD_K8S_CNI_DIR:-/usr/lib/cni}
 RUNC=${BULKHEAD_K8S_RUNC:-/usr/sbin/runc}
@@ -75,7 +77,8 @@ node_sysctls_restore() {
 }
 
 node_containerd_config() {
-  local dir=$1 n=$dir/node
+  local dir=$1
+  local n=$dir/node
   cat >"$n/containerd.toml" <<EOF
 version = 3
 root = "$n/containerd/root"
@@ -150,7 +153,8 @@ EOF
 }
 
 node_kubelet_config() {
-  local dir=$1 n=$dir/node port healthz
+  local dir=$1
+  local n=$dir/node port healthz
   free_port port
   free_port healthz
   cat >"$n/kubelet/config.yaml" <<EOF
@@ -306,7 +310,9 @@ node_stop() {
   # binary and their -address, by PID.
   for p in /proc/[0-9]*; do
     [[ $(readlink "$p/exe" 2>/dev/null) == "$BIN/containerd-shim-runc-v2" ]] || continue
-    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$n/containerd.sock" && kill -KILL "${p#/proc/}" 2>/dev/null || true
+    if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$n/containerd.sock"; then
+      kill -KILL "${p#/proc/}" 2>/dev/null || true
+    fi
   done
   # Their sockets (containerd 2 names them in each bundle's bootstrap.json).
   for p in "$n"/containerd/state/io.containerd.runtime.v2.task/*/*/bootstrap.json; do
@@ -330,7 +336,7 @@ node_stop() {
   if [[ -s $n/cgroup-dirs ]]; then
     while read -r p; do
       [[ -d $p ]] && { find "$p" -depth -type d -exec rmdir {} + 2>/dev/null || true; }
-      [[ -d $p ]] && log "cgroup $p could not be removed" || true
+      if [[ -d $p ]]; then log "cgroup $p could not be removed"; fi
     done <"$n/cgroup-dirs"
   fi
   node_sysctls_restore "$dir"

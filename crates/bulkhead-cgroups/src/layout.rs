@@ -64,7 +64,7 @@ pub struct Caps {
     pub io_latency: bool,
     /// v1 memory.memsw.* exists (swap accounting).
     pub memsw: bool,
-    /// hugetlb.<size>.rsvd.* exists.
+    /// `hugetlb.<size>.rsvd.*` exists.
     pub hugetlb_rsvd: bool,
     /// v2 memory.swap.max exists (swap accounting on).
     pub swap_v2: bool,

@@ -53,7 +53,7 @@ struct VolArgsV2 {
 unsafe fn ioctl(fd: RawFd, req: u32, arg: *mut libc::c_void) -> io::Result<()> {
     // SAFETY: the caller passes an argument of the size and layout `req` encodes (see
     // above). GET_SUBVOL_INFO returns a positive value on success.
-    if unsafe { libc::ioctl(fd, req as _, arg) } < 0 {
+    if unsafe { libc::ioctl(fd, req as libc::Ioctl, arg) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
@@ -76,7 +76,7 @@ pub fn snapshot_at(src_fd: BorrowedFd<'_>, parent: BorrowedFd<'_>, name: &OsStr)
         ioctl(
             parent.as_raw_fd(),
             BTRFS_IOC_SNAP_CREATE_V2,
-            (&mut *args as *mut VolArgsV2).cast(),
+            (&raw mut *args).cast(),
         )
     }
 }
@@ -95,7 +95,7 @@ pub fn subvolume_create_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<(
         ioctl(
             parent.as_raw_fd(),
             BTRFS_IOC_SUBVOL_CREATE,
-            (&mut *args as *mut VolArgs).cast(),
+            (&raw mut *args).cast(),
         )
     }
 }
@@ -114,7 +114,7 @@ pub fn destroy_at(parent: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
         ioctl(
             parent.as_raw_fd(),
             BTRFS_IOC_SNAP_DESTROY,
-            (&mut *args as *mut VolArgs).cast(),
+            (&raw mut *args).cast(),
         )
     }
 }
@@ -156,7 +156,7 @@ pub fn set_read_only(fd: BorrowedFd<'_>) -> io::Result<()> {
         ioctl(
             f.as_raw_fd(),
             BTRFS_IOC_SUBVOL_SETFLAGS,
-            (&mut flags as *mut u64).cast(),
+            (&raw mut flags).cast(),
         )
     }
 }

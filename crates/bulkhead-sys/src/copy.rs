@@ -347,12 +347,12 @@ impl TreeCopy {
 fn times(st: &Stat) -> Timestamps {
     Timestamps {
         last_access: Timespec {
-            tv_sec: st.st_atime as _,
-            tv_nsec: st.st_atime_nsec as _,
+            tv_sec: st.st_atime,
+            tv_nsec: st.st_atime_nsec as i64,
         },
         last_modification: Timespec {
-            tv_sec: st.st_mtime as _,
-            tv_nsec: st.st_mtime_nsec as _,
+            tv_sec: st.st_mtime,
+            tv_nsec: st.st_mtime_nsec as i64,
         },
     }
 }

@@ -2,7 +2,7 @@
 //! in systemd's syntax, the error type with its diagnostics, every path bulkhead keeps state
 //! in, facts about the host, and thin wrappers around the system calls the upper layers need.
 //!
-//! All of bulkhead's `unsafe` code lives in this crate, each block with a `// SAFETY:` line;
+//! All of bulkhead's `unsafe` code lives in this crate, each block with a safety comment;
 //! the crates above it forbid `unsafe`.
 
 pub mod anonmap;

@@ -199,7 +199,7 @@ pub fn wait(pid: i32, block: bool) -> Option<i32> {
     loop {
         let mut st = 0;
         // SAFETY: waitpid writes the status into a local integer.
-        let r = unsafe { libc::waitpid(pid, &mut st, flags) };
+        let r = unsafe { libc::waitpid(pid, &raw mut st, flags) };
         if r == pid {
             return Some(st);
         }
@@ -335,7 +335,7 @@ pub fn madvise_collapse(
         libc::syscall(
             libc::SYS_process_madvise,
             pidfd.as_raw_fd(),
-            &iov as *const libc::iovec,
+            &raw const iov,
             1usize,
             libc::MADV_COLLAPSE,
             0u32,

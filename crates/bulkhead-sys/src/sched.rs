@@ -33,7 +33,7 @@ fn getattr(tid: i32) -> io::Result<SchedAttr> {
         libc::syscall(
             libc::SYS_sched_getattr,
             tid,
-            &mut a as *mut SchedAttr,
+            &raw mut a,
             std::mem::size_of::<SchedAttr>() as u32,
             0u32,
         )
@@ -109,7 +109,7 @@ pub fn set_fifo(priority: i32) -> io::Result<()> {
         sched_priority: priority,
     };
     // SAFETY: sched_setscheduler reads the local sched_param; 0 is the calling thread.
-    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) };
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const p) };
     if r != 0 {
         return Err(io::Error::last_os_error());
     }

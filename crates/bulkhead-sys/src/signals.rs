@@ -25,12 +25,12 @@ extern "C" fn on_signal(sig: libc::c_int) {
     if fd >= 0 {
         let b = sig as u8;
         // SAFETY: write(2) is async-signal-safe; one byte from the stack to our own pipe.
-        unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
+        unsafe { libc::write(fd, (&raw const b).cast(), 1) };
     }
 }
 
 /// While it lives, the given signals are caught and their numbers can be read with
-/// [`SignalPipe::recv`] (one pipe per process: installing a second one replaces the first).
+/// [`SignalReader::recv`] (one pipe per process: installing a second one replaces the first).
 /// Dropping it puts the default dispositions back and wakes a reader with None.
 pub struct SignalPipe {
     signals: Vec<i32>,
@@ -168,9 +168,9 @@ pub fn end_like(status: i32) -> i32 {
     // is now the default.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, sig);
-        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::sigemptyset(&raw mut set);
+        libc::sigaddset(&raw mut set, sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &raw const set, std::ptr::null_mut());
         libc::raise(sig);
     }
     code

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Two empty virtio disks (vmhost --disk): the database's ext4 and another one.
 set -e
 for d in vdb:/mnt/db vdc:/mnt/other; do

@@ -1,9 +1,10 @@
+# shellcheck shell=bash disable=SC2086 # $R: the options every run shares, split into words on purpose
 # Final run F (one VM, scripts/vmhost --cgroup v2): Redis on a virtio disk of its own (vdb, ext4
 # with its journal, scheduler none), backup-other on vdc. Each bench has a hard time limit so a
 # stuck scenario cannot eat the others; mon.sh records where a stuck run waits.
 source ./guest-disks.sh
 bash mon.sh & mon=$!
-t() { local lim=$1; shift; local s=$(date +%s); timeout -k 30 "$lim" "$@"; echo "rc=$? in $(( $(date +%s) - s )) s: ${*:1:8}" >> times.txt; }
+t() { local lim=$1 s; shift; s=$(date +%s); timeout -k 30 "$lim" "$@"; echo "rc=$? in $(( $(date +%s) - s )) s: ${*:1:8}" >> times.txt; }
 R="--data-dir /mnt/db --other-dir /mnt/other --loads 80,closed --duration 8s --warmup 2s --repeat 3 --connections 8"
 t 480 bulkhead bench isolation $R --hog io --setups free,plan,guarded --calibration 5s \
   --keys 50000 --json redis-io.json --chart redis-io.png > redis-io.txt 2> redis-io.err

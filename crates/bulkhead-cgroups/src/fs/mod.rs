@@ -1,6 +1,6 @@
 //! The cgroupfs backend: bulkhead writes the control files itself, on pure v2, pure v1 and
 //! hybrid layouts. A plan becomes [`Op`]s (plain data) through the directive mapping in
-//! [`map`], planned against what the files hold now ([`planner`]); [`op::execute`] carries
+//! [`map`], planned against what the files hold now (`planner`); [`op::execute`] carries
 //! them out and undoes them in reverse order when one fails. Only cgroups that carry
 //! bulkhead's [`mark`] are ever changed or removed.
 

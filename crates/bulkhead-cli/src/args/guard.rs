@@ -29,6 +29,7 @@ pub struct GuardArgs {
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
     /// Calibrate again, even when this boot has a calibration of this [guard]
+    #[allow(rustdoc::broken_intra_doc_links)] // --help text: the plan's [guard] section
     #[arg(long)]
     pub recalibrate: bool,
     /// Put back what a stopped or killed guard left, then exit (for ExecStopPost=)

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 #[derive(Subcommand)]
 pub enum IocostCmd {
     /// Measure a disk's cost model for io.cost (the [iocost] section's `model`)
+    #[allow(rustdoc::broken_intra_doc_links)] // --help text: the plan's [iocost] section
     #[command(
         long_about = "Measure a disk's linear cost model for io.cost, the six coefficients of \
 io.cost.model (rbps, rseqiops, rrandiops, wbps, wseqiops, wrandiops), as the kernel's \

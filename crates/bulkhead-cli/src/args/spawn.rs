@@ -65,6 +65,7 @@ pub struct SpawnArgs {
     /// A user namespace: root inside is an unprivileged ID outside. `auto` leases a free 64K
     /// range (never one another live sandbox holds; /etc/subuid is honoured); or give
     /// BASE[:SIZE]
+    #[allow(rustdoc::broken_intra_doc_links)] // --help text: BASE[:SIZE] is the syntax
     #[arg(long = "private-users", value_name = "auto|BASE[:SIZE]", num_args = 0..=1, default_missing_value = "auto")]
     pub private_users: Option<String>,
     /// Run as this user (a name from the root's /etc/passwd, or a UID)

@@ -1,5 +1,5 @@
 //! The `[hugepages]` plan section: TOML -> [`HugepagesSpec`] (type-checked, with the line and
-//! column of every value), then [`resolve`] against the kernel's [`Facts`] -> [`Resolved`]
+//! column of every value), then [`resolve`] against the kernel's [`Facts`](bulkhead_sys::host::hugepages::Facts) -> [`Resolved`]
 //! (page counts per pool, THP words the kernel offers, mount options).
 //!
 //! ```toml

@@ -61,7 +61,7 @@ pub(super) fn main(
             events: libc::POLLIN,
             revents: 0,
         };
-        if libc::poll(&mut pfd, 1, 0) > 0 && pfd.revents & libc::POLLHUP != 0 {
+        if libc::poll(&raw mut pfd, 1, 0) > 0 && pfd.revents & libc::POLLHUP != 0 {
             libc::_exit(RUN_FAILED);
         }
         // Wait for the parent's go (after it wrote the ID maps in a user namespace).
@@ -183,11 +183,11 @@ fn init_loop(child: libc::pid_t, err_w: RawFd) -> ! {
         let set = signal_set();
         loop {
             let mut info: libc::siginfo_t = std::mem::zeroed();
-            let sig = libc::sigwaitinfo(&set, &mut info);
+            let sig = libc::sigwaitinfo(&raw const set, &raw mut info);
             if sig == libc::SIGCHLD {
                 loop {
                     let mut st = 0;
-                    let r = libc::waitpid(-1, &mut st, libc::WNOHANG);
+                    let r = libc::waitpid(-1, &raw mut st, libc::WNOHANG);
                     if r <= 0 {
                         break;
                     }
@@ -248,7 +248,7 @@ fn clear_inherited_caps() -> Result<(), i32> {
     };
     let mut d = [CapData::default(); 2];
     // SAFETY: capget writes one header and two CapData (version 3) into our own buffers.
-    if unsafe { libc::syscall(libc::SYS_capget, &mut h as *mut CapHeader, d.as_mut_ptr()) } != 0 {
+    if unsafe { libc::syscall(libc::SYS_capget, &raw mut h, d.as_mut_ptr()) } != 0 {
         return Err(errno());
     }
     if d.iter().all(|w| w.inheritable == 0) {
@@ -258,7 +258,7 @@ fn clear_inherited_caps() -> Result<(), i32> {
         w.inheritable = 0;
     }
     // SAFETY: capset reads the header and the two CapData we own; it only lowers a set.
-    if unsafe { libc::syscall(libc::SYS_capset, &mut h as *mut CapHeader, d.as_ptr()) } != 0 {
+    if unsafe { libc::syscall(libc::SYS_capset, &raw mut h, d.as_ptr()) } != 0 {
         return Err(errno());
     }
     Ok(())
@@ -275,7 +275,7 @@ fn exec_command(p: &Program, err_w: RawFd) -> ! {
             libc::SYS_close_range,
             3u32 + p.listen_fds,
             u32::MAX,
-            libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+            libc::CLOSE_RANGE_CLOEXEC,
         );
         for c in &p.drop_caps {
             if libc::prctl(libc::PR_CAPBSET_DROP, *c as libc::c_ulong) != 0
@@ -346,13 +346,13 @@ fn exec_command(p: &Program, err_w: RawFd) -> ! {
             // engine), not one process from another.
             let fprog = libc::sock_fprog {
                 len: f.program.len() as libc::c_ushort,
-                filter: f.program.as_ptr() as *mut libc::sock_filter,
+                filter: f.program.as_ptr().cast_mut(),
             };
             if libc::syscall(
                 libc::SYS_seccomp,
                 libc::SECCOMP_SET_MODE_FILTER,
                 libc::SECCOMP_FILTER_FLAG_SPEC_ALLOW,
-                &fprog as *const libc::sock_fprog,
+                &raw const fprog,
             ) != 0
             {
                 let e = errno();
@@ -365,8 +365,8 @@ fn exec_command(p: &Program, err_w: RawFd) -> ! {
         }
         // Unblock and reset the signals bulkhead blocked or ignored.
         let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::sigemptyset(&raw mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &raw const empty, std::ptr::null_mut());
         for s in 1..32 {
             if s != libc::SIGKILL && s != libc::SIGSTOP {
                 libc::signal(s, libc::SIG_DFL);
@@ -541,7 +541,7 @@ fn resolve_in_root(
                 );
             }
             let mut st: libc::stat = std::mem::zeroed();
-            libc::fstatat(fd, c"".as_ptr(), &mut st, libc::AT_EMPTY_PATH);
+            libc::fstatat(fd, c"".as_ptr(), &raw mut st, libc::AT_EMPTY_PATH);
             if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
                 die(
                     err_w,
@@ -682,7 +682,7 @@ fn do_op(op: &Op, tree: RawFd, root_fd: RawFd, p: &Program, err_w: RawFd) {
                     c"".as_ptr(),
                     to_dir,
                     to_path,
-                    (libc::MOVE_MOUNT_F_EMPTY_PATH | extra) as libc::c_uint,
+                    libc::MOVE_MOUNT_F_EMPTY_PATH | extra,
                 );
                 let e = errno();
                 if fd >= 0 {
@@ -712,7 +712,7 @@ fn do_op(op: &Op, tree: RawFd, root_fd: RawFd, p: &Program, err_w: RawFd) {
                     c"".as_ptr(),
                     libc::AT_FDCWD,
                     ptr,
-                    libc::MOVE_MOUNT_F_EMPTY_PATH as libc::c_uint,
+                    libc::MOVE_MOUNT_F_EMPTY_PATH,
                 );
                 let e = errno();
                 if fd >= 0 {

@@ -254,8 +254,8 @@ fn become_command(b: &mut Built) -> ExecFailure {
         // exec keeps them (nohup).
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::sigemptyset(&raw mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &raw const empty, std::ptr::null_mut());
         libc::execve(b.program.as_ptr(), b.argv.as_ptr(), b.envp.as_ptr());
         fail(Step::Exec)
     }

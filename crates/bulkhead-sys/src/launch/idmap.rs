@@ -54,8 +54,7 @@ pub fn idmapped_tree(src: &HostRef, range: IdRange) -> Result<OwnedFd, Failure> 
             libc::SYS_open_tree,
             src.fd,
             c"".as_ptr(),
-            (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint
-                | libc::AT_EMPTY_PATH as libc::c_uint,
+            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_EMPTY_PATH as libc::c_uint,
         )
     } as i32;
     if tree < 0 {
@@ -76,7 +75,7 @@ pub fn idmapped_tree(src: &HostRef, range: IdRange) -> Result<OwnedFd, Failure> 
             tree.as_raw_fd(),
             c"".as_ptr(),
             libc::AT_EMPTY_PATH as libc::c_uint,
-            &attr as *const libc::mount_attr,
+            &raw const attr,
             std::mem::size_of::<libc::mount_attr>(),
         )
     };

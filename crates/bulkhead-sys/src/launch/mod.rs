@@ -6,7 +6,7 @@
 //! (CLONE_INTO_CGROUP), waited for by the same loop.
 //!
 //! The callers (bulkhead's sandbox and run modules) decide everything; this module only
-//! performs it, so all the `unsafe` of a start is here, in [`parent`], [`child`], [`idmap`]
+//! performs it, so all the `unsafe` of a start is here, in `parent`, `child`, `idmap`
 //! and [`command`].
 
 mod child;
@@ -89,7 +89,7 @@ unsafe fn clone3(flags: u64, cgroup: Option<std::os::fd::RawFd>) -> libc::c_long
     unsafe {
         libc::syscall(
             libc::SYS_clone3,
-            &mut args as *mut CloneArgs,
+            &raw mut args,
             std::mem::size_of::<CloneArgs>(),
         )
     }
@@ -100,9 +100,9 @@ fn signal_set() -> libc::sigset_t {
     // SAFETY: sigemptyset/sigaddset initialise the set they are given, a local value.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
+        libc::sigemptyset(&raw mut set);
         for s in crate::signals::FORWARDED.iter().chain(&[libc::SIGCHLD]) {
-            libc::sigaddset(&mut set, *s);
+            libc::sigaddset(&raw mut set, *s);
         }
         set
     }

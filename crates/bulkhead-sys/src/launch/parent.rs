@@ -178,7 +178,7 @@ fn wait_signal(set: &libc::sigset_t, deadline: Option<Instant>) -> (i32, libc::s
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     let sig = match deadline {
         // SAFETY: waiting on a valid, initialised set with a local siginfo.
-        None => unsafe { libc::sigwaitinfo(set, &mut info) },
+        None => unsafe { libc::sigwaitinfo(set, &raw mut info) },
         Some(d) => {
             let left = d.saturating_duration_since(Instant::now());
             let ts = libc::timespec {
@@ -186,7 +186,7 @@ fn wait_signal(set: &libc::sigset_t, deadline: Option<Instant>) -> (i32, libc::s
                 tv_nsec: left.subsec_nanos() as libc::c_long,
             };
             // SAFETY: as above, with a local timespec.
-            unsafe { libc::sigtimedwait(set, &mut info, &ts) }
+            unsafe { libc::sigtimedwait(set, &raw mut info, &raw const ts) }
         }
     };
     (sig, info)
@@ -219,7 +219,7 @@ impl Restore {
         // SAFETY: a zeroed sigset_t is valid; sigprocmask reads `set` and fills `old`.
         unsafe {
             let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigprocmask(libc::SIG_BLOCK, set, &mut old);
+            libc::sigprocmask(libc::SIG_BLOCK, set, &raw mut old);
             Restore(old)
         }
     }
@@ -231,18 +231,18 @@ impl Drop for Restore {
         // timeout only consumes a pending SIGCHLD; the saved mask is put back.
         unsafe {
             let mut pending: libc::sigset_t = std::mem::zeroed();
-            libc::sigpending(&mut pending);
-            if libc::sigismember(&pending, libc::SIGCHLD) == 1 {
+            libc::sigpending(&raw mut pending);
+            if libc::sigismember(&raw const pending, libc::SIGCHLD) == 1 {
                 let ts = libc::timespec {
                     tv_sec: 0,
                     tv_nsec: 0,
                 };
                 let mut chld: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut chld);
-                libc::sigaddset(&mut chld, libc::SIGCHLD);
-                libc::sigtimedwait(&chld, null_mut(), &ts);
+                libc::sigemptyset(&raw mut chld);
+                libc::sigaddset(&raw mut chld, libc::SIGCHLD);
+                libc::sigtimedwait(&raw const chld, null_mut(), &raw const ts);
             }
-            libc::sigprocmask(libc::SIG_SETMASK, &self.0, null_mut());
+            libc::sigprocmask(libc::SIG_SETMASK, &raw const self.0, null_mut());
         }
     }
 }

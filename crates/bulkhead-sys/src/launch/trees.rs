@@ -64,7 +64,8 @@ fn tree_of(op: &Op) -> Result<Option<OwnedFd>, Failure> {
             libc::SYS_open_tree,
             src.fd,
             c"".as_ptr(),
-            (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint
+            libc::OPEN_TREE_CLONE
+                | libc::OPEN_TREE_CLOEXEC
                 | (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
         )
     } as RawFd;
@@ -96,7 +97,7 @@ fn tree_of(op: &Op) -> Result<Option<OwnedFd>, Failure> {
             tree.as_raw_fd(),
             c"".as_ptr(),
             (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
-            &attr as *const libc::mount_attr,
+            &raw const attr,
             std::mem::size_of::<libc::mount_attr>(),
         )
     };

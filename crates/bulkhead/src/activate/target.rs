@@ -450,7 +450,7 @@ impl Activator {
             }
     }
 
-    /// SIGTERM, then SIGKILL after [`Self::grace`].
+    /// SIGTERM, then SIGKILL after `Self::grace`.
     pub async fn terminate(&self, c: &mut tokio::process::Child) {
         if let Some(pid) = c.id() {
             let _ = kill(pid, libc::SIGTERM);

@@ -5,7 +5,7 @@
 //! kernel's socket table says; more are closed at once); a short deadline for the request
 //! head (slowloris) and one for the whole exchange; a request head of at most
 //! [`Limits::request_bytes`]; one request per connection. Concurrent scrapes share one
-//! rendered page for [`Limits::fresh_for`] ([`cache`]), so a flood of scrapes costs copies,
+//! rendered page for [`Limits::fresh_for`] (`cache`), so a flood of scrapes costs copies,
 //! not renders. Any bytes at all give an answer or a closed connection, never a panic. Only
 //! `/metrics` exists (404 elsewhere), and only GET and HEAD (405 otherwise).
 

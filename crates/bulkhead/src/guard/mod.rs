@@ -6,7 +6,7 @@
 //! - [`control`]: the decisions, a pure function of the readings (cut fast, release slowly).
 //! - [`levers`]: the decisions made real through the chosen backend, re-asserted each second.
 //! - [`state`]: status for `bulkhead status`, the holds record, calibration, the action log.
-//! - [`release`]: putting the plan back after a guard is gone (watchdog, `--release`).
+//! - [`mod@release`]: putting the plan back after a guard is gone (watchdog, `--release`).
 //! - [`run`]: the loop that ties them together.
 
 pub mod control;

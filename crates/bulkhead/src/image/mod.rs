@@ -1,4 +1,4 @@
-//! Root file system images for sandboxes, and the btrfs store that holds them ([`store`]).
+//! Root file system images for sandboxes, and the btrfs store that holds them (`store`).
 //!
 //! An image is a directory named by a plain name in the images directory: the mount point of
 //! the image store when one is recorded (a loop-mounted btrfs file, so images are subvolumes

@@ -1,11 +1,11 @@
 //! Putting commands into slices, so the command is in the slice before it executes a single
 //! instruction of its own. Where the slice is one cgroup2 directory (pure v2, cgroupfs
 //! backend), the command starts as a child that clone3 puts straight into it
-//! (CLONE_INTO_CGROUP, [`into_cgroup`]): bulkhead itself never enters the slice, waits,
+//! (CLONE_INTO_CGROUP, `into_cgroup`): bulkhead itself never enters the slice, waits,
 //! forwards signals and ends as the command ended. Elsewhere (v1 and hybrid hierarchies, a
 //! systemd scope, an old kernel) bulkhead joins the slice and then execs the command in
 //! place, so it gets every signal directly and its exit status is bulkhead's. Both ways do
-//! the same work first ([`prepare`]) and the same system calls from the privilege drop to
+//! the same work first (`prepare`) and the same system calls from the privilege drop to
 //! exec (`bulkhead_sys::launch::command`). [`service`]: `run` as a systemd service.
 
 mod into_cgroup;
@@ -91,7 +91,7 @@ pub fn exec(backend: &dyn Placement, spec: &RunSpec) -> RunError {
 
 /// Start the command in its slice: cloned straight into the slice where that is one cgroup2
 /// directory (bulkhead waits outside the slice, forwards signals, and ends as the command
-/// ended: see [`into_cgroup`]), else join the slice and exec in place (never returns then).
+/// ended: see `into_cgroup`), else join the slice and exec in place (never returns then).
 /// `how` hears which way was taken (`run -v`). Returns the command's exit code, or why it
 /// did not start with the exit code to give.
 pub fn run(

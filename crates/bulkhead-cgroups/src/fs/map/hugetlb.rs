@@ -1,4 +1,4 @@
-//! HugetlbMax: hugetlb.<size>.max (and .rsvd.max) on v2, .limit_in_bytes on v1, for every
+//! HugetlbMax: `hugetlb.<size>.max` (and `.rsvd.max`) on v2, `.limit_in_bytes` on v1, for every
 //! page size the host has.
 
 use super::{v, Cmp, Mapper};

@@ -4,7 +4,7 @@
 //!
 //! The directives are chosen for one systemd version: before 232 CPUWeight becomes
 //! CPUShares, before 231 MemoryMax becomes MemoryLimit and percentages become bytes, and so
-//! on (see [`super::props::support`]). What systemd cannot say (memory floors, HugetlbMax,
+//! on (see [`super::versions::support`]). What systemd cannot say (memory floors, HugetlbMax,
 //! directives an old version lacks, values a legacy directive only approximates) is kept in
 //! an `[X-Bulkhead]` section, which systemd ignores and `bulkhead import` reads, so
 //! `import(export(plan))` gives the plan back.

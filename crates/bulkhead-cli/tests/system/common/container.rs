@@ -375,7 +375,7 @@ impl Container {
 impl Drop for Container {
     fn drop(&mut self) {
         // An orderly halt first (nspawn turns SIGTERM into the container's poweroff).
-        // SAFETY: kill(2) on our own child.
+        // kill(2) on our own child.
         let _ = bulkhead::sys::process::kill(self.nspawn.id() as i32, libc::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
