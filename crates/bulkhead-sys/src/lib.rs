@@ -5,6 +5,7 @@
 //! All of bulkhead's `unsafe` code lives in this crate, each block with a `// SAFETY:` line;
 //! the crates above it forbid `unsafe`.
 
+pub mod anonmap;
 pub mod btrfs;
 pub mod cgdir;
 pub mod cgroupfs;
