@@ -15,7 +15,6 @@ use crate::stats;
 use serde::Serialize;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
@@ -259,13 +258,8 @@ fn bulk(port: u16, bytes: u64) -> std::io::Result<f64> {
 }
 
 fn with_pdeathsig(cmd: &mut Command) -> &mut Command {
-    // SAFETY: prctl is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        })
-    }
+    bulkhead::sys::process::pdeathsig_before_exec(cmd, libc::SIGTERM);
+    cmd
 }
 
 pub fn run(spec: &Spec) -> Result<Report, String> {
@@ -380,13 +374,7 @@ command = ["{bench}", "backend", "--listen-fd", "3"]
         let mut cmd = Command::new(SOCKET_ACTIVATE);
         // As systemd starts it (IgnoreSIGPIPE=yes): a client that closes mid-transfer must be
         // an EPIPE for the proxy, not its death.
-        // SAFETY: signal() is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-                Ok(())
-            });
-        }
+        bulkhead::sys::process::ignore_before_exec(&mut cmd, libc::SIGPIPE);
         setup.children.push(
             with_pdeathsig(
                 cmd.arg("-l")

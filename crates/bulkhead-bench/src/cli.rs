@@ -531,12 +531,12 @@ pub struct BackendArgs {
 }
 
 fn backend_server(a: &BackendArgs) -> Result<i32> {
-    use std::os::fd::FromRawFd;
     let l = match (&a.listen, a.listen_fd) {
         (Some(addr), _) => std::net::TcpListener::bind(addr)
             .map_err(|e| Error::failed(format!("cannot listen on {addr}: {e}")))?,
-        // SAFETY: the fd was passed to this process to be owned by it.
-        (None, Some(fd)) => unsafe { std::net::TcpListener::from_raw_fd(fd) },
+        (None, Some(fd)) => bulkhead::sys::fd::adopt_socket(fd)
+            .map(std::net::TcpListener::from)
+            .map_err(|e| bad(format!("--listen-fd {fd}: {e}")))?,
         (None, None) => return Err(bad("give --listen or --listen-fd")),
     };
     bulkhead_bench::activation::serve_backend(l)

@@ -141,17 +141,6 @@ pub struct Report {
 
 // ---- pure parts ----
 
-/// utime + stime (clock ticks) from the text of /proc/PID/stat. The command name (field 2) may
-/// hold spaces and parentheses: the fields are counted after its last ')'.
-pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state); utime is field 14, stime 15.
-    let utime: u64 = f.get(11)?.parse().ok()?;
-    let stime: u64 = f.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
 /// VmRSS in kB from the text of /proc/PID/status.
 pub fn parse_vmrss_kb(status: &str) -> Option<u64> {
     status
@@ -214,22 +203,9 @@ pub fn node_status(round: u64, i: usize) -> BulkheadNodeStatus {
 
 // ---- the machine ----
 
-fn clk_tck() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as f64
-    } else {
-        100.0
-    }
-}
-
 /// CPU seconds used by a process so far.
 fn cpu_s(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| parse_stat_ticks(&s))
-        .map_or(0.0, |t| t as f64 / clk_tck())
+    bulkhead::sys::process::cpu_time(pid).map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn rss_mb(pid: u32) -> f64 {
@@ -1057,8 +1033,8 @@ mod tests {
     #[test]
     fn stat_ticks_are_counted_after_the_command_name() {
         let s = "1234 (kube (api) server) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 12 0 100 1000 200";
-        assert_eq!(parse_stat_ticks(s), Some(325));
-        assert_eq!(parse_stat_ticks("garbage"), None);
+        assert_eq!(bulkhead::sys::process::parse_stat_cpu(s), Some(325));
+        assert_eq!(bulkhead::sys::process::parse_stat_cpu("garbage"), None);
         assert_eq!(
             parse_vmrss_kb("Name:\tx\nVmRSS:\t   51200 kB\n"),
             Some(51200)

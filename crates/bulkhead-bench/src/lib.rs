@@ -5,6 +5,8 @@
 //! - [`tlb`]: `bench tlb`, random row reads on 4K, THP, hugetlb 2M and 1G pages, and Redis
 //!   with and without `run --hugepages`.
 
+#![forbid(unsafe_code)]
+
 pub mod loadgen;
 
 use serde::{Deserialize, Serialize};

@@ -19,6 +19,7 @@ use crate::env::Env;
 use crate::loadgen::{self, LoadSpec};
 use crate::redis::{self, Redis};
 use crate::stats;
+use bulkhead::sys::anonmap::{Advice, AnonMap};
 use serde::Serialize;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -246,43 +247,12 @@ pub struct Report {
 
 pub const VM_NOTE: &str = "This is a VM: the host backs guest memory with pages of its own choosing, and that backing changes from run to run (a guest huge page may sit on host base pages), so absolute rates move between runs; compare ratios within one run, and read the [min-max] ranges as the spread over rounds.";
 
-/// One mapped table.
+/// One mapped table: `len` bytes at word `start` of its mapping (THP aligns it inside a
+/// larger one).
 struct Table {
-    map: *mut libc::c_void,
-    map_len: usize,
-    base: *mut u64,
+    map: AnonMap,
+    start: usize,
     len: usize,
-}
-
-// SAFETY: the mapping is owned by the Table and only read while threads share it.
-unsafe impl Send for Table {}
-// SAFETY: as above: shared references only read.
-unsafe impl Sync for Table {}
-
-impl Drop for Table {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping.
-        unsafe { libc::munmap(self.map, self.map_len) };
-    }
-}
-
-fn mmap(len: usize, flags: i32) -> Result<*mut libc::c_void, std::io::Error> {
-    // SAFETY: a fresh private anonymous mapping.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(p)
-    }
 }
 
 impl Table {
@@ -291,66 +261,58 @@ impl Table {
             Backing::Huge1G => size.div_ceil(ONE_G) * ONE_G,
             _ => size,
         } as usize;
-        let (map, map_len, base) = match backing {
+        let (map, start) = match backing {
             Backing::Base => {
-                let p = mmap(len, 0).map_err(|e| format!("mmap {len} bytes: {e}"))?;
-                // SAFETY: advice on our own mapping.
-                unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
-                (p, len, p)
+                let map = AnonMap::new(len).map_err(|e| format!("mmap {len} bytes: {e}"))?;
+                let _ = map.advise(0, len, Advice::NoHugePage);
+                (map, 0)
             }
             Backing::Thp => {
                 let map_len = len + TWO_M as usize;
-                let p = mmap(map_len, 0).map_err(|e| format!("mmap {map_len} bytes: {e}"))?;
-                let aligned = (p as usize).div_ceil(TWO_M as usize) * TWO_M as usize;
-                let a = aligned as *mut libc::c_void;
-                // SAFETY: advice on our own mapping.
-                if unsafe { libc::madvise(a, len, libc::MADV_HUGEPAGE) } != 0 {
-                    let e = std::io::Error::last_os_error();
-                    // SAFETY: our own mapping.
-                    unsafe { libc::munmap(p, map_len) };
-                    return Err(format!("madvise(MADV_HUGEPAGE): {e}"));
-                }
-                (p, map_len, a)
+                let map =
+                    AnonMap::new(map_len).map_err(|e| format!("mmap {map_len} bytes: {e}"))?;
+                let start = map.addr().div_ceil(TWO_M as usize) * TWO_M as usize - map.addr();
+                map.advise(start, len, Advice::HugePage)
+                    .map_err(|e| format!("madvise(MADV_HUGEPAGE): {e}"))?;
+                (map, start)
             }
             Backing::Huge2M | Backing::Huge1G => {
-                let flag = if backing == Backing::Huge2M {
-                    libc::MAP_HUGE_2MB
-                } else {
-                    libc::MAP_HUGE_1GB
-                };
-                let p = mmap(len, libc::MAP_HUGETLB | flag | libc::MAP_POPULATE).map_err(|e| {
+                let map = AnonMap::hugetlb(len, backing.page()).map_err(|e| {
                     format!(
                         "mmap(MAP_HUGETLB) of {}: {e} (the pool has too few free pages)",
                         bulkhead::units::human_bytes(len as u64)
                     )
                 })?;
-                (p, len, p)
+                (map, 0)
             }
         };
-        let t = Table {
+        let mut t = Table {
             map,
-            map_len,
-            base: base as *mut u64,
+            start: start / 8,
             len,
         };
         // Touch every cache line so every page is faulted in before anything is timed.
-        let words = len / 8;
-        for i in (0..words).step_by(8) {
-            // SAFETY: inside the table.
-            unsafe {
-                t.base
-                    .add(i)
-                    .write((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
-            };
+        for (i, w) in t.words_mut().iter_mut().enumerate().step_by(8) {
+            *w = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         }
         Ok(t)
+    }
+
+    fn words(&self) -> &[u64] {
+        &self.map.words()[self.start..self.start + self.len / 8]
+    }
+
+    fn words_mut(&mut self) -> &mut [u64] {
+        let (start, end) = (self.start, self.start + self.len / 8);
+        &mut self.map.words_mut()[start..end]
     }
 
     /// Share of the table on huge pages (THP or hugetlb), from /proc/self/smaps.
     fn huge_coverage(&self) -> f64 {
         let text = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
         let vmas = bulkhead::hugepages::usage::parse_smaps(&text);
-        let (lo, hi) = (self.base as u64, self.base as u64 + self.len as u64);
+        let lo = self.words().as_ptr() as u64;
+        let hi = lo + self.len as u64;
         let huge: u64 = vmas
             .iter()
             .filter(|v| v.start < hi && v.end > lo)
@@ -365,6 +327,7 @@ fn reader(t: &Table, row: usize, mut x: u64, stop: &AtomicBool) -> (u64, Duratio
     let words = row / 8;
     let rows = (t.len / row) as u64;
     let batch = (256 * 1024 / row).max(1);
+    let table = t.words();
     let start = Instant::now();
     let mut n = 0u64;
     let mut acc = 0u64;
@@ -374,11 +337,9 @@ fn reader(t: &Table, row: usize, mut x: u64, stop: &AtomicBool) -> (u64, Duratio
             x ^= x >> 7;
             x ^= x << 17;
             let r = ((x as u128 * rows as u128) >> 64) as usize;
-            // SAFETY: r < rows, so the row lies inside the table.
-            let p = unsafe { t.base.add(r * words) };
-            for w in 0..words {
-                // SAFETY: inside the row.
-                acc = acc.wrapping_add(unsafe { *p.add(w) });
+            // r < rows, so the row lies inside the table.
+            for w in &table[r * words..(r + 1) * words] {
+                acc = acc.wrapping_add(*w);
             }
         }
         n += batch as u64;
