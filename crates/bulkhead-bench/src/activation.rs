@@ -112,16 +112,7 @@ impl Drop for Setup {
     fn drop(&mut self) {
         // Last started first: serve (which stops its targets) before the backend.
         for c in self.children.iter_mut().rev() {
-            let _ = bulkhead::sys::process::kill(c.id() as i32, libc::SIGTERM);
-            let t0 = Instant::now();
-            while let Ok(None) = c.try_wait() {
-                if t0.elapsed() > Duration::from_secs(20) {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            crate::child::stop(c, libc::SIGTERM, Duration::from_secs(20));
         }
         for n in &self.names {
             let _ = std::fs::remove_file(format!("/run/bulkhead/sockets/{n}.json"));

@@ -58,6 +58,7 @@ pub struct SecondFigures {
 }
 
 pub mod activation;
+pub mod child;
 pub mod env;
 pub mod fleet;
 pub mod hog;
