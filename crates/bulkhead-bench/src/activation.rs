@@ -15,7 +15,6 @@ use crate::stats;
 use serde::Serialize;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
@@ -113,16 +112,7 @@ impl Drop for Setup {
     fn drop(&mut self) {
         // Last started first: serve (which stops its targets) before the backend.
         for c in self.children.iter_mut().rev() {
-            let _ = bulkhead::sys::process::kill(c.id() as i32, libc::SIGTERM);
-            let t0 = Instant::now();
-            while let Ok(None) = c.try_wait() {
-                if t0.elapsed() > Duration::from_secs(20) {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            crate::child::stop(c, libc::SIGTERM, Duration::from_secs(20));
         }
         for n in &self.names {
             let _ = std::fs::remove_file(format!("/run/bulkhead/sockets/{n}.json"));
@@ -259,64 +249,62 @@ fn bulk(port: u16, bytes: u64) -> std::io::Result<f64> {
 }
 
 fn with_pdeathsig(cmd: &mut Command) -> &mut Command {
-    // SAFETY: prctl is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        })
+    bulkhead::sys::process::pdeathsig_before_exec(cmd, libc::SIGTERM);
+    cmd
+}
+
+/// The ports of one run.
+struct Ports {
+    /// The bench's own backend server.
+    backend: u16,
+    sandbox: u16,
+    plain: u16,
+    warm: u16,
+    pass: u16,
+    proxyd: u16,
+    /// The plain cold target's httpd.
+    plain_backend: u16,
+}
+
+/// The sockets of one run, by name.
+struct Names {
+    sandbox: String,
+    plain: String,
+    warm: String,
+    pass: String,
+}
+
+/// What a run started and how to reach it.
+struct Rig {
+    setup: Setup,
+    ports: Ports,
+    names: Names,
+    have_proxyd: bool,
+    skipped: Vec<String>,
+}
+
+impl Rig {
+    fn dir(&self) -> &Path {
+        &self.setup.dir
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir().join(name)).unwrap_or_default()
     }
 }
 
-pub fn run(spec: &Spec) -> Result<Report, String> {
-    let say = |m: &str| {
-        if spec.progress {
-            eprintln!("bench activation: {m}");
-        }
-    };
-    let tag = std::process::id();
-    let dir = PathBuf::from(format!("/var/tmp/bulkhead-bench-activation-{tag}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut setup = Setup {
-        dir: dir.clone(),
-        children: Vec::new(),
-        names: Vec::new(),
-    };
-    let root = busybox_root(&dir)?;
-    let (b, p_sb, p_plain, p_warm, p_pass, p_proxyd, b_plain) = (
-        free_port()?,
-        free_port()?,
-        free_port()?,
-        free_port()?,
-        free_port()?,
-        free_port()?,
-        free_port()?,
-    );
-    // The one backend server every warm peer reaches (pass mode starts its own copy).
-    setup.children.push(
-        with_pdeathsig(
-            Command::new(&spec.bench)
-                .args(["backend", "--listen"])
-                .arg(format!("127.0.0.1:{b}"))
-                .stdout(Stdio::null()),
-        )
-        .spawn()
-        .map_err(|e| format!("cannot start the backend: {e}"))?,
-    );
-    let (n_sb, n_plain, n_warm, n_pass) = (
-        format!("bench-cold-sandbox-{tag}"),
-        format!("bench-cold-plain-{tag}"),
-        format!("bench-warm-{tag}"),
-        format!("bench-pass-{tag}"),
-    );
-    setup.names = vec![
-        n_sb.clone(),
-        n_plain.clone(),
-        n_warm.clone(),
-        n_pass.clone(),
-    ];
-    let plan = format!(
+fn progress(spec: &Spec, m: &str) {
+    if spec.progress {
+        eprintln!("bench activation: {m}");
+    }
+}
+
+/// The plan `bulkhead serve` runs: the two cold targets, the warm socket and pass mode.
+fn plan_text(spec: &Spec, root: &Path, ports: &Ports, names: &Names) -> String {
+    let (n_sb, n_plain, n_warm, n_pass) = (&names.sandbox, &names.plain, &names.warm, &names.pass);
+    let (p_sb, p_plain, p_warm, p_pass) = (ports.sandbox, ports.plain, ports.warm, ports.pass);
+    let (b, b_plain) = (ports.backend, ports.plain_backend);
+    format!(
         r#"# bench activation
 [socket.{n_sb}]
 listen = ["127.0.0.1:{p_sb}"]
@@ -357,9 +345,57 @@ command = ["{bench}", "backend", "--listen-fd", "3"]
             .pipe_size
             .as_ref()
             .map_or(String::new(), |p| format!("pipe_size = \"{p}\"")),
+    )
+}
+
+/// The backend, `bulkhead serve` with the plan, and systemd-socket-proxyd where installed;
+/// returns once everything listens and the cold targets are idle.
+fn start(spec: &Spec) -> Result<Rig, String> {
+    let tag = std::process::id();
+    let dir = PathBuf::from(format!("/var/tmp/bulkhead-bench-activation-{tag}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut setup = Setup {
+        dir: dir.clone(),
+        children: Vec::new(),
+        names: Vec::new(),
+    };
+    let root = busybox_root(&dir)?;
+    let ports = Ports {
+        backend: free_port()?,
+        sandbox: free_port()?,
+        plain: free_port()?,
+        warm: free_port()?,
+        pass: free_port()?,
+        proxyd: free_port()?,
+        plain_backend: free_port()?,
+    };
+    // The one backend server every warm peer reaches (pass mode starts its own copy).
+    setup.children.push(
+        with_pdeathsig(
+            Command::new(&spec.bench)
+                .args(["backend", "--listen"])
+                .arg(format!("127.0.0.1:{}", ports.backend))
+                .stdout(Stdio::null()),
+        )
+        .spawn()
+        .map_err(|e| format!("cannot start the backend: {e}"))?,
     );
+    let names = Names {
+        sandbox: format!("bench-cold-sandbox-{tag}"),
+        plain: format!("bench-cold-plain-{tag}"),
+        warm: format!("bench-warm-{tag}"),
+        pass: format!("bench-pass-{tag}"),
+    };
+    setup.names = vec![
+        names.sandbox.clone(),
+        names.plain.clone(),
+        names.warm.clone(),
+        names.pass.clone(),
+    ];
     let plan_path = dir.join("plan.toml");
-    std::fs::write(&plan_path, plan).map_err(|e| e.to_string())?;
+    std::fs::write(&plan_path, plan_text(spec, &root, &ports, &names))
+        .map_err(|e| e.to_string())?;
     let log = std::fs::File::create(dir.join("serve.log")).map_err(|e| e.to_string())?;
     setup.children.push(
         with_pdeathsig(
@@ -374,61 +410,79 @@ command = ["{bench}", "backend", "--listen-fd", "3"]
         .spawn()
         .map_err(|e| format!("cannot start bulkhead serve: {e}"))?,
     );
-    let mut skipped = Vec::new();
-    let have_proxyd = Path::new(SOCKET_PROXYD).exists() && Path::new(SOCKET_ACTIVATE).exists();
-    if have_proxyd {
-        let mut cmd = Command::new(SOCKET_ACTIVATE);
-        // As systemd starts it (IgnoreSIGPIPE=yes): a client that closes mid-transfer must be
-        // an EPIPE for the proxy, not its death.
-        // SAFETY: signal() is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-                Ok(())
-            });
-        }
-        setup.children.push(
-            with_pdeathsig(
-                cmd.arg("-l")
-                    .arg(format!("127.0.0.1:{p_proxyd}"))
-                    .arg(SOCKET_PROXYD)
-                    .arg(format!("127.0.0.1:{b}"))
-                    .stdout(Stdio::null())
-                    .stderr(
-                        std::fs::File::create(dir.join("proxyd.log")).map_err(|e| e.to_string())?,
-                    ),
-            )
-            .spawn()
-            .map_err(|e| format!("cannot start systemd-socket-activate: {e}"))?,
-        );
-    } else {
-        skipped.push(format!(
+    let mut rig = Rig {
+        setup,
+        ports,
+        names,
+        have_proxyd: Path::new(SOCKET_PROXYD).exists() && Path::new(SOCKET_ACTIVATE).exists(),
+        skipped: Vec::new(),
+    };
+    start_proxyd(&mut rig)?;
+    wait_listening(&rig)?;
+    // Those probe connections started nothing that lingers: wait for idle.
+    wait_idle(&rig.names.sandbox)?;
+    wait_idle(&rig.names.plain)?;
+    Ok(rig)
+}
+
+/// systemd-socket-proxyd in front of the backend, started as systemd would; skipped (and
+/// said so) where it is not installed.
+fn start_proxyd(rig: &mut Rig) -> Result<(), String> {
+    if !rig.have_proxyd {
+        rig.skipped.push(format!(
             "systemd-socket-proxyd: {SOCKET_PROXYD} or {SOCKET_ACTIVATE} missing (apt install systemd)"
         ));
+        return Ok(());
     }
-    // Wait until everything listens.
+    let mut cmd = Command::new(SOCKET_ACTIVATE);
+    // As systemd starts it (IgnoreSIGPIPE=yes): a client that closes mid-transfer must be
+    // an EPIPE for the proxy, not its death.
+    bulkhead::sys::process::ignore_before_exec(&mut cmd, libc::SIGPIPE);
+    let log = std::fs::File::create(rig.dir().join("proxyd.log")).map_err(|e| e.to_string())?;
+    rig.setup.children.push(
+        with_pdeathsig(
+            cmd.arg("-l")
+                .arg(format!("127.0.0.1:{}", rig.ports.proxyd))
+                .arg(SOCKET_PROXYD)
+                .arg(format!("127.0.0.1:{}", rig.ports.backend))
+                .stdout(Stdio::null())
+                .stderr(log),
+        )
+        .spawn()
+        .map_err(|e| format!("cannot start systemd-socket-activate: {e}"))?,
+    );
+    Ok(())
+}
+
+/// Wait until everything listens (10 s at the most).
+fn wait_listening(rig: &Rig) -> Result<(), String> {
+    let p = &rig.ports;
     let t0 = Instant::now();
-    for p in [b, p_sb, p_plain, p_warm, p_pass]
+    for p in [p.backend, p.sandbox, p.plain, p.warm, p.pass]
         .into_iter()
-        .chain(have_proxyd.then_some(p_proxyd))
+        .chain(rig.have_proxyd.then_some(p.proxyd))
     {
         while TcpStream::connect(("127.0.0.1", p)).is_err() {
             if t0.elapsed() > Duration::from_secs(10) {
-                let log = std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
+                let log = rig.log("serve.log");
                 return Err(format!("nothing listens on port {p} after 10 s:\n{log}"));
             }
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    // Those probe connections started nothing that lingers: wait for idle.
-    wait_idle(&n_sb)?;
-    wait_idle(&n_plain)?;
+    Ok(())
+}
 
-    // 1. Cold starts, rotated.
-    say(&format!("{} cold starts per target", spec.cold_runs));
+/// Step 1, cold starts, the two targets rotated: time to first byte and the target's own
+/// start-to-ready time, in ms, per target.
+fn cold_starts(spec: &Spec, rig: &Rig) -> Result<[[Vec<f64>; 2]; 2], String> {
+    progress(spec, &format!("{} cold starts per target", spec.cold_runs));
     let mut cold = [Vec::new(), Vec::new()];
     let mut ready = [Vec::new(), Vec::new()];
-    let targets = [(p_sb, &n_sb), (p_plain, &n_plain)];
+    let targets = [
+        (rig.ports.sandbox, &rig.names.sandbox),
+        (rig.ports.plain, &rig.names.plain),
+    ];
     for i in 0..spec.cold_runs {
         if crate::stop::requested() {
             return Err("stopped".into());
@@ -437,12 +491,8 @@ command = ["{bench}", "backend", "--listen-fd", "3"]
             let j = (i + k) % 2;
             let (port, name) = targets[j];
             wait_idle(name)?;
-            let (ttfb, body) = get(port, "/index.html").map_err(|e| {
-                format!(
-                    "cold start of {name}: {e}\n{}",
-                    std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
-                )
-            })?;
+            let (ttfb, body) = get(port, "/index.html")
+                .map_err(|e| format!("cold start of {name}: {e}\n{}", rig.log("serve.log")))?;
             if !String::from_utf8_lossy(&body).contains("hello, world") {
                 return Err(format!("cold start of {name}: unexpected answer"));
             }
@@ -453,62 +503,91 @@ command = ["{bench}", "backend", "--listen-fd", "3"]
             }
         }
     }
-    // 2. Bursts of clients on the idle sandboxed socket.
-    say(&format!(
-        "{} bursts of {} clients at a cold start",
-        spec.bursts, spec.burst_clients
-    ));
+    Ok([cold, ready])
+}
+
+/// Step 2, bursts of clients on the idle sandboxed socket.
+fn bursts(spec: &Spec, rig: &Rig) -> Result<Burst, String> {
+    progress(
+        spec,
+        &format!(
+            "{} bursts of {} clients at a cold start",
+            spec.bursts, spec.burst_clients
+        ),
+    );
     let mut burst = Burst {
         rounds: spec.bursts,
         clients: spec.burst_clients,
         ..Default::default()
     };
     for _ in 0..spec.bursts {
-        wait_idle(&n_sb)?;
-        let barrier = Arc::new(Barrier::new(spec.burst_clients));
-        let hs: Vec<_> = (0..spec.burst_clients)
-            .map(|_| {
-                let b = barrier.clone();
-                std::thread::spawn(move || {
-                    b.wait();
-                    let t0 = Instant::now();
-                    (get(p_sb, "/index.html"), t0.elapsed())
-                })
+        wait_idle(&rig.names.sandbox)?;
+        one_burst(rig.ports.sandbox, spec.burst_clients, &mut burst)?;
+    }
+    Ok(burst)
+}
+
+/// `clients` connect at once; each outcome counted, the slowest client's time kept.
+fn one_burst(port: u16, clients: usize, burst: &mut Burst) -> Result<(), String> {
+    let barrier = Arc::new(Barrier::new(clients));
+    let hs: Vec<_> = (0..clients)
+        .map(|_| {
+            let b = barrier.clone();
+            std::thread::spawn(move || {
+                b.wait();
+                let t0 = Instant::now();
+                (get(port, "/index.html"), t0.elapsed())
             })
-            .collect();
-        let mut slowest = 0f64;
-        for h in hs {
-            let (r, took) = h.join().map_err(|_| "a client thread panicked")?;
-            slowest = slowest.max(took.as_secs_f64() * 1e3);
-            match r {
-                Ok((_, body)) if String::from_utf8_lossy(&body).contains("hello, world") => {
-                    burst.answered += 1
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => burst.refused += 1,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof
-                    ) =>
-                {
-                    burst.reset += 1
-                }
-                _ => burst.other += 1,
+        })
+        .collect();
+    let mut slowest = 0f64;
+    for h in hs {
+        let (r, took) = h.join().map_err(|_| "a client thread panicked")?;
+        slowest = slowest.max(took.as_secs_f64() * 1e3);
+        match r {
+            Ok((_, body)) if String::from_utf8_lossy(&body).contains("hello, world") => {
+                burst.answered += 1
             }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => burst.refused += 1,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof
+                ) =>
+            {
+                burst.reset += 1
+            }
+            _ => burst.other += 1,
         }
-        burst.slowest_ms.push(slowest);
     }
-    // 3. Warm latency and 4. bulk throughput, peers rotated each round.
-    let mut peers: Vec<(&str, u16)> = vec![("direct", b), ("bulkhead serve", p_warm)];
-    if have_proxyd {
-        peers.push(("systemd-socket-proxyd", p_proxyd));
+    burst.slowest_ms.push(slowest);
+    Ok(())
+}
+
+/// The warm peers: the same backend reached directly, through serve, socket-proxyd (where
+/// installed) and pass mode.
+fn peers(rig: &Rig) -> Vec<(&'static str, u16)> {
+    let mut peers: Vec<(&str, u16)> = vec![
+        ("direct", rig.ports.backend),
+        ("bulkhead serve", rig.ports.warm),
+    ];
+    if rig.have_proxyd {
+        peers.push(("systemd-socket-proxyd", rig.ports.proxyd));
     }
-    peers.push(("bulkhead serve, pass mode", p_pass));
+    peers.push(("bulkhead serve, pass mode", rig.ports.pass));
+    peers
+}
+
+/// Per peer: warm request latencies (µs), and bulk throughput per round (GB/s).
+type WarmAndBulk = (Vec<Vec<f64>>, Vec<Vec<f64>>);
+
+/// Steps 3 and 4, warm latency and bulk throughput per peer, peers rotated each round.
+fn warm_and_bulk(spec: &Spec, rig: &Rig, peers: &[(&str, u16)]) -> Result<WarmAndBulk, String> {
     // Warm up: the warm socket's target and socket-proxyd start on their first connection.
-    for (_, p) in &peers {
+    for (_, p) in peers {
         for _ in 0..20 {
             get(*p, "/").map_err(|e| {
-                let log = std::fs::read_to_string(dir.join("proxyd.log")).unwrap_or_default();
+                let log = rig.log("proxyd.log");
                 format!("warm-up of port {p}: {e}\nsystemd-socket-activate's log:\n{log}")
             })?;
         }
@@ -519,23 +598,23 @@ command = ["{bench}", "backend", "--listen-fd", "3"]
         if crate::stop::requested() {
             return Err("stopped".into());
         }
-        say(&format!(
-            "round {}/{}: {} requests and {} MB per peer",
-            r + 1,
-            spec.rounds,
-            spec.requests,
-            spec.bulk_bytes >> 20
-        ));
+        progress(
+            spec,
+            &format!(
+                "round {}/{}: {} requests and {} MB per peer",
+                r + 1,
+                spec.rounds,
+                spec.requests,
+                spec.bulk_bytes >> 20
+            ),
+        );
         for k in 0..peers.len() {
             let j = (r + k) % peers.len();
             let port = peers[j].1;
             for _ in 0..spec.requests {
                 let t0 = Instant::now();
                 let (_, body) = get(port, "/").map_err(|e| {
-                    let logs: String = ["serve.log", "proxyd.log"]
-                        .iter()
-                        .map(|f| std::fs::read_to_string(dir.join(f)).unwrap_or_default())
-                        .collect();
+                    let logs = rig.log("serve.log") + &rig.log("proxyd.log");
                     format!("{}: {e}\n{logs}", peers[j].0)
                 })?;
                 warm[j].push(t0.elapsed().as_secs_f64() * 1e6);
@@ -549,62 +628,42 @@ command = ["{bench}", "backend", "--listen-fd", "3"]
             }
         }
     }
-    let cold = vec![
-        Dist::new(
-            "sandboxed busybox httpd (ephemeral overlay root)",
-            cold[0].clone(),
-        ),
-        Dist::new("plain busybox httpd", cold[1].clone()),
-    ];
-    let cold_ready_ms = vec![
-        Dist::new("sandboxed: target start to ready", ready[0].clone()),
-        Dist::new("plain: target start to ready", ready[1].clone()),
-    ];
-    let warm_us: Vec<Dist> = peers
-        .iter()
-        .zip(warm)
-        .map(|((n, _), s)| {
-            let mut d = Dist::new(n, s);
-            d.samples = Vec::new();
-            d
-        })
-        .collect();
-    // Ratios within each round (peers ran back to back there), then their median: the
-    // machine's drift between rounds cancels out.
-    let paired = |a: usize, b: usize| -> Dist {
-        let r: Vec<f64> = thr[a].iter().zip(&thr[b]).map(|(x, y)| x / y).collect();
-        Dist::new(&format!("{} / {}", peers[a].0, peers[b].0), r)
-    };
+    Ok((warm, thr))
+}
+
+/// Ratios within each round (peers ran back to back there), then their median: the
+/// machine's drift between rounds cancels out. Each with its check.
+fn bulk_ratios(peers: &[(&str, u16)], thr: &[Vec<f64>], checks: &mut Vec<Check>) -> Vec<Dist> {
     let idx = |n: &str| peers.iter().position(|p| p.0 == n);
-    let mut bulk_ratios = Vec::new();
-    let mut checks = Vec::new();
-    let mut ratio_check = |a: usize, b: usize, target: f64, checks: &mut Vec<Check>| {
-        let d = paired(a, b);
+    let mut pairs = vec![(1, 0, 0.90)];
+    if let Some(p) = idx("bulkhead serve, pass mode") {
+        pairs.push((p, 0, 0.90));
+    }
+    if let Some(p) = idx("systemd-socket-proxyd") {
+        pairs.push((1, p, 1.00));
+    }
+    let mut out = Vec::new();
+    for (a, b, target) in pairs {
+        let r: Vec<f64> = thr[a].iter().zip(&thr[b]).map(|(x, y)| x / y).collect();
+        let d = Dist::new(&format!("{} / {}", peers[a].0, peers[b].0), r);
         checks.push(Check {
             what: format!("bulk throughput {}, median of per-round ratios", d.name),
             target: format!(">= {target:.2}"),
             measured: format!("{:.3} [{:.3}-{:.3}]", d.median, d.p10, d.p90),
             met: d.median >= target,
         });
-        bulk_ratios.push(d);
-    };
-    ratio_check(1, 0, 0.90, &mut checks);
-    if let Some(p) = idx("bulkhead serve, pass mode") {
-        ratio_check(p, 0, 0.90, &mut checks);
+        out.push(d);
     }
-    if let Some(p) = idx("systemd-socket-proxyd") {
-        ratio_check(1, p, 1.00, &mut checks);
-    }
-    let bulk_gbps: Vec<Dist> = peers
-        .iter()
-        .zip(thr)
-        .map(|((n, _), s)| Dist::new(n, s))
-        .collect();
+    out
+}
+
+/// The cold start's and the bursts' checks.
+fn cold_checks(spec: &Spec, cold: &Dist, burst: &Burst, checks: &mut Vec<Check>) {
     checks.push(Check {
         what: "cold start, sandboxed httpd, median time to first byte".into(),
         target: "< 30 ms".into(),
-        measured: format!("{:.2} ms", cold[0].median),
-        met: cold[0].median < 30.0,
+        measured: format!("{:.2} ms", cold.median),
+        met: cold.median < 30.0,
     });
     checks.push(Check {
         what: format!(
@@ -621,8 +680,42 @@ command = ["{bench}", "backend", "--listen-fd", "3"]
         ),
         met: burst.refused + burst.reset + burst.other == 0,
     });
+}
+
+pub fn run(spec: &Spec) -> Result<Report, String> {
+    let mut rig = start(spec)?;
+    let [[cold_sb, cold_plain], [ready_sb, ready_plain]] = cold_starts(spec, &rig)?;
+    let burst = bursts(spec, &rig)?;
+    let peers = peers(&rig);
+    let (warm, thr) = warm_and_bulk(spec, &rig, &peers)?;
+    let cold = vec![
+        Dist::new("sandboxed busybox httpd (ephemeral overlay root)", cold_sb),
+        Dist::new("plain busybox httpd", cold_plain),
+    ];
+    let cold_ready_ms = vec![
+        Dist::new("sandboxed: target start to ready", ready_sb),
+        Dist::new("plain: target start to ready", ready_plain),
+    ];
+    let warm_us: Vec<Dist> = peers
+        .iter()
+        .zip(warm)
+        .map(|((n, _), s)| {
+            let mut d = Dist::new(n, s);
+            d.samples = Vec::new();
+            d
+        })
+        .collect();
+    let mut checks = Vec::new();
+    let bulk_ratios = bulk_ratios(&peers, &thr, &mut checks);
+    let bulk_gbps: Vec<Dist> = peers
+        .iter()
+        .zip(thr)
+        .map(|((n, _), s)| Dist::new(n, s))
+        .collect();
+    cold_checks(spec, &cold[0], &burst, &mut checks);
     let machine = crate::spawn::machine();
-    drop(setup);
+    let skipped = std::mem::take(&mut rig.skipped);
+    drop(rig);
     Ok(Report {
         machine,
         cold,

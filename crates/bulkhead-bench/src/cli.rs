@@ -531,12 +531,12 @@ pub struct BackendArgs {
 }
 
 fn backend_server(a: &BackendArgs) -> Result<i32> {
-    use std::os::fd::FromRawFd;
     let l = match (&a.listen, a.listen_fd) {
         (Some(addr), _) => std::net::TcpListener::bind(addr)
             .map_err(|e| Error::failed(format!("cannot listen on {addr}: {e}")))?,
-        // SAFETY: the fd was passed to this process to be owned by it.
-        (None, Some(fd)) => unsafe { std::net::TcpListener::from_raw_fd(fd) },
+        (None, Some(fd)) => bulkhead::sys::fd::adopt_socket(fd)
+            .map(std::net::TcpListener::from)
+            .map_err(|e| bad(format!("--listen-fd {fd}: {e}")))?,
         (None, None) => return Err(bad("give --listen or --listen-fd")),
     };
     bulkhead_bench::activation::serve_backend(l)
@@ -759,22 +759,25 @@ fn bad(msg: impl Into<String>) -> Error {
     Error::invalid(Diagnostic::error(msg))
 }
 
-fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
-    use bulkhead::plan::SliceName;
-    use bulkhead_bench::isolation::{self, db::DbKind, HogKind, IoSpec, Load, Setup, Spec};
-    fn each<T: PartialEq>(
-        v: &[String],
-        parse: impl Fn(&str) -> std::result::Result<T, String>,
-    ) -> Result<Vec<T>> {
-        let mut out = Vec::new();
-        for s in v {
-            let x = parse(s).map_err(bad)?;
-            if !out.contains(&x) {
-                out.push(x);
-            }
+/// Each value parsed, repeats dropped, in the order given.
+fn each<T: PartialEq>(
+    v: &[String],
+    parse: impl Fn(&str) -> std::result::Result<T, String>,
+) -> Result<Vec<T>> {
+    let mut out = Vec::new();
+    for s in v {
+        let x = parse(s).map_err(bad)?;
+        if !out.contains(&x) {
+            out.push(x);
         }
-        Ok(out)
     }
+    Ok(out)
+}
+
+/// What `bench isolation` measures, from its flags and the plan; the flags checked.
+fn isolation_spec(cli: &Cli, a: &IsolationBench) -> Result<bulkhead_bench::isolation::Spec> {
+    use bulkhead::plan::SliceName;
+    use bulkhead_bench::isolation::{db::DbKind, HogKind, IoSpec, Load, Setup, Spec};
     let l = &a.load;
     if l.rate.is_some() {
         return Err(bad("bench isolation runs its own open loads: use --loads (percentages of the peak), not --rate"));
@@ -805,7 +808,7 @@ fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
         },
         other => return Err(bad(format!("--db {other}: choose redis or postgres"))),
     };
-    let spec = Spec {
+    Ok(Spec {
         db,
         hogs: each(&a.hog, HogKind::parse)?,
         loads: each(&a.loads, Load::parse)?,
@@ -836,7 +839,12 @@ fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
             archive_bytes: size(&a.archive_size, "--archive-size")?.max(1 << 20),
             fs_bytes: size(&a.fs_size, "--fs-size")?.max(256 << 20),
         },
-    };
+    })
+}
+
+fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
+    use bulkhead_bench::isolation;
+    let spec = isolation_spec(cli, a)?;
     isolation::validate(&spec).map_err(bad)?;
     let report = isolation::run(&spec).map_err(Error::failed)?;
     println!(
@@ -959,6 +967,126 @@ fn time_once(cmd: &mut Command) -> std::io::Result<Duration> {
     Ok(d)
 }
 
+/// One peer of `bench run`: its label, and how to make its command afresh.
+type RunPeer = (&'static str, Box<dyn Fn() -> Command>);
+
+/// `/bin/true` alone, behind an empty wrapper, under `bulkhead run`, under the by-hand join
+/// (`echo $$ > cgroup.procs`), and under `cgexec` where cgroup-tools is installed.
+fn run_peers(cli: &Cli, fs: &CgroupFs, slice: &bulkhead::plan::SliceName) -> Result<Vec<RunPeer>> {
+    let exe = bulkhead_bin()?;
+    let truth = which("true").ok_or_else(|| Error::failed("no `true` binary in PATH"))?;
+    let procs: Vec<String> = fs
+        .existing_dirs(slice)
+        .iter()
+        .map(|(_, d)| d.join("cgroup.procs").display().to_string())
+        .collect();
+    let join_script = format!(
+        "for f in {}; do echo $$ > $f; done; exec {}",
+        procs.join(" "),
+        truth.display()
+    );
+    let (t0, t1, t2) = (truth.clone(), truth.clone(), truth.clone());
+    let (s, root) = (slice.to_string(), cli.cgroup_root.clone());
+    let mut peers: Vec<RunPeer> = vec![
+        ("plain exec of true", Box::new(move || Command::new(&t0))),
+        (
+            "env true (empty wrapper: 1 extra exec)",
+            Box::new(move || {
+                let mut c = Command::new("env");
+                c.arg(&t1);
+                c
+            }),
+        ),
+        (
+            "bulkhead run -- true",
+            Box::new(move || {
+                let mut c = Command::new(&exe);
+                c.args(["--cgroup-root", &root, "run", "--slice", &s, "--"])
+                    .arg(&t2);
+                c
+            }),
+        ),
+        (
+            "sh: echo $$ > cgroup.procs; exec true",
+            Box::new(move || {
+                let mut c = Command::new("/bin/sh");
+                c.args(["-c", &join_script]);
+                c
+            }),
+        ),
+    ];
+    if let Some(cg) = which("cgexec") {
+        let controllers: Vec<String> = fs
+            .existing_dirs(slice)
+            .iter()
+            .filter(|(h, _)| h.version == bulkhead::cgroup::Version::V1)
+            .map(|(h, _)| h.controllers.join(","))
+            .collect();
+        let path = slice.cgroup_path().display().to_string();
+        peers.push((
+            "cgexec (cgroup-tools) true",
+            Box::new(move || {
+                let mut c = Command::new(&cg);
+                c.arg("-g")
+                    .arg(format!("{}:/{path}", controllers.join(",")))
+                    .arg(&truth);
+                c
+            }),
+        ));
+    }
+    Ok(peers)
+}
+
+/// Every peer once to warm the caches, then `runs` rounds, peers rotated: ms per start.
+fn time_rounds(peers: &[RunPeer], runs: usize, quiet: bool) -> Result<Vec<Vec<f64>>> {
+    let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); peers.len()];
+    for (_, mk) in peers {
+        time_once(&mut mk()).map_err(|e| Error::failed(e.to_string()))?;
+    }
+    for round in 0..runs {
+        for k in 0..peers.len() {
+            let i = (round + k) % peers.len();
+            let d = time_once(&mut (peers[i].1)())
+                .map_err(|e| Error::failed(format!("{}: {e}", peers[i].0)))?;
+            samples[i].push(d.as_secs_f64() * 1e3);
+        }
+        if !quiet && (round + 1) % 50 == 0 {
+            eprint!("\rbench run: {}/{} rounds ", round + 1, runs);
+        }
+    }
+    if !quiet {
+        eprintln!();
+    }
+    use std::io::Write as _;
+    let _ = std::io::stderr().flush();
+    Ok(samples)
+}
+
+/// Print the table of medians against plain `true` and the empty wrapper; the JSON rows.
+fn overhead_rows(peers: &[RunPeer], samples: &[Vec<f64>]) -> Vec<serde_json::Value> {
+    let base = stats::median(&samples[0]);
+    let wrapper = stats::median(&samples[1]);
+    let mut rows = Vec::new();
+    println!(
+        "{:<42} {:>10} {:>10} {:>8} {:>11} {:>13}",
+        "peer", "median ms", "p90 ms", "x plain", "over plain", "over wrapper"
+    );
+    for (i, (label, _)) in peers.iter().enumerate() {
+        let mut v = samples[i].clone();
+        v.sort_by(f64::total_cmp);
+        let m = stats::median(&v);
+        let p90 = stats::rank(&v, 0.9);
+        println!(
+            "{label:<42} {m:>10.3} {p90:>10.3} {:>8.2} {:>8.3} ms {:>10.3} ms",
+            m / base,
+            m - base,
+            m - wrapper
+        );
+        rows.push(serde_json::json!({"peer": label, "median_ms": m, "p90_ms": p90, "ratio_to_plain": m / base, "overhead_ms": m - base, "over_empty_wrapper_ms": m - wrapper, "runs": v.len()}));
+    }
+    rows
+}
+
 /// Times `/bin/true` alone, under `bulkhead run`, and under the by-hand cgroup join people
 /// script today (and `cgexec` where cgroup-tools is installed), interleaved round by round.
 fn run_overhead(cli: &Cli, a: &RunBench) -> Result<i32> {
@@ -976,126 +1104,9 @@ fn run_overhead(cli: &Cli, a: &RunBench) -> Result<i32> {
     fs.execute(&fs.plan_apply(&plan, Default::default())?)?;
     // Everything below must remove the slice again, whatever happens.
     let result = (|| -> Result<serde_json::Value> {
-        let exe = bulkhead_bin()?;
-        let truth = which("true").ok_or_else(|| Error::failed("no `true` binary in PATH"))?;
-        let procs: Vec<String> = fs
-            .existing_dirs(&slice)
-            .iter()
-            .map(|(_, d)| d.join("cgroup.procs").display().to_string())
-            .collect();
-        let join_script = format!(
-            "for f in {}; do echo $$ > $f; done; exec {}",
-            procs.join(" "),
-            truth.display()
-        );
-        let cgexec = which("cgexec");
-        type Peer = (&'static str, Box<dyn Fn() -> Command>);
-        let mut peers: Vec<Peer> = vec![
-            (
-                "plain exec of true",
-                Box::new({
-                    let t = truth.clone();
-                    move || Command::new(&t)
-                }),
-            ),
-            (
-                "env true (empty wrapper: 1 extra exec)",
-                Box::new({
-                    let t = truth.clone();
-                    move || {
-                        let mut c = Command::new("env");
-                        c.arg(&t);
-                        c
-                    }
-                }),
-            ),
-            (
-                "bulkhead run -- true",
-                Box::new({
-                    let (exe, t, s, root) = (
-                        exe.clone(),
-                        truth.clone(),
-                        slice.to_string(),
-                        cli.cgroup_root.clone(),
-                    );
-                    move || {
-                        let mut c = Command::new(&exe);
-                        c.args(["--cgroup-root", &root, "run", "--slice", &s, "--"])
-                            .arg(&t);
-                        c
-                    }
-                }),
-            ),
-            (
-                "sh: echo $$ > cgroup.procs; exec true",
-                Box::new(move || {
-                    let mut c = Command::new("/bin/sh");
-                    c.args(["-c", &join_script]);
-                    c
-                }),
-            ),
-        ];
-        if let Some(cg) = cgexec {
-            let controllers: Vec<String> = fs
-                .existing_dirs(&slice)
-                .iter()
-                .filter(|(h, _)| h.version == bulkhead::cgroup::Version::V1)
-                .map(|(h, _)| h.controllers.join(","))
-                .collect();
-            let path = slice.cgroup_path().display().to_string();
-            let t = truth.clone();
-            peers.push((
-                "cgexec (cgroup-tools) true",
-                Box::new(move || {
-                    let mut c = Command::new(&cg);
-                    c.arg("-g")
-                        .arg(format!("{}:/{path}", controllers.join(",")))
-                        .arg(&t);
-                    c
-                }),
-            ));
-        }
-        let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(a.runs); peers.len()];
-        // Warm up caches once.
-        for (_, mk) in &peers {
-            time_once(&mut mk()).map_err(|e| Error::failed(e.to_string()))?;
-        }
-        for round in 0..a.runs {
-            for k in 0..peers.len() {
-                let i = (round + k) % peers.len();
-                let d = time_once(&mut (peers[i].1)())
-                    .map_err(|e| Error::failed(format!("{}: {e}", peers[i].0)))?;
-                samples[i].push(d.as_secs_f64() * 1e3);
-            }
-            if !cli.quiet && (round + 1) % 50 == 0 {
-                eprint!("\rbench run: {}/{} rounds ", round + 1, a.runs);
-            }
-        }
-        if !cli.quiet {
-            eprintln!();
-        }
-        use std::io::Write as _;
-        let _ = std::io::stderr().flush();
-        let base = stats::median(&samples[0]);
-        let wrapper = stats::median(&samples[1]);
-        let mut rows = Vec::new();
-        println!(
-            "{:<42} {:>10} {:>10} {:>8} {:>11} {:>13}",
-            "peer", "median ms", "p90 ms", "x plain", "over plain", "over wrapper"
-        );
-        for (i, (label, _)) in peers.iter().enumerate() {
-            let mut v = samples[i].clone();
-            v.sort_by(f64::total_cmp);
-            let m = stats::median(&v);
-            let p90 = stats::rank(&v, 0.9);
-            println!(
-                "{label:<42} {m:>10.3} {p90:>10.3} {:>8.2} {:>8.3} ms {:>10.3} ms",
-                m / base,
-                m - base,
-                m - wrapper
-            );
-            rows.push(serde_json::json!({"peer": label, "median_ms": m, "p90_ms": p90, "ratio_to_plain": m / base, "overhead_ms": m - base, "over_empty_wrapper_ms": m - wrapper, "runs": v.len()}));
-        }
+        let peers = run_peers(cli, &fs, &slice)?;
+        let samples = time_rounds(&peers, a.runs, cli.quiet)?;
+        let rows = overhead_rows(&peers, &samples);
         Ok(serde_json::json!({
             "benchmark": "run",
             "runs": a.runs,

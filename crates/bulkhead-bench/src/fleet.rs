@@ -141,17 +141,6 @@ pub struct Report {
 
 // ---- pure parts ----
 
-/// utime + stime (clock ticks) from the text of /proc/PID/stat. The command name (field 2) may
-/// hold spaces and parentheses: the fields are counted after its last ')'.
-pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state); utime is field 14, stime 15.
-    let utime: u64 = f.get(11)?.parse().ok()?;
-    let stime: u64 = f.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
 /// VmRSS in kB from the text of /proc/PID/status.
 pub fn parse_vmrss_kb(status: &str) -> Option<u64> {
     status
@@ -214,22 +203,9 @@ pub fn node_status(round: u64, i: usize) -> BulkheadNodeStatus {
 
 // ---- the machine ----
 
-fn clk_tck() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as f64
-    } else {
-        100.0
-    }
-}
-
 /// CPU seconds used by a process so far.
 fn cpu_s(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| parse_stat_ticks(&s))
-        .map_or(0.0, |t| t as f64 / clk_tck())
+    bulkhead::sys::process::cpu_time(pid).map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn rss_mb(pid: u32) -> f64 {
@@ -584,21 +560,33 @@ async fn object_bytes(api: &Api<DynamicObject>, name: &str) -> Result<usize, Str
     Ok(serde_json::to_vec(&o).map_err(|e| e.to_string())?.len())
 }
 
+fn say(spec: &Spec, s: &str) {
+    if spec.progress {
+        eprintln!("bench fleet: {s}");
+    }
+}
+
 async fn run_async(spec: &Spec, env: &Env) -> Result<Report, String> {
     let mut report = Report {
         machine: machine(),
         ..Default::default()
     };
-    let say = |s: &str| {
-        if spec.progress {
-            eprintln!("bench fleet: {s}");
-        }
-    };
-    say("starting etcd + kube-apiserver (scripts/k8s-testenv)");
+    say(spec, "starting etcd + kube-apiserver (scripts/k8s-testenv)");
     let te = TestEnv::start(&spec.testenv, env.dir.join("k8s"))?;
     let client = client(&te.kubeconfig).await?;
+    install_crds(&client).await?;
+    report.fleet = fleet_phase(spec, &te, &client).await?;
+    if spec.shared_nodes > 0 {
+        report.shared = Some(shared_phase(spec, &te, &client).await?);
+    }
+    report.agent = Some(agent_phase(spec, env, &te, &client).await?);
+    drop(te);
+    Ok(report)
+}
+
+/// The agent's two CRDs and the previous design's, created and served.
+async fn install_crds(client: &kube::Client) -> Result<(), String> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let pp = PostParams::default();
     for c in [
         serde_json::to_value(<bulkhead_agent::crd::BulkheadPlan as kube::CustomResourceExt>::crd()),
         serde_json::to_value(<BulkheadNode as kube::CustomResourceExt>::crd()),
@@ -606,165 +594,208 @@ async fn run_async(spec: &Spec, env: &Env) -> Result<Report, String> {
     ] {
         let c: CustomResourceDefinition =
             serde_json::from_value(c.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-        crds.create(&pp, &c)
+        crds.create(&PostParams::default(), &c)
             .await
             .map_err(|e| format!("CRD: {e}"))?;
     }
     let reports: Api<BulkheadNode> = Api::all(client.clone());
     let plans: Api<bulkhead_agent::crd::BulkheadPlan> = Api::all(client.clone());
     let shared: Api<DynamicObject> = Api::all_with(client.clone(), &shared_resource());
-    {
-        let (r, p, s) = (&reports, &plans, &shared);
-        wait_for("the CRDs to be served", 60, move || async move {
-            r.list(&Default::default()).await.is_ok()
-                && p.list(&Default::default()).await.is_ok()
-                && s.list(&Default::default()).await.is_ok()
-        })
-        .await?;
-    }
+    let (r, p, s) = (&reports, &plans, &shared);
+    wait_for("the CRDs to be served", 60, move || async move {
+        r.list(&Default::default()).await.is_ok()
+            && p.list(&Default::default()).await.is_ok()
+            && s.list(&Default::default()).await.is_ok()
+    })
+    .await
+}
 
-    // ---- 1. the fleet, our design ----
-    let nodes: Api<Node> = Api::all(client.clone());
-    let n = spec.nodes;
-    let c = spec.concurrency;
-    say(&format!(
-        "1. {n} Nodes, then their BulkheadNodes ({c} writes in flight)"
-    ));
-    let uids = Arc::new(Mutex::new(vec![String::new(); n]));
-    {
-        let (nodes, uids) = (nodes.clone(), uids.clone());
-        rounds(n, c, spec.progress, "creating Nodes", move |i| {
-            let (nodes, uids) = (nodes.clone(), uids.clone());
-            async move {
-                let node: Node = serde_json::from_value(json!({
-                    "apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name(i)},
-                }))
-                .expect("a Node");
-                let t = Instant::now();
-                let r = nodes.create(&PostParams::default(), &node).await;
-                vec![r
-                    .map(|o| {
-                        uids.lock().unwrap()[i] = o.metadata.uid.unwrap_or_default();
-                        t.elapsed()
-                    })
-                    .map_err(|e| e.to_string())]
-            }
-        })
-        .await?;
-    }
+/// What [`rounds`] returns: the latencies (ms), the errors, and the seconds it took.
+type Writes = (Vec<f64>, u64, f64);
+
+/// Phase 1, the fleet, our design: the Nodes, the rollout of their BulkheadNodes, one
+/// figures round, and what the fleet costs the server at rest.
+async fn fleet_phase(
+    spec: &Spec,
+    te: &TestEnv,
+    client: &kube::Client,
+) -> Result<FleetPhase, String> {
+    let reports: Api<BulkheadNode> = Api::all(client.clone());
+    let (n, c) = (spec.nodes, spec.concurrency);
+    say(
+        spec,
+        &format!("1. {n} Nodes, then their BulkheadNodes ({c} writes in flight)"),
+    );
+    let uids = create_nodes(spec, client).await?;
     let before = te.cpu();
-    let (lat, errors, secs) = {
-        let (reports, uids) = (reports.clone(), uids.clone());
-        rounds(n, c, spec.progress, "rollout (meta + status)", move |i| {
-            let (reports, uids) = (reports.clone(), uids.clone());
-            async move {
-                let name = node_name(i);
-                let uid = uids.lock().unwrap()[i].clone();
-                let ap = PatchParams::apply(MANAGER).force();
-                let meta = meta_body(
-                    &name,
-                    Some(&uid).filter(|u| !u.is_empty()).map(|u| u.as_str()),
-                    Some("fleet"),
-                );
-                let m = timed(reports.patch(&name, &ap, &Patch::Apply(&meta))).await;
-                if m.is_err() {
-                    return vec![m];
-                }
-                let body = status_body(&name, &node_status(0, i));
-                let s = timed(reports.patch_status(&name, &ap, &Patch::Apply(&body))).await;
-                vec![m, s]
-            }
-        })
-        .await?
-    };
-    report.fleet.rollout = round_figures(n, &lat, errors, secs, te.cost_since(before));
+    let (lat, errors, secs) = rollout(spec, &reports, uids).await?;
+    let rollout = round_figures(n, &lat, errors, secs, te.cost_since(before));
     let before = te.cpu();
-    let (lat, errors, secs) = {
-        let reports = reports.clone();
-        rounds(n, c, spec.progress, "figures round (status)", move |i| {
-            let reports = reports.clone();
-            async move {
-                let name = node_name(i);
-                let ap = PatchParams::apply(MANAGER).force();
-                let body = status_body(&name, &node_status(1, i));
-                vec![timed(reports.patch_status(&name, &ap, &Patch::Apply(&body))).await]
-            }
-        })
-        .await?
-    };
-    report.fleet.figures = round_figures(n, &lat, errors, secs, te.cost_since(before));
+    let (lat, errors, secs) = figures_round(spec, &reports).await?;
+    let figures = round_figures(n, &lat, errors, secs, te.cost_since(before));
     let dyn_nodes: Api<DynamicObject> =
         Api::all_with(client.clone(), &ApiResource::erase::<BulkheadNode>(&()));
-    report.fleet.object_bytes = object_bytes(&dyn_nodes, &node_name(0)).await?;
-    report.fleet.nodes = n;
-    report.fleet.concurrency = c;
-    report.fleet.writes_per_node_hour = 3600.0 / REPORT_EVERY_S;
-    let round_cpu =
-        report.fleet.figures.server.apiserver_cpu_s + report.fleet.figures.server.etcd_cpu_s;
-    report.fleet.server_cpu_s_per_hour = round_cpu * report.fleet.writes_per_node_hour;
-    report.fleet.server_cpu_ms_per_node_hour = report.fleet.server_cpu_s_per_hour * 1e3 / n as f64;
+    let writes_per_node_hour = 3600.0 / REPORT_EVERY_S;
+    let round_cpu = figures.server.apiserver_cpu_s + figures.server.etcd_cpu_s;
+    let server_cpu_s_per_hour = round_cpu * writes_per_node_hour;
+    Ok(FleetPhase {
+        nodes: n,
+        concurrency: c,
+        rollout,
+        figures,
+        object_bytes: object_bytes(&dyn_nodes, &node_name(0)).await?,
+        writes_per_node_hour,
+        server_cpu_s_per_hour,
+        server_cpu_ms_per_node_hour: server_cpu_s_per_hour * 1e3 / n as f64,
+    })
+}
 
-    // ---- 2. the previous design ----
-    if spec.shared_nodes > 0 {
-        let m = spec.shared_nodes;
-        say(&format!(
-            "2. the previous design: {m} entries in one shared status (slow: minutes)"
-        ));
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": format!("{SHARED_GROUP}/v1"), "kind": "SharedPlan",
-            "metadata": {"name": "fleet"}, "spec": {"slices": {"db": {"CPUWeight": 100}}},
-        }))
-        .map_err(|e| e.to_string())?;
-        shared
-            .create(&pp, &obj)
-            .await
-            .map_err(|e| format!("SharedPlan: {e}"))?;
-        let order = Arc::new(Mutex::new(Vec::with_capacity(m)));
-        let before = te.cpu();
-        let (lat, errors, secs) = {
-            let (shared, order) = (shared.clone(), order.clone());
-            rounds(m, c, spec.progress, "shared status entries", move |i| {
-                let (shared, order) = (shared.clone(), order.clone());
-                async move {
-                    let name = node_name(i);
-                    let s = node_status(0, i);
-                    let mut entry = serde_json::to_value(&s.plans[0]).expect("json");
-                    entry["node"] = json!(name);
-                    entry["state"] = json!(s.state);
-                    let body = json!({
-                        "apiVersion": format!("{SHARED_GROUP}/v1"), "kind": "SharedPlan",
-                        "metadata": {"name": "fleet"},
-                        "status": {"nodes": [entry]},
-                    });
-                    let ap = PatchParams::apply(&format!("{MANAGER}/{name}")).force();
-                    let r = timed(shared.patch_status("fleet", &ap, &Patch::Apply(&body))).await;
-                    if let Ok(d) = &r {
-                        order.lock().unwrap().push(d.as_secs_f64() * 1e3);
-                    }
-                    vec![r]
-                }
-            })
-            .await?
-        };
-        let mut last: Vec<f64> = {
-            let o = order.lock().unwrap();
-            o[o.len().saturating_sub(100)..].to_vec()
-        };
-        last.sort_by(f64::total_cmp);
-        report.shared = Some(SharedPhase {
-            nodes: m,
-            concurrency: c,
-            object_bytes: object_bytes(&shared, "fleet").await?,
-            round: round_figures(m, &lat, errors, secs, te.cost_since(before)),
-            last100_p50_ms: stats::at_rank(&last, 0.5).unwrap_or(0.0),
-            last100_p99_ms: stats::at_rank(&last, 0.99).unwrap_or(0.0),
-        });
-    }
+/// The Nodes (the kubelet's part), untimed in the figures; their UIDs by index.
+async fn create_nodes(
+    spec: &Spec,
+    client: &kube::Client,
+) -> Result<Arc<Mutex<Vec<String>>>, String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let uids = Arc::new(Mutex::new(vec![String::new(); spec.nodes]));
+    let (n, c) = (spec.nodes, spec.concurrency);
+    let (nodes, out) = (nodes.clone(), uids.clone());
+    rounds(n, c, spec.progress, "creating Nodes", move |i| {
+        let (nodes, uids) = (nodes.clone(), out.clone());
+        async move {
+            let node: Node = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name(i)},
+            }))
+            .expect("a Node");
+            let t = Instant::now();
+            let r = nodes.create(&PostParams::default(), &node).await;
+            vec![r
+                .map(|o| {
+                    uids.lock().unwrap()[i] = o.metadata.uid.unwrap_or_default();
+                    t.elapsed()
+                })
+                .map_err(|e| e.to_string())]
+        }
+    })
+    .await?;
+    Ok(uids)
+}
 
-    // ---- 3. the real agent ----
-    report.agent = Some(agent_phase(spec, env, &te, &client).await?);
-    drop(te);
-    Ok(report)
+/// Every BulkheadNode written as the agent first writes it: metadata, then status.
+async fn rollout(
+    spec: &Spec,
+    reports: &Api<BulkheadNode>,
+    uids: Arc<Mutex<Vec<String>>>,
+) -> Result<Writes, String> {
+    let reports = reports.clone();
+    let (n, c) = (spec.nodes, spec.concurrency);
+    rounds(n, c, spec.progress, "rollout (meta + status)", move |i| {
+        let (reports, uids) = (reports.clone(), uids.clone());
+        async move {
+            let name = node_name(i);
+            let uid = uids.lock().unwrap()[i].clone();
+            let ap = PatchParams::apply(MANAGER).force();
+            let meta = meta_body(
+                &name,
+                Some(&uid).filter(|u| !u.is_empty()).map(|u| u.as_str()),
+                Some("fleet"),
+            );
+            let m = timed(reports.patch(&name, &ap, &Patch::Apply(&meta))).await;
+            if m.is_err() {
+                return vec![m];
+            }
+            let body = status_body(&name, &node_status(0, i));
+            let s = timed(reports.patch_status(&name, &ap, &Patch::Apply(&body))).await;
+            vec![m, s]
+        }
+    })
+    .await
+}
+
+/// Every node rewrites its figures once (what each agent does every `--report-every`).
+async fn figures_round(spec: &Spec, reports: &Api<BulkheadNode>) -> Result<Writes, String> {
+    let reports = reports.clone();
+    let (n, c) = (spec.nodes, spec.concurrency);
+    rounds(n, c, spec.progress, "figures round (status)", move |i| {
+        let reports = reports.clone();
+        async move {
+            let name = node_name(i);
+            let ap = PatchParams::apply(MANAGER).force();
+            let body = status_body(&name, &node_status(1, i));
+            vec![timed(reports.patch_status(&name, &ap, &Patch::Apply(&body))).await]
+        }
+    })
+    .await
+}
+
+/// Phase 2, the previous design: every node applies its own entry of one shared status.
+async fn shared_phase(
+    spec: &Spec,
+    te: &TestEnv,
+    client: &kube::Client,
+) -> Result<SharedPhase, String> {
+    let shared: Api<DynamicObject> = Api::all_with(client.clone(), &shared_resource());
+    let (m, c) = (spec.shared_nodes, spec.concurrency);
+    say(
+        spec,
+        &format!("2. the previous design: {m} entries in one shared status (slow: minutes)"),
+    );
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{SHARED_GROUP}/v1"), "kind": "SharedPlan",
+        "metadata": {"name": "fleet"}, "spec": {"slices": {"db": {"CPUWeight": 100}}},
+    }))
+    .map_err(|e| e.to_string())?;
+    shared
+        .create(&PostParams::default(), &obj)
+        .await
+        .map_err(|e| format!("SharedPlan: {e}"))?;
+    let order = Arc::new(Mutex::new(Vec::with_capacity(m)));
+    let before = te.cpu();
+    let (lat, errors, secs) = shared_entries(spec, &shared, order.clone()).await?;
+    let mut last: Vec<f64> = {
+        let o = order.lock().unwrap();
+        o[o.len().saturating_sub(100)..].to_vec()
+    };
+    last.sort_by(f64::total_cmp);
+    Ok(SharedPhase {
+        nodes: m,
+        concurrency: c,
+        object_bytes: object_bytes(&shared, "fleet").await?,
+        round: round_figures(m, &lat, errors, secs, te.cost_since(before)),
+        last100_p50_ms: stats::at_rank(&last, 0.5).unwrap_or(0.0),
+        last100_p99_ms: stats::at_rank(&last, 0.99).unwrap_or(0.0),
+    })
+}
+
+/// Each node's entry applied to the shared status; `order` gets the latencies as they end.
+async fn shared_entries(
+    spec: &Spec,
+    shared: &Api<DynamicObject>,
+    order: Arc<Mutex<Vec<f64>>>,
+) -> Result<Writes, String> {
+    let shared = shared.clone();
+    let (m, c) = (spec.shared_nodes, spec.concurrency);
+    rounds(m, c, spec.progress, "shared status entries", move |i| {
+        let (shared, order) = (shared.clone(), order.clone());
+        async move {
+            let name = node_name(i);
+            let s = node_status(0, i);
+            let mut entry = serde_json::to_value(&s.plans[0]).expect("json");
+            entry["node"] = json!(name);
+            entry["state"] = json!(s.state);
+            let body = json!({
+                "apiVersion": format!("{SHARED_GROUP}/v1"), "kind": "SharedPlan",
+                "metadata": {"name": "fleet"},
+                "status": {"nodes": [entry]},
+            });
+            let ap = PatchParams::apply(&format!("{MANAGER}/{name}")).force();
+            let r = timed(shared.patch_status("fleet", &ap, &Patch::Apply(&body))).await;
+            if let Ok(d) = &r {
+                order.lock().unwrap().push(d.as_secs_f64() * 1e3);
+            }
+            vec![r]
+        }
+    })
+    .await
 }
 
 async fn metrics_text(client: &kube::Client) -> Result<String, String> {
@@ -777,24 +808,63 @@ async fn metrics_text(client: &kube::Client) -> Result<String, String> {
         .map_err(|e| format!("/metrics: {e}"))
 }
 
+/// The node the real agent runs for.
+const AGENT_NODE: &str = "fleet-agent-node";
+
+/// Phase 3, the real agent for one node: API requests without it, then its CPU, RSS and
+/// requests at rest and per plan change.
 async fn agent_phase(
     spec: &Spec,
     env: &Env,
     te: &TestEnv,
     client: &kube::Client,
 ) -> Result<AgentPhase, String> {
-    let say = |s: &str| {
-        if spec.progress {
-            eprintln!("bench fleet: {s}");
-        }
-    };
-    let node = "fleet-agent-node";
+    let generation = create_node_and_plan(client).await?;
+    let idle = idle_requests(spec, client).await?;
+    say(spec, "starting bulkhead-agent for one node");
+    let _record = ControllersRecord(env.cgroup_root.trim_start_matches('/').to_string());
+    let mut agent = start_agent(spec, env, te)?;
+    let pid = agent.0.id();
+    let reports: Api<BulkheadNode> = Api::all(client.clone());
+    let t0 = Instant::now();
+    wait_first_apply(env, &reports, &mut agent, generation).await?;
+    say(
+        spec,
+        &format!(
+            "plan applied after {} ms; {} s at rest",
+            t0.elapsed().as_millis(),
+            spec.rest_secs
+        ),
+    );
+    // Let the first burst (initial lists, first report) settle.
+    sleep_checked(Duration::from_secs(2)).await?;
+    let rest = at_rest(spec, client, pid, idle.scrape_all).await?;
+    let ch = plan_changes(spec, client, &reports, pid, generation).await?;
+    drop(agent);
+    let per_hour = 3600.0 / rest.secs;
+    let k = spec.changes.max(1) as f64;
+    Ok(AgentPhase {
+        rest_secs: rest.secs,
+        cpu_s_per_hour: rest.cpu_s * per_hour,
+        rss_mb: rest.rss_mb,
+        requests_per_hour_all: rest.all * per_hour,
+        requests_per_hour_agent: rest.ours * per_hour,
+        requests_per_hour_idle: idle.requests * 3600.0 / idle.secs as f64,
+        changes: spec.changes,
+        cpu_ms_per_change: ch.cpu_s * 1e3 / k,
+        requests_per_change: ch.requests.max(0.0) / k,
+        change_to_report_p50_ms: stats::at_rank(&ch.lat, 0.5).unwrap_or(0.0),
+        change_to_report_max_ms: stats::at_rank(&ch.lat, 1.0).unwrap_or(0.0),
+    })
+}
+
+/// The agent's node and a plan that selects it; the plan's generation.
+async fn create_node_and_plan(client: &kube::Client) -> Result<i64, String> {
     let nodes: Api<Node> = Api::all(client.clone());
     let plans: Api<bulkhead_agent::crd::BulkheadPlan> = Api::all(client.clone());
-    let reports: Api<BulkheadNode> = Api::all(client.clone());
     let n: Node = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": node, "labels": {"pool": "bench"}},
+        "metadata": {"name": AGENT_NODE, "labels": {"pool": "bench"}},
     }))
     .map_err(|e| e.to_string())?;
     nodes
@@ -818,25 +888,42 @@ async fn agent_phase(
         .create(&PostParams::default(), &plan)
         .await
         .map_err(|e| e.to_string())?;
-    let mut generation = created.metadata.generation.unwrap_or(1);
+    Ok(created.metadata.generation.unwrap_or(1))
+}
 
-    // The apiserver's own requests in a quiet window, and what one scrape of /metrics adds.
-    let idle_secs = spec.rest_secs.clamp(1, 30);
+/// The apiserver's own requests in a quiet window without the agent.
+struct Idle {
+    secs: u64,
+    requests: f64,
+    /// What one scrape of /metrics adds to the count.
+    scrape_all: f64,
+}
+
+async fn idle_requests(spec: &Spec, client: &kube::Client) -> Result<Idle, String> {
+    let secs = spec.rest_secs.clamp(1, 30);
     let m0 = metrics_text(client).await?;
     let m1 = metrics_text(client).await?;
     let scrape_all = sum_requests(&m1, |_| true) - sum_requests(&m0, |_| true);
-    say(&format!(
-        "{idle_secs} s without the agent (the apiserver's own requests)"
-    ));
-    sleep_checked(Duration::from_secs(idle_secs)).await?;
+    say(
+        spec,
+        &format!("{secs} s without the agent (the apiserver's own requests)"),
+    );
+    sleep_checked(Duration::from_secs(secs)).await?;
     let m2 = metrics_text(client).await?;
-    let idle = (sum_requests(&m2, |_| true) - sum_requests(&m1, |_| true) - scrape_all).max(0.0);
+    let requests =
+        (sum_requests(&m2, |_| true) - sum_requests(&m1, |_| true) - scrape_all).max(0.0);
+    Ok(Idle {
+        secs,
+        requests,
+        scrape_all,
+    })
+}
 
-    say("starting bulkhead-agent for one node");
+/// bulkhead-agent for [`AGENT_NODE`] under the bench's cgroup root, logging to agent.log.
+fn start_agent(spec: &Spec, env: &Env, te: &TestEnv) -> Result<AgentProc, String> {
     let state_dir = env.dir.join("agent-state");
     let log = std::fs::File::create(env.dir.join("agent.log")).map_err(|e| e.to_string())?;
-    let _record = ControllersRecord(env.cgroup_root.trim_start_matches('/').to_string());
-    let mut agent = AgentProc(
+    Ok(AgentProc(
         Command::new(&spec.agent_bin)
             .args([
                 "--backend",
@@ -845,7 +932,7 @@ async fn agent_phase(
                 &env.cgroup_root,
                 "run",
                 "--node",
-                node,
+                AGENT_NODE,
             ])
             .arg("--kubeconfig")
             .arg(&te.kubeconfig)
@@ -857,24 +944,31 @@ async fn agent_phase(
             .stderr(log)
             .spawn()
             .map_err(|e| format!("{}: {e}", spec.agent_bin.display()))?,
-    );
-    let pid = agent.0.id();
-    let applied = |want: i64| {
-        let reports = reports.clone();
-        async move {
-            reports
-                .get(node)
-                .await
-                .ok()
-                .and_then(|o| o.status)
-                .is_some_and(|s| s.state == "Applied" && s.applied_revision == Some(want))
-        }
-    };
+    ))
+}
+
+/// Whether the agent's report says this plan revision is applied.
+async fn applied(reports: &Api<BulkheadNode>, want: i64) -> bool {
+    reports
+        .get(AGENT_NODE)
+        .await
+        .ok()
+        .and_then(|o| o.status)
+        .is_some_and(|s| s.state == "Applied" && s.applied_revision == Some(want))
+}
+
+/// Wait (60 s at the most) for the agent's first report of the plan as applied.
+async fn wait_first_apply(
+    env: &Env,
+    reports: &Api<BulkheadNode>,
+    agent: &mut AgentProc,
+    generation: i64,
+) -> Result<(), String> {
     let t0 = Instant::now();
     loop {
         stopped()?;
-        if applied(generation).await {
-            break;
+        if applied(reports, generation).await {
+            return Ok(());
         }
         if let Ok(Some(st)) = agent.0.try_wait() {
             let l = std::fs::read_to_string(env.dir.join("agent.log")).unwrap_or_default();
@@ -888,14 +982,23 @@ async fn agent_phase(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    say(&format!(
-        "plan applied after {} ms; {} s at rest",
-        t0.elapsed().as_millis(),
-        spec.rest_secs
-    ));
-    // Let the first burst (initial lists, first report) settle.
-    sleep_checked(Duration::from_secs(2)).await?;
+}
 
+/// The agent at rest: seconds watched, its CPU seconds and RSS, all requests and its own.
+struct Rest {
+    secs: f64,
+    cpu_s: f64,
+    rss_mb: f64,
+    all: f64,
+    ours: f64,
+}
+
+async fn at_rest(
+    spec: &Spec,
+    client: &kube::Client,
+    pid: u32,
+    scrape_all: f64,
+) -> Result<Rest, String> {
     let a0 = metrics_text(client).await?;
     let c0 = cpu_s(pid);
     let t_rest = Instant::now();
@@ -905,16 +1008,37 @@ async fn agent_phase(
         pb.inc(1);
     }
     pb.finish_and_clear();
-    let rest = t_rest.elapsed().as_secs_f64();
+    let secs = t_rest.elapsed().as_secs_f64();
     let c1 = cpu_s(pid);
-    let rss = rss_mb(pid);
+    let rss_mb = rss_mb(pid);
     let a1 = metrics_text(client).await?;
-    let all = sum_requests(&a1, |_| true) - sum_requests(&a0, |_| true) - scrape_all;
-    let ours = sum_requests(&a1, bulkhead_series) - sum_requests(&a0, bulkhead_series);
-    let per_hour = 3600.0 / rest;
+    Ok(Rest {
+        secs,
+        cpu_s: c1 - c0,
+        rss_mb,
+        all: sum_requests(&a1, |_| true) - sum_requests(&a0, |_| true) - scrape_all,
+        ours: sum_requests(&a1, bulkhead_series) - sum_requests(&a0, bulkhead_series),
+    })
+}
 
-    // Per change: alternate CPUWeight of db-server; wait for the report to catch up.
-    say(&format!("{} plan changes", spec.changes));
+/// Plan changes: latencies to the agent's report (ms, sorted), its CPU seconds, and its
+/// requests (the bench's own subtracted).
+struct Changes {
+    lat: Vec<f64>,
+    cpu_s: f64,
+    requests: f64,
+}
+
+/// Per change: alternate CPUWeight of db-server; wait for the report to catch up.
+async fn plan_changes(
+    spec: &Spec,
+    client: &kube::Client,
+    reports: &Api<BulkheadNode>,
+    pid: u32,
+    mut generation: i64,
+) -> Result<Changes, String> {
+    let plans: Api<bulkhead_agent::crd::BulkheadPlan> = Api::all(client.clone());
+    say(spec, &format!("{} plan changes", spec.changes));
     let mut lat = Vec::with_capacity(spec.changes);
     let mut own = 0.0;
     let b0 = metrics_text(client).await?;
@@ -932,7 +1056,7 @@ async fn agent_phase(
         loop {
             stopped()?;
             own += 1.0;
-            if applied(generation).await {
+            if applied(reports, generation).await {
                 break;
             }
             if t.elapsed() > Duration::from_secs(30) {
@@ -946,23 +1070,11 @@ async fn agent_phase(
     }
     let cc1 = cpu_s(pid);
     let b1 = metrics_text(client).await?;
-    let ours_changes =
-        sum_requests(&b1, bulkhead_series) - sum_requests(&b0, bulkhead_series) - own;
-    drop(agent);
     lat.sort_by(f64::total_cmp);
-    let k = spec.changes.max(1) as f64;
-    Ok(AgentPhase {
-        rest_secs: rest,
-        cpu_s_per_hour: (c1 - c0) * per_hour,
-        rss_mb: rss,
-        requests_per_hour_all: all * per_hour,
-        requests_per_hour_agent: ours * per_hour,
-        requests_per_hour_idle: idle * 3600.0 / idle_secs as f64,
-        changes: spec.changes,
-        cpu_ms_per_change: (cc1 - cc0) * 1e3 / k,
-        requests_per_change: ours_changes.max(0.0) / k,
-        change_to_report_p50_ms: stats::at_rank(&lat, 0.5).unwrap_or(0.0),
-        change_to_report_max_ms: stats::at_rank(&lat, 1.0).unwrap_or(0.0),
+    Ok(Changes {
+        lat,
+        cpu_s: cc1 - cc0,
+        requests: sum_requests(&b1, bulkhead_series) - sum_requests(&b0, bulkhead_series) - own,
     })
 }
 
@@ -1057,8 +1169,8 @@ mod tests {
     #[test]
     fn stat_ticks_are_counted_after_the_command_name() {
         let s = "1234 (kube (api) server) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 12 0 100 1000 200";
-        assert_eq!(parse_stat_ticks(s), Some(325));
-        assert_eq!(parse_stat_ticks("garbage"), None);
+        assert_eq!(bulkhead::sys::process::parse_stat_cpu(s), Some(325));
+        assert_eq!(bulkhead::sys::process::parse_stat_cpu("garbage"), None);
         assert_eq!(
             parse_vmrss_kb("Name:\tx\nVmRSS:\t   51200 kB\n"),
             Some(51200)

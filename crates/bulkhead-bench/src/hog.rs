@@ -32,15 +32,7 @@ fn should_stop(start: Instant, duration: Duration) -> bool {
 
 /// Pin the calling thread to one CPU.
 pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw const set) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    bulkhead::sys::sched::pin_to_cpu(cpu)
 }
 
 /// A busy loop, like `taskset -c N sh -c 'while true; do true; done'`, counting iterations.
@@ -86,33 +78,6 @@ pub fn cpu(
     })
 }
 
-/// Page-aligned buffer for O_DIRECT.
-struct Aligned {
-    ptr: *mut u8,
-    layout: std::alloc::Layout,
-}
-
-impl Aligned {
-    fn new(size: usize) -> Aligned {
-        let layout = std::alloc::Layout::from_size_align(size, 4096).expect("layout");
-        // SAFETY: non-zero size, valid alignment.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        assert!(!ptr.is_null(), "out of memory");
-        Aligned { ptr, layout }
-    }
-    fn slice(&mut self) -> &mut [u8] {
-        // SAFETY: ptr is valid for layout.size() bytes for the buffer's lifetime.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
-    }
-}
-
-impl Drop for Aligned {
-    fn drop(&mut self) {
-        // SAFETY: allocated with this layout.
-        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
-    }
-}
-
 /// Direct (uncached) writes and reads on a file in `dir`, so the I/O is issued by this
 /// process and counted against its cgroup on v1 as on v2. The file is at most `size` bytes
 /// and is removed at the end.
@@ -127,8 +92,9 @@ pub fn io(dir: &Path, size: u64, duration: Duration) -> std::io::Result<HogRepor
         .custom_flags(libc::O_DIRECT)
         .open(&path)?;
     let chunks = (size / CHUNK as u64).max(1);
-    let mut buf = Aligned::new(CHUNK);
-    buf.slice()
+    // Page-aligned, as O_DIRECT needs.
+    let mut buf = bulkhead::sys::anonmap::AnonMap::new(CHUNK)?;
+    buf.bytes_mut()
         .iter_mut()
         .enumerate()
         .for_each(|(i, b)| *b = i as u8);
@@ -141,7 +107,7 @@ pub fn io(dir: &Path, size: u64, duration: Duration) -> std::io::Result<HogRepor
         while !should_stop(start, duration) {
             // Two writes, then two random reads of what exists.
             for _ in 0..2 {
-                f.write_all_at(buf.slice(), (i % chunks) * CHUNK as u64)?;
+                f.write_all_at(buf.bytes(), (i % chunks) * CHUNK as u64)?;
                 i += 1;
                 written_chunks = written_chunks.max(i.min(chunks));
                 moved += CHUNK as u64;
@@ -151,7 +117,7 @@ pub fn io(dir: &Path, size: u64, duration: Duration) -> std::io::Result<HogRepor
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
                 let off = (rng % written_chunks.max(1)) * CHUNK as u64;
-                f.read_exact_at(buf.slice(), off)?;
+                f.read_exact_at(buf.bytes_mut(), off)?;
                 moved += CHUNK as u64;
             }
         }

@@ -5,6 +5,8 @@
 //! - [`tlb`]: `bench tlb`, random row reads on 4K, THP, hugetlb 2M and 1G pages, and Redis
 //!   with and without `run --hugepages`.
 
+#![forbid(unsafe_code)]
+
 pub mod loadgen;
 
 use serde::{Deserialize, Serialize};
@@ -56,6 +58,7 @@ pub struct SecondFigures {
 }
 
 pub mod activation;
+pub mod child;
 pub mod env;
 pub mod fleet;
 pub mod hog;

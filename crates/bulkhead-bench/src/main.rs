@@ -2,6 +2,8 @@
 //! does not link plotting and load generation. Users run it as `bulkhead bench ...`, which
 //! execs this with the global options and `BULKHEAD_BIN` (the bulkhead binary to measure).
 
+#![forbid(unsafe_code)]
+
 mod cli;
 
 use bulkhead::error::{Diagnostic, Error, Result};

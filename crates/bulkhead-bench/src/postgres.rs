@@ -279,16 +279,7 @@ impl Postgres {
     /// A fast shutdown (SIGINT), then SIGKILL after 10 s.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = bulkhead::sys::process::kill(c.id() as i32, libc::SIGINT);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+            crate::child::stop(&mut c, libc::SIGINT, Duration::from_secs(10));
         }
     }
 }

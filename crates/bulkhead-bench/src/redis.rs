@@ -3,7 +3,7 @@
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub struct Redis {
     child: Option<Child>,
@@ -106,16 +106,7 @@ impl Redis {
 
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = bulkhead::sys::process::kill(c.id() as i32, libc::SIGTERM);
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+            crate::child::stop(&mut c, libc::SIGTERM, Duration::from_secs(3));
         }
     }
 }

@@ -167,20 +167,58 @@ fn settle(fs: &Path) {
     std::thread::sleep(std::time::Duration::from_millis(5));
 }
 
-pub fn run(spec: &Spec) -> Result<Report, String> {
-    let mut say = |m: &str| {
+impl Planned {
+    fn new(name: impl Into<String>, group: &str, argv: Vec<String>) -> Planned {
+        Planned {
+            name: name.into(),
+            group: group.into(),
+            argv,
+            slow: false,
+            settle: None,
+        }
+    }
+
+    /// Runs in the first `slow_runs` rounds only.
+    fn slow(mut self) -> Planned {
+        self.slow = true;
+        self
+    }
+
+    fn settle(mut self, fs: Option<PathBuf>) -> Planned {
+        self.settle = fs;
+        self
+    }
+}
+
+fn argv(words: &[&str]) -> Vec<String> {
+    words.iter().map(|s| s.to_string()).collect()
+}
+
+/// The copies of the root on file systems with cheap snapshots (None: not on this machine).
+struct Roots {
+    /// A btrfs subvolume (and its read-only snapshot `debian-ro` beside it).
+    btrfs: Option<PathBuf>,
+    /// A directory on XFS with reflink=1.
+    xfs: Option<PathBuf>,
+}
+
+/// A btrfs file system with the root as a subvolume, and an XFS one with reflink; what the
+/// machine cannot make goes to `skipped`.
+fn copy_roots(
+    spec: &Spec,
+    env: &mut Env,
+    size: u64,
+    skipped: &mut Vec<String>,
+) -> Result<Roots, String> {
+    let say = |m: &str| {
         if spec.progress {
             eprintln!("bench spawn: {m}");
         }
     };
-    ensure_root(spec, &mut say)?;
-    let (root_bytes, root_files) = tree_size(&spec.cache);
-    crate::env::clean_stale();
-    let mut env = Env::create()?;
-    let mut skipped = Vec::new();
-    let size = (root_bytes * 3).max(1 << 30);
-    // A btrfs file system with the root as a subvolume, and an XFS one with reflink.
-    let mut btrfs_root = None;
+    let mut roots = Roots {
+        btrfs: None,
+        xfs: None,
+    };
     if have("mkfs.btrfs") {
         say("copying the root onto a btrfs loop file system (a subvolume)");
         let m = env.mkfs_loop("btrfs", size, &["mkfs.btrfs", "-q", "-f"])?;
@@ -197,25 +235,29 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
             .args(["-q", "subvolume", "snapshot", "-r"])
             .arg(&sub)
             .arg(m.join("debian-ro")))?;
-        btrfs_root = Some(sub);
+        roots.btrfs = Some(sub);
     } else {
         skipped.push("btrfs: mkfs.btrfs missing (apt-get install btrfs-progs)".to_string());
     }
-    let mut xfs_root = None;
     if have("mkfs.xfs") {
         say("copying the root onto an XFS loop file system with reflink=1");
         let m = env.mkfs_loop("xfs", size, &["mkfs.xfs", "-q", "-f", "-m", "reflink=1"])?;
         let d = m.join("debian");
         sh(Command::new("cp").arg("-a").arg(&spec.cache).arg(&d))?;
-        xfs_root = Some(d);
+        roots.xfs = Some(d);
     } else {
         skipped.push("reflink: mkfs.xfs missing (apt-get install xfsprogs)".to_string());
     }
-    let host_fs = fs_name(&spec.cache);
+    Ok(roots)
+}
+
+/// Every peer, in the order the report lists them: the references, bulkhead's methods,
+/// then systemd-nspawn's.
+fn plan(spec: &Spec, roots: &Roots, host_fs: &str, skipped: &mut Vec<String>) -> Vec<Planned> {
     let bh = spec.bulkhead.display().to_string();
     let cache = spec.cache.display().to_string();
     let spawn = |root: &str, method: &str| -> Vec<String> {
-        [
+        argv(&[
             &bh,
             "spawn",
             "-q",
@@ -226,23 +268,14 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
             method,
             "--",
             "/bin/true",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+        ])
     };
     let mut planned = vec![
-        Planned {
-            name: "/bin/true".into(),
-            group: "reference".into(),
-            argv: vec!["/bin/true".into()],
-            slow: false,
-            settle: None,
-        },
-        Planned {
-            name: "unshare (same namespaces)".into(),
-            group: "reference".into(),
-            argv: [
+        Planned::new("/bin/true", "reference", argv(&["/bin/true"])),
+        Planned::new(
+            "unshare (same namespaces)",
+            "reference",
+            argv(&[
                 "unshare",
                 "-m",
                 "-p",
@@ -252,106 +285,91 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
                 "-C",
                 "-n",
                 "/bin/true",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-            slow: false,
-            settle: None,
-        },
-        Planned {
-            name: format!("bulkhead overlay ({host_fs})"),
-            group: "bulkhead".into(),
-            argv: spawn(&cache, "overlay"),
-            slow: false,
-            settle: None,
-        },
-        Planned {
-            name: format!("bulkhead read-only root ({host_fs})"),
-            group: "bulkhead".into(),
-            argv: [&bh, "spawn", "-q", "-D", &cache, "--", "/bin/true"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
-            slow: false,
-            settle: None,
-        },
+            ]),
+        ),
+        Planned::new(
+            format!("bulkhead overlay ({host_fs})"),
+            "bulkhead",
+            spawn(&cache, "overlay"),
+        ),
+        Planned::new(
+            format!("bulkhead read-only root ({host_fs})"),
+            "bulkhead",
+            argv(&[&bh, "spawn", "-q", "-D", &cache, "--", "/bin/true"]),
+        ),
     ];
-    if let Some(b) = &btrfs_root {
-        planned.push(Planned {
-            name: "bulkhead btrfs snapshot".into(),
-            group: "bulkhead".into(),
-            argv: spawn(&b.display().to_string(), "btrfs"),
-            slow: false,
-            settle: b.parent().map(Path::to_path_buf),
-        });
-        planned.push(Planned {
-            name: "bulkhead btrfs, read-only image".into(),
-            group: "bulkhead".into(),
-            argv: spawn(
-                &b.with_file_name("debian-ro").display().to_string(),
-                "btrfs",
-            ),
-            slow: false,
-            settle: None,
-        });
+    if let Some(b) = &roots.btrfs {
+        planned.push(
+            Planned::new(
+                "bulkhead btrfs snapshot",
+                "bulkhead",
+                spawn(&b.display().to_string(), "btrfs"),
+            )
+            .settle(b.parent().map(Path::to_path_buf)),
+        );
+        let ro = b.with_file_name("debian-ro").display().to_string();
+        planned.push(Planned::new(
+            "bulkhead btrfs, read-only image",
+            "bulkhead",
+            spawn(&ro, "btrfs"),
+        ));
     }
-    if let Some(x) = &xfs_root {
-        planned.push(Planned {
-            name: "bulkhead reflink (xfs)".into(),
-            group: "bulkhead".into(),
-            argv: spawn(&x.display().to_string(), "reflink"),
-            slow: true,
-            settle: None,
-        });
+    if let Some(x) = &roots.xfs {
+        let argv = spawn(&x.display().to_string(), "reflink");
+        planned.push(Planned::new("bulkhead reflink (xfs)", "bulkhead", argv).slow());
     }
     if spec.with_copy {
-        planned.push(Planned {
-            name: format!("bulkhead full copy ({host_fs})"),
-            group: "bulkhead".into(),
-            argv: spawn(&cache, "copy"),
-            slow: true,
-            settle: None,
-        });
+        let name = format!("bulkhead full copy ({host_fs})");
+        planned.push(Planned::new(name, "bulkhead", spawn(&cache, "copy")).slow());
     }
     if have("systemd-nspawn") {
-        let nspawn = |root: &str| -> Vec<String> {
-            [
-                "systemd-nspawn",
-                "-q",
-                "--register=no",
-                "--keep-unit",
-                "--ephemeral",
-                "-D",
-                root,
-                "/bin/true",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-        };
-        if let Some(b) = &btrfs_root {
-            planned.push(Planned {
-                name: "nspawn --ephemeral (btrfs)".into(),
-                group: "systemd-nspawn".into(),
-                argv: nspawn(&b.display().to_string()),
-                slow: false,
-                settle: b.parent().map(Path::to_path_buf),
-            });
-        }
-        planned.push(Planned {
-            name: format!("nspawn --ephemeral ({host_fs})"),
-            group: "systemd-nspawn".into(),
-            argv: nspawn(&cache),
-            slow: true,
-            settle: None,
-        });
+        planned.extend(nspawn_peers(roots, host_fs, &cache));
     } else {
         skipped
             .push("systemd-nspawn: not installed (apt-get install systemd-container)".to_string());
     }
-    // Warm up: every peer once, and check that it works at all.
-    for p in &planned {
+    planned
+}
+
+/// systemd-nspawn --ephemeral on the btrfs copy (where made) and on the host's file system.
+fn nspawn_peers(roots: &Roots, host_fs: &str, cache: &str) -> Vec<Planned> {
+    let nspawn = |root: &str| -> Vec<String> {
+        argv(&[
+            "systemd-nspawn",
+            "-q",
+            "--register=no",
+            "--keep-unit",
+            "--ephemeral",
+            "-D",
+            root,
+            "/bin/true",
+        ])
+    };
+    let mut out = Vec::new();
+    if let Some(b) = &roots.btrfs {
+        out.push(
+            Planned::new(
+                "nspawn --ephemeral (btrfs)",
+                "systemd-nspawn",
+                nspawn(&b.display().to_string()),
+            )
+            .settle(b.parent().map(Path::to_path_buf)),
+        );
+    }
+    out.push(
+        Planned::new(
+            format!("nspawn --ephemeral ({host_fs})"),
+            "systemd-nspawn",
+            nspawn(cache),
+        )
+        .slow(),
+    );
+    out
+}
+
+/// Every peer once, untimed: that it works at all.
+fn warm_up(planned: &[Planned]) -> Result<(), String> {
+    for p in planned {
         let st = Command::new(&p.argv[0])
             .args(&p.argv[1..])
             .stdin(Stdio::null())
@@ -367,6 +385,13 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
             ));
         }
     }
+    Ok(())
+}
+
+fn progress_bar(spec: &Spec, planned: &[Planned]) -> indicatif::ProgressBar {
+    if !spec.progress {
+        return indicatif::ProgressBar::hidden();
+    }
     let total: usize = planned
         .iter()
         .map(|p| {
@@ -377,16 +402,17 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
             }
         })
         .sum();
-    let bar = if spec.progress {
-        let b = indicatif::ProgressBar::new(total as u64);
-        b.set_style(
-            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} starts {elapsed} {msg}")
-                .unwrap(),
-        );
-        b
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let b = indicatif::ProgressBar::new(total as u64);
+    b.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} starts {elapsed} {msg}")
+            .unwrap(),
+    );
+    b
+}
+
+/// The timed rounds, peers rotated: each peer's start-to-exit times (ms) and failures.
+fn measure(spec: &Spec, planned: &[Planned]) -> (Vec<Vec<f64>>, Vec<usize>) {
+    let bar = progress_bar(spec, planned);
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); planned.len()];
     let mut failures = vec![0usize; planned.len()];
     for round in 0..spec.runs {
@@ -418,25 +444,47 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
         }
     }
     bar.finish_and_clear();
+    (samples, failures)
+}
+
+fn peer(p: &Planned, mut s: Vec<f64>, failures: usize) -> Peer {
+    let raw = s.clone();
+    s.sort_by(|a, b| a.total_cmp(b));
+    Peer {
+        name: p.name.clone(),
+        group: p.group.clone(),
+        command: p.argv.clone(),
+        median_ms: stats::rank(&s, 0.5),
+        p10_ms: stats::rank(&s, 0.1),
+        p90_ms: stats::rank(&s, 0.9),
+        samples_ms: raw,
+        failures,
+    }
+}
+
+pub fn run(spec: &Spec) -> Result<Report, String> {
+    let mut say = |m: &str| {
+        if spec.progress {
+            eprintln!("bench spawn: {m}");
+        }
+    };
+    ensure_root(spec, &mut say)?;
+    let (root_bytes, root_files) = tree_size(&spec.cache);
+    crate::env::clean_stale();
+    let mut env = Env::create()?;
+    let mut skipped = Vec::new();
+    let size = (root_bytes * 3).max(1 << 30);
+    let roots = copy_roots(spec, &mut env, size, &mut skipped)?;
+    let host_fs = fs_name(&spec.cache);
+    let planned = plan(spec, &roots, &host_fs, &mut skipped);
+    warm_up(&planned)?;
+    let (samples, failures) = measure(spec, &planned);
     drop(env);
     let peers: Vec<Peer> = planned
         .iter()
         .zip(samples)
         .zip(failures)
-        .map(|((p, mut s), f)| {
-            let raw = s.clone();
-            s.sort_by(|a, b| a.total_cmp(b));
-            Peer {
-                name: p.name.clone(),
-                group: p.group.clone(),
-                command: p.argv.clone(),
-                median_ms: stats::rank(&s, 0.5),
-                p10_ms: stats::rank(&s, 0.1),
-                p90_ms: stats::rank(&s, 0.9),
-                samples_ms: raw,
-                failures: f,
-            }
-        })
+        .map(|((p, s), f)| peer(p, s, f))
         .collect();
     let checks = checks(&peers, &host_fs);
     Ok(Report {

@@ -1,23 +1,11 @@
 //! One "stop requested" flag, set by SIGINT/SIGTERM, for the bench runner and the hogs:
 //! both finish what they are doing (clean up, print their report) instead of dying.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
 /// Turn SIGINT and SIGTERM into a stop request.
 pub fn install_handler() {
-    // SAFETY: the handler only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-    }
+    bulkhead::sys::signals::catch_stop(&[libc::SIGTERM, libc::SIGINT]);
 }
 
 pub fn requested() -> bool {
-    STOP.load(Ordering::SeqCst)
+    bulkhead::sys::signals::stop_requested()
 }

@@ -1,6 +1,6 @@
 //! File descriptors passed along by number.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// Borrow a descriptor that stays open for as long as the process needs it: standard input,
 /// output or error, or one the caller holds open itself (a pty it made).
@@ -18,6 +18,33 @@ pub fn borrow_held(fd: i32) -> Option<BorrowedFd<'static>> {
         }
         _ => None,
     }
+}
+
+/// Take ownership of a socket this process inherited as descriptor `raw` and was told of on
+/// its command line (`--listen-fd N`): an open socket numbered 3 or above. Call once per
+/// descriptor, before the process opens anything of its own.
+pub fn adopt_socket(raw: i32) -> std::io::Result<OwnedFd> {
+    let invalid = |why: &str| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("descriptor {raw} {why}"),
+        )
+    };
+    if raw < 3 {
+        return Err(invalid(
+            "is standard input, output or error, not a passed socket",
+        ));
+    }
+    let Some(fd) = borrow_held(raw) else {
+        return Err(invalid("is not open in this process"));
+    };
+    let st = rustix::fs::fstat(fd)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
+        return Err(invalid("is not a socket"));
+    }
+    // SAFETY: `raw` is open (checked above) and was passed to this process for it to own
+    // (the caller's contract, above): nothing else in the process holds it.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 /// Standard input.
@@ -64,4 +91,25 @@ pub fn async_readable(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<O
 /// A duplicate of `fd` numbered at or above `min`, closed on exec.
 pub fn dup_above(fd: impl AsFd, min: i32) -> std::io::Result<OwnedFd> {
     rustix::io::fcntl_dupfd_cloexec(fd, min).map_err(Into::into)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::{AsRawFd, IntoRawFd};
+
+    #[test]
+    fn only_an_open_socket_is_adopted() {
+        assert!(super::adopt_socket(0).is_err());
+        assert!(super::adopt_socket(-1).is_err());
+        let file = std::fs::File::open("/proc/self/stat").unwrap();
+        let e = super::adopt_socket(file.as_raw_fd()).unwrap_err();
+        assert!(e.to_string().contains("not a socket"), "{e}");
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let raw = l.into_raw_fd();
+        let back = std::net::TcpListener::from(super::adopt_socket(raw).unwrap());
+        assert_eq!(back.local_addr().unwrap(), addr);
+        drop(back);
+        assert!(super::adopt_socket(i32::MAX).is_err());
+    }
 }

@@ -282,6 +282,45 @@ pub fn pass_fds_before_exec(cmd: &mut std::process::Command, fds: &[OwnedFd], pd
     }
 }
 
+/// Before `cmd` execs: the child gets `sig` when its parent dies (PR_SET_PDEATHSIG).
+pub fn pdeathsig_before_exec(cmd: &mut std::process::Command, sig: i32) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure makes one async-signal-safe call (prctl) and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong);
+            Ok(())
+        });
+    }
+}
+
+/// Before `cmd` execs: the child ignores `sig`, and an ignored signal stays ignored across
+/// exec (as systemd's `IgnoreSIGPIPE=yes` starts a service).
+pub fn ignore_before_exec(cmd: &mut std::process::Command, sig: i32) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure makes one async-signal-safe call (signal) and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::signal(sig, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+}
+
+#[cfg(test)]
+mod exec_tests {
+    #[test]
+    fn the_child_ignores_the_signal() {
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", "grep SigIgn /proc/self/status"]);
+        super::ignore_before_exec(&mut cmd, libc::SIGPIPE);
+        super::pdeathsig_before_exec(&mut cmd, libc::SIGTERM);
+        let out = String::from_utf8(cmd.output().unwrap().stdout).unwrap();
+        let mask = u64::from_str_radix(out.split_whitespace().nth(1).unwrap(), 16).unwrap();
+        assert_ne!(mask & (1 << (libc::SIGPIPE - 1)), 0, "{out}");
+    }
+}
+
 /// RLIMIT_NOFILE: (soft, hard); u64::MAX for unlimited.
 pub fn nofile_limit() -> (u64, u64) {
     let l = rustix::process::getrlimit(rustix::process::Resource::Nofile);

@@ -116,6 +116,17 @@ pub fn set_fifo(priority: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Pin the calling thread to one CPU (sched_setaffinity).
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    use rustix::thread::{sched_setaffinity, CpuSet};
+    if cpu >= CpuSet::MAX_CPU {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut set = CpuSet::new();
+    set.set(cpu);
+    sched_setaffinity(None, &set).map_err(Into::into)
+}
+
 /// The thread IDs of a process (/proc/PID/task).
 pub fn threads(pid: i32) -> Vec<i32> {
     std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -167,6 +178,18 @@ mod tests {
         );
         assert_eq!(parse_schedstat("1 2"), None);
         assert!(threads(std::process::id() as i32).contains(&(std::process::id() as i32)));
+    }
+
+    #[test]
+    fn a_thread_is_pinned_and_a_cpu_out_of_range_refused() {
+        assert!(pin_to_cpu(usize::MAX).is_err());
+        let now = rustix::thread::sched_getaffinity(None).unwrap();
+        let first = (0..rustix::thread::CpuSet::MAX_CPU).find(|c| now.is_set(*c));
+        let cpu = std::thread::spawn(move || {
+            pin_to_cpu(first.unwrap()).unwrap();
+            rustix::thread::sched_getaffinity(None).unwrap().count()
+        });
+        assert_eq!(cpu.join().unwrap(), 1);
     }
 
     /// Custom slices on this kernel: set, read back, and inherited by threads and children.

@@ -2,7 +2,7 @@
 //! blocked-signal waits of a supervising parent, and ending like a child did.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The signals bulkhead passes on to what it supervises (a sandbox, a `run` service): those
 /// of a user or a service manager asking it to stop, reload or report, and window size
@@ -91,8 +91,8 @@ impl Drop for SignalPipe {
 }
 
 fn set_handler(sig: i32, handler: libc::sighandler_t) {
-    // SAFETY: `handler` is SIG_DFL, SIG_IGN, `on_signal` (only write(2)) or `relay` (only
-    // kill(2)): all async-signal-safe.
+    // SAFETY: `handler` is SIG_DFL, SIG_IGN, `on_signal` (only write(2)), `relay` (only
+    // kill(2)) or `on_stop` (only an atomic store): all async-signal-safe.
     unsafe { libc::signal(sig, handler) };
 }
 
@@ -104,6 +104,26 @@ pub fn ignore(sig: i32) {
 /// The default disposition for a signal.
 pub fn default(sig: i32) {
     set_handler(sig, libc::SIG_DFL);
+}
+
+/// Set once a signal [`catch_stop`] caught has come.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Turn these signals into a request to stop, which [`stop_requested`] reports: for a
+/// process that must finish what it is doing (clean up, print its report) instead of dying.
+pub fn catch_stop(signals: &[i32]) {
+    for &s in signals {
+        set_handler(s, on_stop as *const () as libc::sighandler_t);
+    }
+}
+
+/// Whether a signal [`catch_stop`] caught has come.
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
 }
 
 /// The process [`Relay`] forwards to.
@@ -174,4 +194,20 @@ pub fn end_like(status: i32) -> i32 {
         libc::raise(sig);
     }
     code
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_caught_stop_signal_is_a_request() {
+        assert!(!super::stop_requested());
+        super::catch_stop(&[libc::SIGURG]);
+        crate::process::kill(std::process::id() as i32, libc::SIGURG).unwrap();
+        let t0 = std::time::Instant::now();
+        while !super::stop_requested() && t0.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        super::default(libc::SIGURG);
+        assert!(super::stop_requested());
+    }
 }

@@ -322,68 +322,94 @@ fn io_checks(s: &[ScenarioResult], db: DbKind) -> Vec<Check> {
 /// The figures, checked against the medians.
 pub fn checks(s: &[ScenarioResult], db: DbKind) -> Vec<Check> {
     let mut out = Vec::new();
-    if let Some(g) = find(s, "cpu", Load::Open(80), Setup::Guarded) {
-        let f = &g.median;
-        let d = diagnosis(s, g);
-        let name = |w: &str| format!("cpu hog, 80% open, guarded: {w}");
-        out.push(check(
+    out.extend(cpu_open_checks(s));
+    out.extend(cpu_closed_checks(s));
+    out.extend(memory_checks(s));
+    out.extend(io_checks(s, db));
+    out.extend(guard_cost_check(s));
+    out
+}
+
+/// The CPU hog at 80% open load, guarded.
+fn cpu_open_checks(s: &[ScenarioResult]) -> Vec<Check> {
+    let Some(g) = find(s, "cpu", Load::Open(80), Setup::Guarded) else {
+        return Vec::new();
+    };
+    let f = &g.median;
+    let d = diagnosis(s, g);
+    let name = |w: &str| format!("cpu hog, 80% open, guarded: {w}");
+    vec![
+        check(
             name("isolation mean"),
             ">= 0.99",
             f.isolation_mean,
             f.isolation_mean >= 0.99,
             d.clone(),
-        ));
-        out.push(check(
+        ),
+        check(
             name("isolation p01"),
             ">= 0.95",
             f.isolation_p01,
             f.isolation_p01 >= 0.95,
             d.clone(),
-        ));
-        out.push(check(
+        ),
+        check(
             name("p99 x baseline"),
             "<= 1.10",
             f.p99_ratio,
             f.p99_ratio <= 1.10,
             d.clone(),
-        ));
-        out.push(check(
+        ),
+        check(
             name("helper CPU / baseline idle"),
             ">= 0.50",
             f.helper_share_of_idle,
             f.helper_share_of_idle >= 0.5,
             d,
-        ));
-    }
-    if let Some(g) = find(s, "cpu", Load::Closed, Setup::Guarded) {
-        let f = &g.median;
-        let d = diagnosis(s, g);
-        let name = |w: &str| format!("cpu hog, closed loop, guarded: {w}");
-        out.push(check(
+        ),
+    ]
+}
+
+/// The CPU hog at closed loop, guarded (and against the idle weight alone).
+fn cpu_closed_checks(s: &[ScenarioResult]) -> Vec<Check> {
+    let Some(g) = find(s, "cpu", Load::Closed, Setup::Guarded) else {
+        return Vec::new();
+    };
+    let f = &g.median;
+    let d = diagnosis(s, g);
+    let name = |w: &str| format!("cpu hog, closed loop, guarded: {w}");
+    let mut out = vec![
+        check(
             name("op rate x baseline"),
             ">= 0.97",
             f.isolation_mean,
             f.isolation_mean >= 0.97,
             d.clone(),
-        ));
-        out.push(check(
+        ),
+        check(
             name("p99 x baseline"),
             "<= 1.15",
             f.p99_ratio,
             f.p99_ratio <= 1.15,
             d.clone(),
+        ),
+    ];
+    if let Some(i) = find(s, "cpu", Load::Closed, Setup::Idle) {
+        let better = f.isolation_mean > i.median.isolation_mean;
+        out.push(check(
+            name("op rate above idle weight alone"),
+            "> idle",
+            f.isolation_mean,
+            better,
+            format!("idle alone: {:.3}", i.median.isolation_mean),
         ));
-        if let Some(i) = find(s, "cpu", Load::Closed, Setup::Idle) {
-            let better = f.isolation_mean > i.median.isolation_mean;
-            out.push(check(
-                name("op rate above idle weight alone"),
-                "> idle",
-                f.isolation_mean,
-                better,
-                format!("idle alone: {:.3}", i.median.isolation_mean),
-            ));
-        }
     }
+    out
+}
+
+/// The memory hog, guarded: the op rate held, and the database never OOM-killed.
+fn memory_checks(s: &[ScenarioResult]) -> Vec<Check> {
+    let mut out = Vec::new();
     for load in [Load::Open(80), Load::Closed] {
         if let Some(g) = find(s, "memory", load, Setup::Guarded) {
             let f = &g.median;
@@ -405,23 +431,27 @@ pub fn checks(s: &[ScenarioResult], db: DbKind) -> Vec<Check> {
             });
         }
     }
-    out.extend(io_checks(s, db));
+    out
+}
+
+/// The guard's own CPU, its worst scenario.
+fn guard_cost_check(s: &[ScenarioResult]) -> Option<Check> {
     let costs: Vec<f64> = s
         .iter()
         .filter(|x| x.setup == Setup::Guarded)
         .map(|x| x.median.guard_cost_percent)
         .filter(|c| c.is_finite())
         .collect();
-    if !costs.is_empty() {
-        let worst = costs.iter().copied().fold(0.0, f64::max);
-        out.push(Check {
-            what: "the guard's own CPU (worst scenario, % of one CPU)".into(),
-            target: "< 1%".into(),
-            measured: format!("{worst:.2}%"),
-            met: worst < 1.0,
-        });
+    if costs.is_empty() {
+        return None;
     }
-    out
+    let worst = costs.iter().copied().fold(0.0, f64::max);
+    Some(Check {
+        what: "the guard's own CPU (worst scenario, % of one CPU)".into(),
+        target: "< 1%".into(),
+        measured: format!("{worst:.2}%"),
+        met: worst < 1.0,
+    })
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use crate::hog::HogReport;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Which hog, how long, where its files go.
 pub struct HogSpec<'a> {
@@ -30,22 +30,9 @@ pub struct Hogs {
 impl Drop for Hogs {
     fn drop(&mut self) {
         for h in &mut self.children {
-            kill_wait(h, Duration::from_secs(1));
+            crate::child::stop(h, libc::SIGTERM, Duration::from_secs(1));
         }
     }
-}
-
-pub fn kill_wait(c: &mut Child, grace: Duration) -> Option<std::process::ExitStatus> {
-    let _ = bulkhead::sys::process::kill(c.id() as i32, libc::SIGTERM);
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline {
-        if let Ok(Some(st)) = c.try_wait() {
-            return Some(st);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = c.kill();
-    c.wait().ok()
 }
 
 pub fn exit_text(st: std::process::ExitStatus) -> String {
@@ -147,7 +134,7 @@ impl Hogs {
         let mut reports = Vec::new();
         let mut fate = None;
         for mut h in std::mem::take(&mut self.children) {
-            let st = kill_wait(&mut h, Duration::from_secs(3));
+            let st = crate::child::stop(&mut h, libc::SIGTERM, Duration::from_secs(3));
             let mut text = String::new();
             if let Some(mut o) = h.stdout.take() {
                 let _ = o.read_to_string(&mut text);

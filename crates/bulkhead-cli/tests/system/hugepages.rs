@@ -211,7 +211,12 @@ fn helper() {
     let hold: Option<u64> = parts.next().map(|s| s.parse().unwrap());
     let n = mb << 20;
     let map = |hugetlb: bool| {
-        bulkhead_sys::anonmap::AnonMap::new(n, hugetlb).unwrap_or_else(|e| {
+        let m = if hugetlb {
+            bulkhead_sys::anonmap::AnonMap::default_hugetlb(n)
+        } else {
+            bulkhead_sys::anonmap::AnonMap::new(n)
+        };
+        m.unwrap_or_else(|e| {
             println!("HELPER FAILED mmap: {e}");
             std::process::exit(3);
         })

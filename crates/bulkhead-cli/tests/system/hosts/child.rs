@@ -170,7 +170,7 @@ fn alloc(mib: usize, hold: f64) -> i32 {
 /// Exit 0 when the pages were mapped and touched, 3 when mmap refused (a reservation over
 /// the limit); a fault over the limit is SIGBUS.
 fn hugetlb(mib: usize) -> i32 {
-    match bulkhead_sys::anonmap::AnonMap::new(mib << 20, true) {
+    match bulkhead_sys::anonmap::AnonMap::default_hugetlb(mib << 20) {
         Ok(mut m) => {
             m.touch(2 << 20);
             0

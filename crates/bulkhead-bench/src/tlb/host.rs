@@ -1,0 +1,58 @@
+//! The machine the table runs on: what it is, its THP mode, and the hugetlb pools grown for
+//! the run (through [`Env`], which gives them back).
+
+use crate::env::Env;
+
+pub(super) fn machine() -> String {
+    let m = bulkhead::host::hugepages::meminfo(&bulkhead::hugepages::Paths::default());
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{cpus} CPUs, {:.0} GiB, Linux {}",
+        m.mem_total as f64 / (1u64 << 30) as f64,
+        kernel.trim()
+    )
+}
+
+pub(super) fn thp_mode() -> String {
+    bulkhead::host::hugepages::thp(&bulkhead::hugepages::Paths::default())
+        .enabled
+        .map(|c| c.active)
+        .unwrap_or_else(|| "unavailable".into())
+}
+
+/// Grow a pool so `pages` are free for the bench; `Err` says why not.
+pub(super) fn reserve(env: &mut Env, size: u64, pages: u64) -> Result<u64, String> {
+    let paths = bulkhead::hugepages::Paths::default();
+    let pool = bulkhead::host::hugepages::pools(&paths)
+        .into_iter()
+        .find(|p| p.size == size)
+        .ok_or_else(|| {
+            format!(
+                "this kernel has no {} pool",
+                bulkhead::units::human_bytes(size)
+            )
+        })?;
+    let avail = pool.available();
+    if avail >= pages {
+        return Ok(0);
+    }
+    let want = pool.total + (pages - avail);
+    let r = env.set_pool(size, want)?;
+    if r.got < want {
+        let got = r.got.saturating_sub(pool.total);
+        let _ = env.set_pool(size, pool.total);
+        return Err(format!(
+            "only {got} of {} {} pages could be had{} ({})",
+            pages - avail,
+            bulkhead::units::human_bytes(size),
+            if r.compacted {
+                " after compacting memory"
+            } else {
+                ""
+            },
+            bulkhead::hugepages::ops::boot_hint(size, None, pool.total + pages - avail)
+        ));
+    }
+    Ok(want - pool.total)
+}
