@@ -44,7 +44,10 @@ pub async fn pass_loop(act: Arc<Activator>, fds: Vec<OwnedFd>) {
                 _ = act.stopped() => return,
             }
         }
-        let argv = act.launcher.command(&act.spec, fds.len() as u32, None, &[]);
+        let argv = act
+            .launcher
+            .target(&act.spec, fds.len() as u32, None, &[])
+            .argv();
         let t0 = Instant::now();
         let mut child = match launch::start_process(
             &argv,

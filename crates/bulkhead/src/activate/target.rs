@@ -256,7 +256,7 @@ impl Activator {
             Err(e) => return self.fail(gen, None, format!("cannot make the notify socket: {e}")),
         };
         let notify_dir = notify.as_ref().and(self.notify_dir.as_deref());
-        let argv = self.launcher.command(&self.spec, 0, notify_dir, &[]);
+        let argv = self.launcher.target(&self.spec, 0, notify_dir, &[]).argv();
         let mut child = match start_process(&argv, &[], None) {
             Ok(c) => c,
             Err(e) => {

@@ -19,6 +19,7 @@
 
 #![deny(clippy::disallowed_methods)]
 
+mod request;
 pub mod seccomp;
 pub mod setup;
 mod terminal;
@@ -35,11 +36,13 @@ use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub use request::SpawnRequest;
+
 /// The exit code when `--timeout` killed the sandbox (coreutils timeout(1)'s convention).
 pub use bulkhead_sys::exit::TIMEOUT as EXIT_TIMEOUT;
 
 /// What the user asked for (`bulkhead spawn`).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SandboxSpec {
     pub rootfs: PathBuf,
     /// A writable throw-away copy of the root, discarded on exit.
