@@ -770,21 +770,9 @@ fn bind_tree(tree: RawFd, src: &super::HostRef, t: &Target, root_fd: RawFd, err_
     } else {
         (libc::AT_FDCWD, place.abs, 0)
     };
-    // SAFETY: move_mount of a detached tree the child holds onto a descriptor it owns or
-    // an absolute NUL-terminated path of the Program.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree,
-            c"".as_ptr(),
-            to_dir,
-            to_path,
-            (libc::MOVE_MOUNT_F_EMPTY_PATH | extra) as libc::c_uint,
-        )
-    };
-    let e = errno();
+    let r = move_tree(tree, to_dir, to_path, extra);
     place.close();
-    if r != 0 {
+    if let Err(e) = r {
         die(
             err_w,
             RUN_FAILED,
@@ -798,27 +786,41 @@ fn bind_tree(tree: RawFd, src: &super::HostRef, t: &Target, root_fd: RawFd, err_
     }
 }
 
+/// move_mount the detached `tree` onto `to_path` at `to_dir` (`extra`: MOVE_MOUNT_T_*
+/// flags); the errno on failure.
+fn move_tree(
+    tree: RawFd,
+    to_dir: RawFd,
+    to_path: *const libc::c_char,
+    extra: u32,
+) -> Result<(), i32> {
+    // SAFETY: move_mount of a detached tree the child holds onto a descriptor it owns or
+    // an absolute NUL-terminated path of the Program.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree,
+            c"".as_ptr(),
+            to_dir,
+            to_path,
+            (libc::MOVE_MOUNT_F_EMPTY_PATH | extra) as libc::c_uint,
+        )
+    };
+    match r {
+        0 => Ok(()),
+        _ => Err(errno()),
+    }
+}
+
 /// Attach the ID-mapped tree the parent made for --private-users.
 fn attach_idmapped(p: &Program, t: &Target, root_fd: RawFd, err_w: RawFd) {
     let Some(tree) = p.idmapped else {
         die(err_w, RUN_FAILED, "no ID-mapped tree was prepared");
     };
     let place = Place::resolve(t, root_fd, err_w);
-    // SAFETY: move_mount of a detached tree the child holds onto an absolute NUL-terminated
-    // path of the Program.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree,
-            c"".as_ptr(),
-            libc::AT_FDCWD,
-            place.abs,
-            libc::MOVE_MOUNT_F_EMPTY_PATH as libc::c_uint,
-        )
-    };
-    let e = errno();
+    let r = move_tree(tree, libc::AT_FDCWD, place.abs, 0);
     place.close();
-    if r != 0 {
+    if let Err(e) = r {
         die(
             err_w,
             RUN_FAILED,
