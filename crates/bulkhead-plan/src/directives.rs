@@ -451,198 +451,238 @@ pub(crate) fn check(kind: Kind, name: &str, raw: &Raw) -> Result<Value, Bad> {
             Scalar::Str(s) => Ok(Value::Text(s)),
             other => Ok(Value::Text(other.text())),
         },
-        Kind::Flag => match scalar(raw, name)? {
-            Scalar::Bool(b) => Ok(Value::Flag(b)),
-            Scalar::Str(s) => match s.as_str() {
-                "yes" | "true" | "on" | "1" => Ok(Value::Flag(true)),
-                "no" | "false" | "off" | "0" => Ok(Value::Flag(false)),
-                _ => Err(bad(format!("'{s}' is not a boolean"), "use true or false")),
-            },
-            other => Err(bad(
-                format!("'{}' is not a boolean", other.text()),
-                "use true or false",
-            )),
-        },
-        Kind::CpuWeight => {
-            let s = scalar(raw, name)?;
-            if let Scalar::Str(t) = &s {
-                if t.trim() == "idle" {
-                    return Ok(Value::CpuWeight(CpuWeight::Idle));
-                }
-            }
-            weight(&s, 1, 10000, "CPUWeight")
-                .map(|w| Value::CpuWeight(CpuWeight::Weight(w)))
-                .map_err(|(m, _)| (m, Some("CPUWeight takes 1..10000 or \"idle\"".into())))
-        }
+        Kind::Flag => check_flag(name, raw),
+        Kind::CpuWeight => check_cpu_weight(name, raw),
         Kind::Weight => weight(&scalar(raw, name)?, 1, 10000, name).map(Value::Weight),
-        Kind::Quota => {
-            let s = scalar(raw, name)?;
-            let t = s.text();
-            match parse_percent(&t) {
-                // The backends count it in microseconds per second: "1e300%" overflowed.
-                Some(Ok(f)) if f > MAX_QUOTA => Err(bad(
-                    format!("'{t}' is more CPU than any machine has"),
-                    format!(
-                        "CPUQuota is a percentage of one CPU, at most {}% ({} CPUs)",
-                        MAX_QUOTA * 100.0,
-                        MAX_QUOTA
-                    ),
-                )),
-                Some(Ok(f)) if f > 0.0 => Ok(Value::Quota(f)),
-                Some(Ok(_)) => Err(bad(
-                    "CPUQuota must be above 0%",
-                    "CPUQuota is a percentage of one CPU: \"50%\" is half a CPU, \"200%\" two CPUs",
-                )),
-                _ => Err(bad(
-                    format!("'{t}' is not a percentage"),
-                    "CPUQuota is a percentage of one CPU: \"50%\" is half a CPU, \"200%\" two CPUs",
-                )),
-            }
-        }
-        Kind::Period => {
-            let t = scalar(raw, name)?.text();
-            let d = parse_duration(&t).map_err(|m| bad(m, "write a time like \"100ms\""))?;
-            if d < Duration::from_millis(1) || d > Duration::from_secs(1) {
-                return Err(bad(
-                    format!("'{t}' is outside 1ms..1s"),
-                    "the kernel accepts CPU quota periods from 1ms to 1s (default 100ms)",
-                ));
-            }
-            Ok(Value::Period(d))
-        }
-        Kind::SchedSlice => {
-            let t = scalar(raw, name)?.text();
-            let d = parse_duration(&t).map_err(|m| bad(m, "write a time like \"0.5ms\""))?;
-            if d < Duration::from_micros(100) || d > Duration::from_millis(100) {
-                return Err(bad(
-                    format!("'{t}' is outside 0.1ms..100ms"),
-                    "the kernel takes custom scheduler slices from 0.1ms to 100ms; a shorter slice lets the slice's tasks preempt others sooner when they wake",
-                ));
-            }
-            Ok(Value::SchedSlice(d))
-        }
-        Kind::Ids => {
-            let t = scalar(raw, name)?.text();
-            let ids = IdSet::parse(&t).map_err(|m| bad(m, "write a list like \"0-3,8\""))?;
-            if ids.0.is_empty() {
-                return Err(bad("the list is empty", "write a list like \"0-3,8\""));
-            }
-            Ok(Value::Ids(ids))
-        }
+        Kind::Quota => check_quota(name, raw),
+        Kind::Period => check_period(name, raw),
+        Kind::SchedSlice => check_sched_slice(name, raw),
+        Kind::Ids => check_ids(name, raw),
         Kind::Memory => mem_spec(raw).map(Value::Memory),
-        Kind::Tasks => {
-            let s = scalar(raw, name)?;
-            if let Some(n) = non_negative_int(&s) {
-                let n = n?;
-                if n == 0 {
-                    return Err(bad("TasksMax = 0 would forbid every process", "use 1 or more, or \"infinity\""));
-                }
-                return Ok(Value::Tasks(TasksSpec::Count(n)));
-            }
-            let t = s.text();
-            let t = t.trim();
-            if t == "infinity" || t == "max" {
-                return Ok(Value::Tasks(TasksSpec::Infinity));
-            }
-            if let Some(p) = parse_percent(t) {
-                let p = p.map_err(|m| bad(m, "write a percentage like \"10%\""))?;
-                if p > 1.0 || p <= 0.0 {
-                    return Err(bad(
-                        format!("'{t}' is outside 0%..100%"),
-                        "TasksMax as a percentage is a share of the system's task limit",
-                    ));
-                }
-                return Ok(Value::Tasks(TasksSpec::Percent(p)));
-            }
-            match t.parse::<u64>() {
-                Ok(0) => Err(bad("TasksMax = 0 would forbid every process", "use 1 or more, or \"infinity\"")),
-                Ok(n) => Ok(Value::Tasks(TasksSpec::Count(n))),
-                Err(_) => Err(bad(
-                    format!("'{t}' is not a task count"),
-                    "TasksMax takes a number, a percentage or \"infinity\"",
-                )),
-            }
-        }
-        Kind::DeviceWeights => strings(raw, name)?
-            .iter()
-            .map(|s| {
-                let (dev, w) = split_device(s, name)?;
-                let w = weight(&Scalar::Str(w.to_string()), 1, 10000, name)?;
-                Ok((device_path(dev, name)?, w))
-            })
-            .collect::<Result<_, _>>()
-            .map(Value::DeviceWeights),
-        Kind::DeviceBandwidth | Kind::DeviceIops => strings(raw, name)?
-            .iter()
-            .map(|s| {
-                let (dev, v) = split_device(s, name)?;
-                let limit = if v == "infinity" || v == "max" {
-                    Limit::Infinity
-                } else {
-                    let n = parse_size(v, 1000).map_err(|m| {
-                        bad(
-                            m,
-                            if kind == Kind::DeviceIops {
-                                "IOPS limits are numbers (K, M, G count in thousands)"
-                            } else {
-                                "bandwidths are bytes per second; K, M, G count in thousands as in systemd"
-                            },
-                        )
-                    })?;
-                    if n == 0 {
-                        return Err(bad(
-                            format!("'{s}': a limit of 0 would stop all I/O"),
-                            "use a positive value, or \"infinity\" for no limit",
-                        ));
-                    }
-                    Limit::Bytes(n)
-                };
-                Ok((device_path(dev, name)?, limit))
-            })
-            .collect::<Result<_, _>>()
-            .map(Value::DeviceLimits),
-        Kind::DeviceLatency => strings(raw, name)?
-            .iter()
-            .map(|s| {
-                let (dev, v) = split_device(s, name)?;
-                let target = if v == "infinity" || v == "max" {
-                    None
-                } else {
-                    let d = parse_duration(v).map_err(|m| {
-                        bad(m, "write the target as a time, like \"/var/lib/postgresql 10ms\"")
-                    })?;
-                    if d.is_zero() {
-                        return Err(bad(
-                            format!("'{s}': a target of 0 sets no target"),
-                            "give the latency the slice's I/O should keep to (\"10ms\"), or \"infinity\" for none",
-                        ));
-                    }
-                    Some(d)
-                };
-                Ok((device_path(dev, name)?, target))
-            })
-            .collect::<Result<_, _>>()
-            .map(Value::DeviceLatency),
-        Kind::Hugetlb => {
-            let Raw::Table(entries) = raw else {
-                return Err(bad(
-                    "expected a table of page size = limit",
-                    "write HugetlbMax = { \"2M\" = \"8G\" }",
-                ));
-            };
-            let mut out = Vec::new();
-            for (k, v) in entries {
-                let size = bulkhead_sys::host::parse_page_size(k).ok_or_else(|| {
-                    bad(
-                        format!("'{k}' is not a huge page size"),
-                        "name page sizes like \"2M\" or \"1G\"",
-                    )
-                })?;
-                out.push((size, mem_spec(&Raw::Scalar(v.clone()))?));
-            }
-            Ok(Value::Hugetlb(out))
+        Kind::Tasks => check_tasks(name, raw),
+        Kind::DeviceWeights => check_device_weights(name, raw),
+        Kind::DeviceBandwidth | Kind::DeviceIops => check_device_limits(kind, name, raw),
+        Kind::DeviceLatency => check_device_latency(name, raw),
+        Kind::Hugetlb => check_hugetlb(raw),
+    }
+}
+
+fn check_flag(name: &str, raw: &Raw) -> Result<Value, Bad> {
+    match scalar(raw, name)? {
+        Scalar::Bool(b) => Ok(Value::Flag(b)),
+        Scalar::Str(s) => match s.as_str() {
+            "yes" | "true" | "on" | "1" => Ok(Value::Flag(true)),
+            "no" | "false" | "off" | "0" => Ok(Value::Flag(false)),
+            _ => Err(bad(format!("'{s}' is not a boolean"), "use true or false")),
+        },
+        other => Err(bad(
+            format!("'{}' is not a boolean", other.text()),
+            "use true or false",
+        )),
+    }
+}
+
+fn check_cpu_weight(name: &str, raw: &Raw) -> Result<Value, Bad> {
+    let s = scalar(raw, name)?;
+    if let Scalar::Str(t) = &s {
+        if t.trim() == "idle" {
+            return Ok(Value::CpuWeight(CpuWeight::Idle));
         }
     }
+    weight(&s, 1, 10000, "CPUWeight")
+        .map(|w| Value::CpuWeight(CpuWeight::Weight(w)))
+        .map_err(|(m, _)| (m, Some("CPUWeight takes 1..10000 or \"idle\"".into())))
+}
+
+fn check_quota(name: &str, raw: &Raw) -> Result<Value, Bad> {
+    let s = scalar(raw, name)?;
+    let t = s.text();
+    match parse_percent(&t) {
+        // The backends count it in microseconds per second: "1e300%" overflowed.
+        Some(Ok(f)) if f > MAX_QUOTA => Err(bad(
+            format!("'{t}' is more CPU than any machine has"),
+            format!(
+                "CPUQuota is a percentage of one CPU, at most {}% ({} CPUs)",
+                MAX_QUOTA * 100.0,
+                MAX_QUOTA
+            ),
+        )),
+        Some(Ok(f)) if f > 0.0 => Ok(Value::Quota(f)),
+        Some(Ok(_)) => Err(bad(
+            "CPUQuota must be above 0%",
+            "CPUQuota is a percentage of one CPU: \"50%\" is half a CPU, \"200%\" two CPUs",
+        )),
+        _ => Err(bad(
+            format!("'{t}' is not a percentage"),
+            "CPUQuota is a percentage of one CPU: \"50%\" is half a CPU, \"200%\" two CPUs",
+        )),
+    }
+}
+
+fn check_period(name: &str, raw: &Raw) -> Result<Value, Bad> {
+    let t = scalar(raw, name)?.text();
+    let d = parse_duration(&t).map_err(|m| bad(m, "write a time like \"100ms\""))?;
+    if d < Duration::from_millis(1) || d > Duration::from_secs(1) {
+        return Err(bad(
+            format!("'{t}' is outside 1ms..1s"),
+            "the kernel accepts CPU quota periods from 1ms to 1s (default 100ms)",
+        ));
+    }
+    Ok(Value::Period(d))
+}
+
+fn check_sched_slice(name: &str, raw: &Raw) -> Result<Value, Bad> {
+    let t = scalar(raw, name)?.text();
+    let d = parse_duration(&t).map_err(|m| bad(m, "write a time like \"0.5ms\""))?;
+    if d < Duration::from_micros(100) || d > Duration::from_millis(100) {
+        return Err(bad(
+                format!("'{t}' is outside 0.1ms..100ms"),
+                "the kernel takes custom scheduler slices from 0.1ms to 100ms; a shorter slice lets the slice's tasks preempt others sooner when they wake",
+            ));
+    }
+    Ok(Value::SchedSlice(d))
+}
+
+fn check_ids(name: &str, raw: &Raw) -> Result<Value, Bad> {
+    let t = scalar(raw, name)?.text();
+    let ids = IdSet::parse(&t).map_err(|m| bad(m, "write a list like \"0-3,8\""))?;
+    if ids.0.is_empty() {
+        return Err(bad("the list is empty", "write a list like \"0-3,8\""));
+    }
+    Ok(Value::Ids(ids))
+}
+
+fn check_tasks(name: &str, raw: &Raw) -> Result<Value, Bad> {
+    let s = scalar(raw, name)?;
+    if let Some(n) = non_negative_int(&s) {
+        let n = n?;
+        if n == 0 {
+            return Err(bad(
+                "TasksMax = 0 would forbid every process",
+                "use 1 or more, or \"infinity\"",
+            ));
+        }
+        return Ok(Value::Tasks(TasksSpec::Count(n)));
+    }
+    let t = s.text();
+    let t = t.trim();
+    if t == "infinity" || t == "max" {
+        return Ok(Value::Tasks(TasksSpec::Infinity));
+    }
+    if let Some(p) = parse_percent(t) {
+        let p = p.map_err(|m| bad(m, "write a percentage like \"10%\""))?;
+        if p > 1.0 || p <= 0.0 {
+            return Err(bad(
+                format!("'{t}' is outside 0%..100%"),
+                "TasksMax as a percentage is a share of the system's task limit",
+            ));
+        }
+        return Ok(Value::Tasks(TasksSpec::Percent(p)));
+    }
+    match t.parse::<u64>() {
+        Ok(0) => Err(bad(
+            "TasksMax = 0 would forbid every process",
+            "use 1 or more, or \"infinity\"",
+        )),
+        Ok(n) => Ok(Value::Tasks(TasksSpec::Count(n))),
+        Err(_) => Err(bad(
+            format!("'{t}' is not a task count"),
+            "TasksMax takes a number, a percentage or \"infinity\"",
+        )),
+    }
+}
+
+/// `DEVICE WEIGHT` lines.
+fn check_device_weights(name: &str, raw: &Raw) -> Result<Value, Bad> {
+    strings(raw, name)?
+        .iter()
+        .map(|s| {
+            let (dev, w) = split_device(s, name)?;
+            let w = weight(&Scalar::Str(w.to_string()), 1, 10000, name)?;
+            Ok((device_path(dev, name)?, w))
+        })
+        .collect::<Result<_, _>>()
+        .map(Value::DeviceWeights)
+}
+
+/// `DEVICE BYTES|IOPS` lines (or infinity).
+fn check_device_limits(kind: Kind, name: &str, raw: &Raw) -> Result<Value, Bad> {
+    strings(raw, name)?
+        .iter()
+        .map(|s| {
+            let (dev, v) = split_device(s, name)?;
+            let limit = if v == "infinity" || v == "max" {
+                Limit::Infinity
+            } else {
+                let n = parse_size(v, 1000).map_err(|m| {
+                    bad(
+                        m,
+                        if kind == Kind::DeviceIops {
+                            "IOPS limits are numbers (K, M, G count in thousands)"
+                        } else {
+                            "bandwidths are bytes per second; K, M, G count in thousands as in systemd"
+                        },
+                    )
+                })?;
+                if n == 0 {
+                    return Err(bad(
+                        format!("'{s}': a limit of 0 would stop all I/O"),
+                        "use a positive value, or \"infinity\" for no limit",
+                    ));
+                }
+                Limit::Bytes(n)
+            };
+            Ok((device_path(dev, name)?, limit))
+        })
+        .collect::<Result<_, _>>()
+        .map(Value::DeviceLimits)
+}
+
+/// `DEVICE TARGET` lines (or infinity).
+fn check_device_latency(name: &str, raw: &Raw) -> Result<Value, Bad> {
+    strings(raw, name)?
+        .iter()
+        .map(|s| {
+            let (dev, v) = split_device(s, name)?;
+            let target = if v == "infinity" || v == "max" {
+                None
+            } else {
+                let d = parse_duration(v).map_err(|m| {
+                    bad(m, "write the target as a time, like \"/var/lib/postgresql 10ms\"")
+                })?;
+                if d.is_zero() {
+                    return Err(bad(
+                        format!("'{s}': a target of 0 sets no target"),
+                        "give the latency the slice's I/O should keep to (\"10ms\"), or \"infinity\" for none",
+                    ));
+                }
+                Some(d)
+            };
+            Ok((device_path(dev, name)?, target))
+        })
+        .collect::<Result<_, _>>()
+        .map(Value::DeviceLatency)
+}
+
+/// `{ "2M" = "8G" }`.
+fn check_hugetlb(raw: &Raw) -> Result<Value, Bad> {
+    let Raw::Table(entries) = raw else {
+        return Err(bad(
+            "expected a table of page size = limit",
+            "write HugetlbMax = { \"2M\" = \"8G\" }",
+        ));
+    };
+    let mut out = Vec::new();
+    for (k, v) in entries {
+        let size = bulkhead_sys::host::parse_page_size(k).ok_or_else(|| {
+            bad(
+                format!("'{k}' is not a huge page size"),
+                "name page sizes like \"2M\" or \"1G\"",
+            )
+        })?;
+        out.push((size, mem_spec(&Raw::Scalar(v.clone()))?));
+    }
+    Ok(Value::Hugetlb(out))
 }
 
 impl Value {

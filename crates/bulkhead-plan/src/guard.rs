@@ -155,18 +155,7 @@ pub(crate) fn parse(
     let before = cx.errors.len();
     let mut protect = None;
     let mut sideloads = Vec::new();
-    let mut g = GuardSpec {
-        loc,
-        protect: SliceName::parse("unset").expect("a valid placeholder name"),
-        sideloads: vec![],
-        period: Duration::from_millis(100),
-        calibration: Duration::from_secs(20),
-        cpu_floor: 0.05,
-        quota_period: Duration::from_millis(10),
-        max_frozen: Duration::from_secs(2),
-        stall: 0.05,
-        probe: None,
-    };
+    let mut g = defaults(loc);
     for (k, v) in table.iter() {
         let kloc = source.loc(k.span().start);
         let key = k.get_ref().as_ref();
@@ -178,53 +167,7 @@ pub(crate) fn parse(
                     .and_then(|s| cx.slice(kloc, key, &s));
             }
             "sideloads" => sideloads = parse_sideloads(&mut cx, kloc, val),
-            "period" => {
-                let d = cx.span(
-                    kloc,
-                    key,
-                    val,
-                    Duration::from_millis(10),
-                    Duration::from_secs(10),
-                );
-                g.period = d.unwrap_or(g.period);
-            }
-            "calibration" => {
-                let d = cx.span(kloc, key, val, Duration::ZERO, Duration::from_secs(600));
-                g.calibration = d.unwrap_or(g.calibration);
-            }
-            "quota_period" => {
-                let d = cx.span(
-                    kloc,
-                    key,
-                    val,
-                    Duration::from_millis(1),
-                    Duration::from_secs(1),
-                );
-                g.quota_period = d.unwrap_or(g.quota_period);
-            }
-            "max_frozen" => {
-                let d = cx.span(kloc, key, val, Duration::ZERO, Duration::from_secs(60));
-                g.max_frozen = d.unwrap_or(g.max_frozen);
-            }
-            "cpu_floor" => {
-                g.cpu_floor = cx
-                    .percent(kloc, key, val, 0.01, 10.0)
-                    .unwrap_or(g.cpu_floor)
-            }
-            "stall" => g.stall = cx.percent(kloc, key, val, 0.001, 1.0).unwrap_or(g.stall),
-            "probe" => {
-                g.probe = cx
-                    .string(kloc, key, val)
-                    .and_then(|s| parse_probe(&mut cx, kloc, &s))
-            }
-            other => {
-                let names: Vec<String> = KEYS.iter().map(|s| s.to_string()).collect();
-                let hint = match crate::nearest(other, &names) {
-                    Some(s) => format!("did you mean {s}?"),
-                    None => format!("[guard] takes: {}", KEYS.join(", ")),
-                };
-                cx.err(kloc, other, format!("unknown key '{other}'"), &hint);
-            }
+            _ => tuning(&mut cx, &mut g, key, kloc, val),
         }
     }
     let Some(protect) = protect else {
@@ -242,6 +185,75 @@ pub(crate) fn parse(
     g.protect = protect;
     g.sideloads = sideloads;
     (cx.errors.len() == before).then_some(g)
+}
+
+/// The guard's defaults (`protect` is a placeholder until the key is read).
+fn defaults(loc: Loc) -> GuardSpec {
+    GuardSpec {
+        loc,
+        protect: SliceName::parse("unset").expect("a valid placeholder name"),
+        sideloads: vec![],
+        period: Duration::from_millis(100),
+        calibration: Duration::from_secs(20),
+        cpu_floor: 0.05,
+        quota_period: Duration::from_millis(10),
+        max_frozen: Duration::from_secs(2),
+        stall: 0.05,
+        probe: None,
+    }
+}
+
+/// The timing and threshold keys, and unknown ones.
+fn tuning(cx: &mut Ctx<'_>, g: &mut GuardSpec, key: &str, kloc: Loc, val: &DeValue<'_>) {
+    match key {
+        "period" => {
+            let d = cx.span(
+                kloc,
+                key,
+                val,
+                Duration::from_millis(10),
+                Duration::from_secs(10),
+            );
+            g.period = d.unwrap_or(g.period);
+        }
+        "calibration" => {
+            let d = cx.span(kloc, key, val, Duration::ZERO, Duration::from_secs(600));
+            g.calibration = d.unwrap_or(g.calibration);
+        }
+        "quota_period" => {
+            let d = cx.span(
+                kloc,
+                key,
+                val,
+                Duration::from_millis(1),
+                Duration::from_secs(1),
+            );
+            g.quota_period = d.unwrap_or(g.quota_period);
+        }
+        "max_frozen" => {
+            let d = cx.span(kloc, key, val, Duration::ZERO, Duration::from_secs(60));
+            g.max_frozen = d.unwrap_or(g.max_frozen);
+        }
+        "cpu_floor" => {
+            g.cpu_floor = cx
+                .percent(kloc, key, val, 0.01, 10.0)
+                .unwrap_or(g.cpu_floor)
+        }
+        "stall" => g.stall = cx.percent(kloc, key, val, 0.001, 1.0).unwrap_or(g.stall),
+        "probe" => {
+            g.probe = cx
+                .string(kloc, key, val)
+                .and_then(|s| parse_probe(cx, kloc, &s))
+        }
+        other => {
+            let names: Vec<String> = KEYS.iter().map(|s| s.to_string()).collect();
+            let hint = match crate::nearest(other, &names) {
+                Some(s) => format!("did you mean {s}?"),
+                None => format!("[guard] takes: {}", KEYS.join(", ")),
+            };
+            cx.err(kloc, other, format!("unknown key '{other}'"), &hint);
+        }
+    }
 }
 
 fn parse_sideloads(cx: &mut Ctx<'_>, loc: Loc, v: &DeValue<'_>) -> Vec<SliceName> {

@@ -16,15 +16,24 @@ pub enum Net {
     Host,
 }
 
+impl Net {
+    /// The spelling `--net` and the plan's `network` take.
+    pub fn name(self) -> &'static str {
+        match self {
+            Net::None => "none",
+            Net::Private => "private",
+            Net::Host => "host",
+        }
+    }
+}
+
 impl std::str::FromStr for Net {
     type Err = String;
     fn from_str(s: &str) -> Result<Net, String> {
-        match s {
-            "none" => Ok(Net::None),
-            "private" => Ok(Net::Private),
-            "host" => Ok(Net::Host),
-            _ => Err(format!("'{s}' is not a network mode (none, private, host)")),
-        }
+        [Net::None, Net::Private, Net::Host]
+            .into_iter()
+            .find(|n| n.name() == s)
+            .ok_or_else(|| format!("'{s}' is not a network mode (none, private, host)"))
     }
 }
 
@@ -34,6 +43,19 @@ pub struct Bind {
     pub src: PathBuf,
     pub dst: PathBuf,
     pub read_only: bool,
+}
+
+impl Bind {
+    /// `SRC:DST[:ro]`, as `--bind` takes it back.
+    pub fn to_arg(&self) -> std::ffi::OsString {
+        let mut a = self.src.as_os_str().to_os_string();
+        a.push(":");
+        a.push(&self.dst);
+        if self.read_only {
+            a.push(":ro");
+        }
+        a
+    }
 }
 
 impl std::str::FromStr for Bind {

@@ -142,6 +142,21 @@ fn entries(dir: &OwnedFd) -> io::Result<Vec<CString>> {
     Ok(out)
 }
 
+/// One entry of a directory being copied, as [`TreeCopy::look`] found it.
+struct Entry<'a> {
+    /// The directories it is copied from and into.
+    src: &'a OwnedFd,
+    dst: &'a OwnedFd,
+    name: &'a CStr,
+    st: &'a Stat,
+    /// For a regular file or a directory: a descriptor checked to be that very file.
+    fd: Option<OwnedFd>,
+    /// Where `dst` is below the copy's top.
+    rel: &'a Path,
+    /// The entry's path, for messages.
+    shown: &'a Path,
+}
+
 impl TreeCopy {
     /// Copy the contents of `src` into `dst`; `rel` is where `dst` is below the copy's top.
     fn copy_dir(
@@ -162,34 +177,51 @@ impl TreeCopy {
                 dirs.push((name, s));
                 continue;
             }
-            if let Some((st, fd)) = self.look(src, &name, &s)? {
-                self.entry(src, dst, &name, &st, fd, rel, &s)?;
-            }
+            self.visit(src, dst, &name, rel, &s)?;
         }
         for (name, s) in dirs {
             // Looked at now: it may have changed while the files were copied.
-            if let Some((st, fd)) = self.look(src, &name, &s)? {
-                self.entry(src, dst, &name, &st, fd, rel, &s)?;
-            }
+            self.visit(src, dst, &name, rel, &s)?;
         }
         Ok(())
     }
 
-    /// Copy one entry: a directory with its contents, or anything else.
-    #[allow(clippy::too_many_arguments)]
-    fn entry(
+    /// Copy the entry `name` of `src` into `dst` as it is now (nothing if it is gone).
+    fn visit(
         &mut self,
         src: &OwnedFd,
         dst: &OwnedFd,
         name: &CStr,
-        st: &Stat,
-        fd: Option<OwnedFd>,
         rel: &Path,
         shown: &Path,
     ) -> Result<(), CopyFail> {
-        let (FileType::Directory, Some(sub)) = (kind(st), fd.as_ref()) else {
-            return self.copy_entry(src, dst, name, st, fd, rel, shown);
+        let Some((st, fd)) = self.look(src, name, shown)? else {
+            return Ok(());
         };
+        self.entry(Entry {
+            src,
+            dst,
+            name,
+            st: &st,
+            fd,
+            rel,
+            shown,
+        })
+    }
+
+    /// Copy one entry: a directory with its contents, or anything else.
+    fn entry(&mut self, e: Entry<'_>) -> Result<(), CopyFail> {
+        let (FileType::Directory, Some(sub)) = (kind(e.st), e.fd.as_ref()) else {
+            return self.copy_entry(e);
+        };
+        let Entry {
+            dst,
+            name,
+            st,
+            rel,
+            shown,
+            ..
+        } = e;
         let dname = OsStr::from_bytes(name.to_bytes());
         rustix::fs::mkdirat(dst, dname, Mode::from_raw_mode(0o700))
             .map_err(errno_at(shown, "cannot copy"))?;
@@ -231,17 +263,16 @@ impl TreeCopy {
     }
 
     /// Copy one entry that is not a directory.
-    #[allow(clippy::too_many_arguments)]
-    fn copy_entry(
-        &mut self,
-        src: &OwnedFd,
-        dst: &OwnedFd,
-        name: &CStr,
-        st: &Stat,
-        fd: Option<OwnedFd>,
-        rel: &Path,
-        shown: &Path,
-    ) -> Result<(), CopyFail> {
+    fn copy_entry(&mut self, e: Entry<'_>) -> Result<(), CopyFail> {
+        let Entry {
+            src,
+            dst,
+            name,
+            st,
+            fd,
+            rel,
+            shown,
+        } = e;
         let linked = st.st_nlink > 1;
         if linked {
             if let Some((dir, first)) = self.links.get(&(st.st_dev, st.st_ino)) {

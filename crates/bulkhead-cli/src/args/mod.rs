@@ -112,15 +112,24 @@ enum SpawnCmd {
 
 /// The full parser, or the spawn-only one when the command line starts with `spawn`.
 pub fn parse() -> Cli {
-    if std::env::args_os().nth(1).is_some_and(|a| a == "spawn") {
-        let s = SpawnOnly::parse();
+    try_parse_from(std::env::args_os().collect()).unwrap_or_else(|e| e.exit())
+}
+
+/// Whether a command line takes the spawn-only parser: its subcommand comes first.
+pub(crate) fn spawn_fast_path(args: &[OsString]) -> bool {
+    args.get(1).is_some_and(|a| a == "spawn")
+}
+
+pub(crate) fn try_parse_from(args: Vec<OsString>) -> Result<Cli, clap::Error> {
+    if spawn_fast_path(&args) {
+        let s = SpawnOnly::try_parse_from(args)?;
         let SpawnCmd::Spawn(a) = s.command;
-        return Cli {
+        return Ok(Cli {
             globals: s.globals,
             command: Command::Spawn(a),
-        };
+        });
     }
-    Cli::parse()
+    Cli::try_parse_from(args)
 }
 
 #[derive(Subcommand)]

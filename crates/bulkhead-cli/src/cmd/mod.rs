@@ -18,6 +18,8 @@ mod serve;
 mod sibling;
 mod spawn;
 mod status;
+#[cfg(test)]
+mod target_lines;
 
 use crate::args::{Cli, Command, PlanCmd};
 use bulkhead::error::{Diagnostic, Result};

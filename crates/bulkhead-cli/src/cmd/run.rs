@@ -6,8 +6,9 @@ use bulkhead::actions::run::{self, RunEvent, RunRequest};
 use bulkhead::error::Severity;
 use bulkhead::run::RunSpec;
 
-pub fn run(cli: &Cli, a: &RunArgs) -> i32 {
-    let req = RunRequest {
+/// What `run`'s arguments ask for.
+pub(super) fn request(a: &RunArgs) -> RunRequest {
+    RunRequest {
         spec: RunSpec {
             slice: None,
             listen_fds: a.listen_fds,
@@ -23,7 +24,11 @@ pub fn run(cli: &Cli, a: &RunArgs) -> i32 {
         pty: a.pty,
         hugepages: a.hugepages.clone(),
         verify: !a.no_verify,
-    };
+    }
+}
+
+pub fn run(cli: &Cli, a: &RunArgs) -> i32 {
+    let req = request(a);
     let quiet = cli.quiet;
     let mut on = |e: RunEvent| match e {
         RunEvent::Note(d) if !quiet || d.severity != Severity::Note => report(&[d]),

@@ -17,7 +17,8 @@ pub fn spawn(cli: &Cli, a: &SpawnArgs) -> i32 {
     }
 }
 
-fn request(a: &SpawnArgs) -> SpawnRequest {
+/// What `spawn`'s arguments ask for.
+pub(super) fn request(a: &SpawnArgs) -> SpawnRequest {
     let mut binds = a.bind.clone();
     binds.extend(a.bind_ro.iter().cloned().map(|mut b| {
         b.read_only = true;

@@ -324,23 +324,8 @@ fn parse_mount(cx: &mut Cx<'_>, v: &Spanned<DeValue<'_>>) -> Option<MountSpec> {
         let raw = cx.raw(val.span());
         match (k.get_ref().as_ref(), val.get_ref()) {
             ("path", DeValue::String(s)) => {
-                let p = Path::new(s.as_ref());
-                if !p.is_absolute() {
-                    cx.err(
-                        vloc,
-                        CTX,
-                        format!("path {raw} is not absolute"),
-                        Some("write the full path, e.g. \"/dev/hugepages\"".into()),
-                    );
-                } else if p
-                    .components()
-                    .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
-                {
-                    cx.err(vloc, CTX, format!("path {raw} contains '.' or '..'"), None);
-                } else if s.contains(',') {
-                    cx.err(vloc, CTX, format!("path {raw} contains ','"), None);
-                } else {
-                    m.path = p.to_path_buf();
+                if let Some(p) = mount_path(cx, vloc, s, &raw) {
+                    m.path = p;
                     have_path = true;
                 }
             }
@@ -365,25 +350,9 @@ fn parse_mount(cx: &mut Cx<'_>, v: &Spanned<DeValue<'_>>) -> Option<MountSpec> {
                     )),
                 ),
             },
-            ("mode", DeValue::String(s)) => match u32::from_str_radix(s.trim(), 8) {
-                Ok(n) if n <= 0o7777 => m.mode = Some(n),
-                _ => cx.err(
-                    vloc,
-                    CTX,
-                    format!("mode {raw} is not an octal file mode"),
-                    Some("write it like chmod: \"1770\"".into()),
-                ),
-            },
-            ("mode", DeValue::Integer(i)) if i.radix() == 8 => match int_value(i) {
-                Some(n) if (0..=0o7777).contains(&n) => m.mode = Some(n as u32),
-                _ => cx.err(vloc, CTX, format!("mode {raw} is not a file mode"), None),
-            },
-            ("mode", DeValue::Integer(_)) => cx.err(
-                vloc,
-                CTX,
-                format!("mode {raw} is a decimal number"),
-                Some(format!("write it as a string (\"{raw}\") or an octal number (0o{raw})")),
-            ),
+            ("mode", v @ (DeValue::String(_) | DeValue::Integer(_))) => {
+                m.mode = mount_mode(cx, vloc, v, &raw).or(m.mode)
+            }
             (k @ ("path" | "pagesize" | "size"), _) => cx.err(
                 vloc,
                 CTX,
@@ -402,4 +371,54 @@ fn parse_mount(cx: &mut Cx<'_>, v: &Spanned<DeValue<'_>>) -> Option<MountSpec> {
         );
     }
     (cx.errors.len() == before).then_some(m)
+}
+
+/// A mount's `path`: absolute, without `.`, `..` or `,`.
+fn mount_path(cx: &mut Cx<'_>, vloc: Loc, s: &str, raw: &str) -> Option<PathBuf> {
+    const CTX: &str = "[hugepages] mount";
+    let p = Path::new(s);
+    if !p.is_absolute() {
+        cx.err(
+            vloc,
+            CTX,
+            format!("path {raw} is not absolute"),
+            Some("write the full path, e.g. \"/dev/hugepages\"".into()),
+        );
+    } else if p
+        .components()
+        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        cx.err(vloc, CTX, format!("path {raw} contains '.' or '..'"), None);
+    } else if s.contains(',') {
+        cx.err(vloc, CTX, format!("path {raw} contains ','"), None);
+    } else {
+        return Some(p.to_path_buf());
+    }
+    None
+}
+
+/// A mount's `mode`: an octal string or an octal integer (other types are unknown keys).
+fn mount_mode(cx: &mut Cx<'_>, vloc: Loc, v: &DeValue<'_>, raw: &str) -> Option<u32> {
+    const CTX: &str = "[hugepages] mount";
+    let (msg, hint) = match v {
+        DeValue::String(s) => match u32::from_str_radix(s.trim(), 8) {
+            Ok(n) if n <= 0o7777 => return Some(n),
+            _ => (
+                format!("mode {raw} is not an octal file mode"),
+                Some("write it like chmod: \"1770\"".into()),
+            ),
+        },
+        DeValue::Integer(i) if i.radix() == 8 => match int_value(i) {
+            Some(n) if (0..=0o7777).contains(&n) => return Some(n as u32),
+            _ => (format!("mode {raw} is not a file mode"), None),
+        },
+        _ => (
+            format!("mode {raw} is a decimal number"),
+            Some(format!(
+                "write it as a string (\"{raw}\") or an octal number (0o{raw})"
+            )),
+        ),
+    };
+    cx.err(vloc, CTX, msg, hint);
+    None
 }

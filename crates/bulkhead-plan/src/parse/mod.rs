@@ -15,24 +15,7 @@ const SECTIONS: &[&str] = &["slice", "socket", "hugepages", "guard", "iocost"];
 pub(super) fn parse(source: Source) -> Result<Plan> {
     let root = match DeTable::parse(&source.text) {
         Ok(t) => t,
-        Err(e) => {
-            let loc = e.span().map(|s| source.loc(s.start)).unwrap_or_default();
-            let mut msg = e.message().trim().to_string();
-            // Quote what the error is about ("duplicate key: `db-server`"), when it is short.
-            let near = e
-                .span()
-                .and_then(|s| source.text.get(s))
-                .map(str::trim)
-                .unwrap_or_default();
-            if !near.is_empty() && near.chars().count() <= 60 && !near.contains('\n') {
-                msg = format!("{msg}: `{near}`");
-            }
-            return Err(Error::invalid(
-                Diagnostic::error(format!("TOML syntax error: {msg}"))
-                    .at(source.at(loc))
-                    .hint("see https://toml.io for the syntax; slices are written [slice.NAME]"),
-            ));
-        }
+        Err(e) => return Err(syntax_error(&source, &e)),
     };
     let mut errors = Vec::new();
     let mut notes = Vec::new();
@@ -89,19 +72,7 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
             "iocost" => {
                 iocost = crate::iocost::parse(&source, key.span().start, value, &mut errors);
             }
-            other => {
-                let mut d = Diagnostic::error(format!("unknown section '{other}'")).at(here);
-                d = match suggest(other, SECTIONS) {
-                    Some(s @ ("hugepages" | "guard" | "iocost")) => {
-                        d.hint(format!("did you mean [{s}]?"))
-                    }
-                    Some(s) => d.hint(format!("did you mean [{s}.NAME]?")),
-                    None => d.hint(
-                        "a plan has [slice.NAME] and [socket.NAME] sections, one [hugepages], one [guard] and one [iocost]",
-                    ),
-                };
-                errors.push(d);
-            }
+            other => errors.push(unknown_section(other, here)),
         }
     }
 
@@ -122,6 +93,40 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
         iocost,
         notes,
     })
+}
+
+/// The plan is not TOML: where, and what the error is about.
+fn syntax_error(source: &Source, e: &toml::de::Error) -> Error {
+    let loc = e.span().map(|s| source.loc(s.start)).unwrap_or_default();
+    let mut msg = e.message().trim().to_string();
+    // Quote what the error is about ("duplicate key: `db-server`"), when it is short.
+    let near = e
+        .span()
+        .and_then(|s| source.text.get(s))
+        .map(str::trim)
+        .unwrap_or_default();
+    if !near.is_empty() && near.chars().count() <= 60 && !near.contains('\n') {
+        msg = format!("{msg}: `{near}`");
+    }
+    Error::invalid(
+        Diagnostic::error(format!("TOML syntax error: {msg}"))
+            .at(source.at(loc))
+            .hint("see https://toml.io for the syntax; slices are written [slice.NAME]"),
+    )
+}
+
+fn unknown_section(other: &str, here: String) -> Diagnostic {
+    let mut d = Diagnostic::error(format!("unknown section '{other}'")).at(here);
+    d = match suggest(other, SECTIONS) {
+        Some(s @ ("hugepages" | "guard" | "iocost")) => {
+            d.hint(format!("did you mean [{s}]?"))
+        }
+        Some(s) => d.hint(format!("did you mean [{s}.NAME]?")),
+        None => d.hint(
+            "a plan has [slice.NAME] and [socket.NAME] sections, one [hugepages], one [guard] and one [iocost]",
+        ),
+    };
+    d
 }
 
 /// Parents the plan does not name are created with no limits, as systemd does.

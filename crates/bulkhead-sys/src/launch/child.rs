@@ -43,6 +43,19 @@ pub(super) struct RawTrees<'a> {
     pub(super) ops: &'a [RawFd],
 }
 
+/// Report the failure of the system call just made (`WHAT: strerror`) and exit with
+/// RUN_FAILED. errno is read before the message is formatted.
+macro_rules! fail {
+    ($err_w:expr, $($what:tt)*) => {{
+        let e = errno();
+        die(
+            $err_w,
+            RUN_FAILED,
+            &format!("{}: {}", format_args!($($what)*), strerror(e)),
+        )
+    }};
+}
+
 pub(super) fn main(
     p: &Program,
     trees: RawTrees<'_>,
@@ -50,9 +63,30 @@ pub(super) fn main(
     life_r: RawFd,
     go_r: RawFd,
 ) -> ! {
-    // SAFETY: in the forked child: FFI calls on descriptors it owns and on NUL-terminated
-    // strings and buffers of the Program the parent built, which this copy of the address
-    // space still holds; nothing here returns into the parent's frames.
+    wait_for_go(p, err_w, life_r, go_r);
+    own_session(p, err_w);
+    build_root(p, &trees, err_w);
+    enter_root(p, err_w);
+    if !p.init {
+        exec_command(p, err_w);
+    }
+    // SAFETY: in the forked child: fork has no pointer arguments; the new child only
+    // execs (exec_command never returns).
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        fail!(err_w, "fork");
+    }
+    if child == 0 {
+        exec_command(p, err_w);
+    }
+    init_loop(child, err_w)
+}
+
+/// Die with bulkhead, and wait for the parent's go (after it wrote the ID maps in a user
+/// namespace); then become root of a new user namespace.
+fn wait_for_go(p: &Program, err_w: RawFd, life_r: RawFd, go_r: RawFd) {
+    // SAFETY: in the forked child: FFI calls on descriptors it owns and on buffers of its
+    // own stack; nothing here returns into the parent's frames.
     unsafe {
         // Die with bulkhead: PID 1 of a namespace takes every process in it along.
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
@@ -64,28 +98,27 @@ pub(super) fn main(
         if libc::poll(&raw mut pfd, 1, 0) > 0 && pfd.revents & libc::POLLHUP != 0 {
             libc::_exit(RUN_FAILED);
         }
-        // Wait for the parent's go (after it wrote the ID maps in a user namespace).
         let mut b = [0u8; 1];
         if libc::read(go_r, b.as_mut_ptr().cast(), 1) != 1 {
             libc::_exit(RUN_FAILED);
         }
         libc::close(go_r);
-        if p.userns.is_some() {
-            // Become root of the new user namespace (the creator's UID is unmapped in it).
-            if libc::setresgid(0, 0, 0) != 0 || libc::setresuid(0, 0, 0) != 0 {
-                let e = errno();
-                die(
-                    err_w,
-                    RUN_FAILED,
-                    &format!("setresuid(0) in the user namespace: {}", strerror(e)),
-                );
-            }
+        // Become root of the new user namespace (the creator's UID is unmapped in it).
+        if p.userns.is_some() && (libc::setresgid(0, 0, 0) != 0 || libc::setresuid(0, 0, 0) != 0) {
+            fail!(err_w, "setresuid(0) in the user namespace");
         }
-        // A session of its own: the caller's terminal is not the sandbox's controlling
-        // terminal, so TIOCSTI cannot push keystrokes into the caller's shell.
+    }
+}
+
+/// A session of its own, and the pseudo-terminal as its controlling terminal (--pty).
+fn own_session(p: &Program, err_w: RawFd) {
+    // SAFETY: in the forked child: FFI calls on descriptors it owns; nothing here returns
+    // into the parent's frames.
+    unsafe {
+        // The caller's terminal is not the sandbox's controlling terminal, so TIOCSTI
+        // cannot push keystrokes into the caller's shell.
         if libc::setsid() < 0 {
-            let e = errno();
-            die(err_w, RUN_FAILED, &format!("setsid: {}", strerror(e)));
+            fail!(err_w, "setsid");
         }
         if let Some(t) = p.pty {
             if libc::dup2(t, 0) < 0
@@ -93,14 +126,18 @@ pub(super) fn main(
                 || libc::dup2(t, 2) < 0
                 || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0
             {
-                let e = errno();
-                die(
-                    err_w,
-                    RUN_FAILED,
-                    &format!("taking the pseudo-terminal: {}", strerror(e)),
-                );
+                fail!(err_w, "taking the pseudo-terminal");
             }
         }
+    }
+}
+
+/// The mounts: the host's stay slaves, then the operations before and inside the root.
+fn build_root(p: &Program, trees: &RawTrees<'_>, err_w: RawFd) {
+    // SAFETY: in the forked child: FFI calls on descriptors it owns and on NUL-terminated
+    // strings of the Program the parent built, which this copy of the address space still
+    // holds; nothing here returns into the parent's frames.
+    unsafe {
         if libc::mount(
             null(),
             c"/".as_ptr(),
@@ -109,12 +146,7 @@ pub(super) fn main(
             null(),
         ) != 0
         {
-            let e = errno();
-            die(
-                err_w,
-                RUN_FAILED,
-                &format!("cannot make / a slave mount: {}", strerror(e)),
-            );
+            fail!(err_w, "cannot make / a slave mount");
         }
         for (op, tree) in p.root_ops.iter().zip(trees.root) {
             do_op(op, *tree, -1, p, err_w);
@@ -124,20 +156,22 @@ pub(super) fn main(
             libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
         );
         if root_fd < 0 {
-            let e = errno();
-            die(
-                err_w,
-                RUN_FAILED,
-                &format!("cannot open the root {}: {}", lossy(&p.root), strerror(e)),
-            );
+            fail!(err_w, "cannot open the root {}", lossy(&p.root));
         }
         for (op, tree) in p.ops.iter().zip(trees.ops) {
             do_op(op, *tree, root_fd, p, err_w);
         }
         libc::close(root_fd);
+    }
+}
+
+/// The host name, lo, and pivot_root into the root.
+fn enter_root(p: &Program, err_w: RawFd) {
+    // SAFETY: in the forked child: FFI calls on NUL-terminated strings of the Program the
+    // parent built; nothing here returns into the parent's frames.
+    unsafe {
         if libc::sethostname(p.hostname.as_ptr(), p.hostname.as_bytes().len()) != 0 {
-            let e = errno();
-            die(err_w, RUN_FAILED, &format!("sethostname: {}", strerror(e)));
+            fail!(err_w, "sethostname");
         }
         if p.lo_up {
             lo_up(err_w);
@@ -147,25 +181,8 @@ pub(super) fn main(
             || libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0
             || libc::chdir(c"/".as_ptr()) != 0
         {
-            let e = errno();
-            die(
-                err_w,
-                RUN_FAILED,
-                &format!("pivot_root into {}: {}", lossy(&p.root), strerror(e)),
-            );
+            fail!(err_w, "pivot_root into {}", lossy(&p.root));
         }
-        if !p.init {
-            exec_command(p, err_w);
-        }
-        let child = libc::fork();
-        if child < 0 {
-            let e = errno();
-            die(err_w, RUN_FAILED, &format!("fork: {}", strerror(e)));
-        }
-        if child == 0 {
-            exec_command(p, err_w);
-        }
-        init_loop(child, err_w)
     }
 }
 
@@ -265,9 +282,17 @@ fn clear_inherited_caps() -> Result<(), i32> {
 }
 
 fn exec_command(p: &Program, err_w: RawFd) -> ! {
-    // SAFETY: in the forked child: FFI calls on descriptors it owns and on NUL-terminated
-    // strings and buffers of the Program the parent built, which this copy of the address
-    // space still holds; nothing here returns into the parent's frames.
+    drop_privileges(p, err_w);
+    enter_cwd(p, err_w);
+    confine(p, err_w);
+    reset_signals();
+    exec_candidates(p, err_w)
+}
+
+/// Close what the command must not inherit; drop capabilities; become the user.
+fn drop_privileges(p: &Program, err_w: RawFd) {
+    // SAFETY: in the forked child: FFI calls on descriptors it owns and on buffers of the
+    // Program the parent built; nothing here returns into the parent's frames.
     unsafe {
         // Every fd above 2 (above the passed sockets) is closed at exec (err_w too: EOF tells
         // the parent exec worked).
@@ -281,12 +306,7 @@ fn exec_command(p: &Program, err_w: RawFd) -> ! {
             if libc::prctl(libc::PR_CAPBSET_DROP, *c as libc::c_ulong) != 0
                 && errno() != libc::EINVAL
             {
-                let e = errno();
-                die(
-                    err_w,
-                    RUN_FAILED,
-                    &format!("dropping capability {c}: {}", strerror(e)),
-                );
+                fail!(err_w, "dropping capability {c}");
             }
         }
         // Nothing the caller holds in its inheritable or ambient set reaches the command
@@ -302,13 +322,16 @@ fn exec_command(p: &Program, err_w: RawFd) -> ! {
             || libc::setresgid(p.gid, p.gid, p.gid) != 0
             || libc::setresuid(p.uid, p.uid, p.uid) != 0
         {
-            let e = errno();
-            die(
-                err_w,
-                RUN_FAILED,
-                &format!("switching to uid {} gid {}: {}", p.uid, p.gid, strerror(e)),
-            );
+            fail!(err_w, "switching to uid {} gid {}", p.uid, p.gid);
         }
+    }
+}
+
+/// The working directory, which must be inside the root.
+fn enter_cwd(p: &Program, err_w: RawFd) {
+    // SAFETY: in the forked child: chdir on a NUL-terminated string of the Program, getcwd
+    // into a buffer of its own stack.
+    unsafe {
         if libc::chdir(p.cwd.as_ptr()) != 0 {
             let e = errno();
             die(
@@ -331,39 +354,45 @@ fn exec_command(p: &Program, err_w: RawFd) -> ! {
                 "the working directory is outside the sandbox's root",
             );
         }
+    }
+}
+
+/// no_new_privs and the seccomp filter.
+fn confine(p: &Program, err_w: RawFd) {
+    // SAFETY: in the forked child: prctl with integer arguments; seccomp reads the filter
+    // program of the Program the parent built, which outlives the call.
+    unsafe {
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-            let e = errno();
-            die(
-                err_w,
-                RUN_FAILED,
-                &format!("PR_SET_NO_NEW_PRIVS: {}", strerror(e)),
-            );
+            fail!(err_w, "PR_SET_NO_NEW_PRIVS");
         }
-        if let Some(f) = &p.filter {
-            // SPEC_ALLOW: without it the kernel turns on the speculative store bypass
-            // mitigation for every seccomp'd process (MSR writes, which trap to the hypervisor on a
-            // VM). That mitigation guards a process against code it runs itself (a JavaScript
-            // engine), not one process from another.
-            let fprog = libc::sock_fprog {
-                len: f.program.len() as libc::c_ushort,
-                filter: f.program.as_ptr().cast_mut(),
-            };
-            if libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                libc::SECCOMP_FILTER_FLAG_SPEC_ALLOW,
-                &raw const fprog,
-            ) != 0
-            {
-                let e = errno();
-                die(
-                    err_w,
-                    RUN_FAILED,
-                    &format!("installing the seccomp filter: {}", strerror(e)),
-                );
-            }
+        let Some(f) = &p.filter else {
+            return;
+        };
+        // SPEC_ALLOW: without it the kernel turns on the speculative store bypass
+        // mitigation for every seccomp'd process (MSR writes, which trap to the hypervisor on a
+        // VM). That mitigation guards a process against code it runs itself (a JavaScript
+        // engine), not one process from another.
+        let fprog = libc::sock_fprog {
+            len: f.program.len() as libc::c_ushort,
+            filter: f.program.as_ptr().cast_mut(),
+        };
+        if libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_SPEC_ALLOW,
+            &raw const fprog,
+        ) != 0
+        {
+            fail!(err_w, "installing the seccomp filter");
         }
-        // Unblock and reset the signals bulkhead blocked or ignored.
+    }
+}
+
+/// Unblock and reset the signals bulkhead blocked or ignored.
+fn reset_signals() {
+    // SAFETY: sigemptyset fills a sigset_t of our own stack; sigprocmask and signal take
+    // integers and that set.
+    unsafe {
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&raw mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &raw const empty, std::ptr::null_mut());
@@ -372,6 +401,15 @@ fn exec_command(p: &Program, err_w: RawFd) -> ! {
                 libc::signal(s, libc::SIG_DFL);
             }
         }
+    }
+}
+
+/// execve each candidate path; on failure, say why the best one failed.
+fn exec_candidates(p: &Program, err_w: RawFd) -> ! {
+    // SAFETY: in the forked child: argv and envp are arrays of pointers to NUL-terminated
+    // strings of the Program (and to listen_pid on this stack), null-terminated, alive
+    // across every execve.
+    unsafe {
         // LISTEN_PID=<this process's PID in the sandbox>, formatted without allocating.
         let listen_pid = listen_pid_var(libc::getpid() as u32);
         let mut argv: [*const libc::c_char; 256] = [null(); 256];
@@ -408,25 +446,30 @@ fn exec_command(p: &Program, err_w: RawFd) -> ! {
                 }
             }
         }
-        let (code, msg) = match best {
-            libc::ENOENT => (
-                NOT_FOUND,
-                format!(
-                    "{}: command not found in the sandbox's root\nhint: the command runs inside the root, so it must exist there (looked in {})",
-                    p.program_name,
-                    p.candidates.iter().map(|c| lossy(c)).collect::<Vec<_>>().join(", ")
-                ),
-            ),
-            libc::EACCES | libc::ENOEXEC => (
-                NOT_EXECUTABLE,
-                format!("{}: not executable in the sandbox: {}", p.program_name, strerror(best)),
-            ),
-            e => (
-                RUN_FAILED,
-                format!("cannot execute {} in the sandbox: {}", p.program_name, strerror(e)),
-            ),
-        };
+        let (code, msg) = exec_failure(p, best);
         die(err_w, code, &msg)
+    }
+}
+
+/// The exit code and message for the errno of the best execve.
+fn exec_failure(p: &Program, best: i32) -> (i32, String) {
+    match best {
+        libc::ENOENT => (
+            NOT_FOUND,
+            format!(
+                "{}: command not found in the sandbox's root\nhint: the command runs inside the root, so it must exist there (looked in {})",
+                p.program_name,
+                p.candidates.iter().map(|c| lossy(c)).collect::<Vec<_>>().join(", ")
+            ),
+        ),
+        libc::EACCES | libc::ENOEXEC => (
+            NOT_EXECUTABLE,
+            format!("{}: not executable in the sandbox: {}", p.program_name, strerror(best)),
+        ),
+        e => (
+            RUN_FAILED,
+            format!("cannot execute {} in the sandbox: {}", p.program_name, strerror(e)),
+        ),
     }
 }
 
@@ -448,7 +491,7 @@ fn lo_up(err_w: RawFd) {
             pad: [0; 22],
         };
         ifr.name[..2].copy_from_slice(b"lo");
-        if fd < 0 || libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr) != 0 || {
+        if fd < 0 || libc::ioctl(fd, libc::SIOCGIFFLAGS, &raw mut ifr) != 0 || {
             ifr.flags |= libc::IFF_UP as libc::c_short;
             libc::ioctl(fd, libc::SIOCSIFFLAGS, &ifr) != 0
         } {
@@ -473,57 +516,15 @@ fn resolve_in_root(
     err_w: RawFd,
 ) -> RawFd {
     // SAFETY: in the forked child: FFI calls on descriptors it owns and on NUL-terminated
-    // strings and buffers of the Program the parent built, which this copy of the address
-    // space still holds; nothing here returns into the parent's frames.
+    // strings of the Program the parent built; nothing here returns into the parent's frames.
     unsafe {
         let mut cur = libc::fcntl(root_fd, libc::F_DUPFD_CLOEXEC, 3);
         for (i, c) in comps.iter().enumerate() {
             let last = i + 1 == comps.len();
-            let mut fd = libc::openat(
-                cur,
-                c.as_ptr(),
-                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            );
+            let mut fd = open_path(cur, c);
             if fd < 0 && errno() == libc::ENOENT && create != Create::No {
-                let made = if last && create == Create::File {
-                    let f = libc::openat(
-                        cur,
-                        c.as_ptr(),
-                        libc::O_CREAT
-                            | libc::O_EXCL
-                            | libc::O_WRONLY
-                            | libc::O_NOFOLLOW
-                            | libc::O_CLOEXEC,
-                        0o644,
-                    );
-                    if f >= 0 {
-                        libc::close(f);
-                    }
-                    f >= 0
-                } else {
-                    libc::mkdirat(cur, c.as_ptr(), 0o755) == 0
-                };
-                if !made {
-                    let e = errno();
-                    let hint = if e == libc::EROFS {
-                        "\nhint: the root is read-only: create it in ROOTFS, or use --ephemeral or --writable"
-                    } else {
-                        ""
-                    };
-                    die(
-                        err_w,
-                        RUN_FAILED,
-                        &format!(
-                            "cannot create {display} in the sandbox's root: {}{hint}",
-                            strerror(e)
-                        ),
-                    );
-                }
-                fd = libc::openat(
-                    cur,
-                    c.as_ptr(),
-                    libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                );
+                create_missing(cur, c, last && create == Create::File, display, err_w);
+                fd = open_path(cur, c);
             }
             if fd < 0 {
                 let e = errno();
@@ -540,36 +541,96 @@ fn resolve_in_root(
                     &format!("{display} inside the sandbox's root: {}", strerror(e)),
                 );
             }
-            let mut st: libc::stat = std::mem::zeroed();
-            libc::fstatat(fd, c"".as_ptr(), &raw mut st, libc::AT_EMPTY_PATH);
-            if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
-                die(
-                    err_w,
-                    RUN_FAILED,
-                    &format!(
-                        "{display}: /{} is a symbolic link inside the root, and a mount target may not pass through one (it could point outside the root)\nhint: give the path with the link resolved",
-                        comps[..=i].iter().map(|c| lossy(c)).collect::<Vec<_>>().join("/")
-                    ),
-                );
-            }
-            if !last && st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-                die(
-                    err_w,
-                    RUN_FAILED,
-                    &format!(
-                        "{display}: /{} is not a directory inside the root",
-                        comps[..=i]
-                            .iter()
-                            .map(|c| lossy(c))
-                            .collect::<Vec<_>>()
-                            .join("/")
-                    ),
-                );
-            }
+            check_component(fd, &comps[..=i], last, display, err_w);
             libc::close(cur);
             cur = fd;
         }
         cur
+    }
+}
+
+/// `name` below `dir` as an O_PATH fd, not following a symlink (-1 and errno on failure).
+fn open_path(dir: RawFd, name: &CStr) -> RawFd {
+    // SAFETY: openat on a descriptor the child owns and a NUL-terminated name.
+    unsafe {
+        libc::openat(
+            dir,
+            name.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    }
+}
+
+/// Create the missing `name` below `dir`: an empty file (`file`), else a directory.
+fn create_missing(dir: RawFd, name: &CStr, file: bool, display: &str, err_w: RawFd) {
+    // SAFETY: openat, close and mkdirat on a descriptor the child owns and a NUL-terminated
+    // name.
+    let made = unsafe {
+        if file {
+            let f = libc::openat(
+                dir,
+                name.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o644,
+            );
+            if f >= 0 {
+                libc::close(f);
+            }
+            f >= 0
+        } else {
+            libc::mkdirat(dir, name.as_ptr(), 0o755) == 0
+        }
+    };
+    if !made {
+        let e = errno();
+        let hint = if e == libc::EROFS {
+            "\nhint: the root is read-only: create it in ROOTFS, or use --ephemeral or --writable"
+        } else {
+            ""
+        };
+        die(
+            err_w,
+            RUN_FAILED,
+            &format!(
+                "cannot create {display} in the sandbox's root: {}{hint}",
+                strerror(e)
+            ),
+        );
+    }
+}
+
+/// A component a mount target passes through (`walked`: the path up to it) is never a
+/// symbolic link, and is a directory unless it is the last.
+fn check_component(fd: RawFd, walked: &[CString], last: bool, display: &str, err_w: RawFd) {
+    // SAFETY: fstatat on a descriptor the child owns into a stat of its own stack.
+    let mode = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstatat(fd, c"".as_ptr(), &raw mut st, libc::AT_EMPTY_PATH);
+        st.st_mode & libc::S_IFMT
+    };
+    let shown = || {
+        walked
+            .iter()
+            .map(|c| lossy(c))
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    if mode == libc::S_IFLNK {
+        die(
+            err_w,
+            RUN_FAILED,
+            &format!(
+                "{display}: /{} is a symbolic link inside the root, and a mount target may not pass through one (it could point outside the root)\nhint: give the path with the link resolved",
+                shown()
+            ),
+        );
+    }
+    if !last && mode != libc::S_IFDIR {
+        die(
+            err_w,
+            RUN_FAILED,
+            &format!("{display}: /{} is not a directory inside the root", shown()),
+        );
     }
 }
 
@@ -580,189 +641,223 @@ fn fd_path(fd: RawFd) -> [u8; 32] {
     b
 }
 
-fn do_op(op: &Op, tree: RawFd, root_fd: RawFd, p: &Program, err_w: RawFd) {
-    // SAFETY: in the forked child: FFI calls on descriptors it owns and on NUL-terminated
-    // strings and buffers of the Program the parent built, which this copy of the address
-    // space still holds; nothing here returns into the parent's frames.
-    unsafe {
-        // Returns (target pointer, fd to close, display).
-        let target = |t: &Target| -> (Option<[u8; 32]>, *const libc::c_char, RawFd) {
-            match t {
-                Target::Abs(c) => (None, c.as_ptr(), -1),
-                Target::InRoot {
-                    comps,
-                    display,
-                    create,
-                } => {
-                    let fd = resolve_in_root(root_fd, comps, display, *create, err_w);
-                    (Some(fd_path(fd)), null(), fd)
+/// A mount target as the child reaches it: an absolute path of the Program, or an O_PATH
+/// fd inside the root (`fd`, with its /proc/self/fd path in `proc`).
+struct Place {
+    proc: Option<[u8; 32]>,
+    abs: *const libc::c_char,
+    fd: RawFd,
+}
+
+impl Place {
+    fn resolve(t: &Target, root_fd: RawFd, err_w: RawFd) -> Place {
+        match t {
+            Target::Abs(c) => Place {
+                proc: None,
+                abs: c.as_ptr(),
+                fd: -1,
+            },
+            Target::InRoot {
+                comps,
+                display,
+                create,
+            } => {
+                let fd = resolve_in_root(root_fd, comps, display, *create, err_w);
+                Place {
+                    proc: Some(fd_path(fd)),
+                    abs: null(),
+                    fd,
                 }
             }
-        };
-        let show = |t: &Target| match t {
-            Target::Abs(c) => lossy(c),
-            Target::InRoot { display, .. } => display.clone(),
-        };
-        match op {
-            Op::Mount {
-                src,
-                target: t,
-                fstype,
-                flags,
-                data,
-            } => {
-                let (buf, ptr, fd) = target(t);
-                let ptr = buf.as_ref().map(|b| b.as_ptr().cast()).unwrap_or(ptr);
-                let r = libc::mount(
+        }
+    }
+
+    /// The path to mount on: the absolute one, or the fd's /proc/self/fd path.
+    fn path(&self) -> *const libc::c_char {
+        self.proc
+            .as_ref()
+            .map(|b| b.as_ptr().cast())
+            .unwrap_or(self.abs)
+    }
+
+    fn close(&self) {
+        if self.fd >= 0 {
+            // SAFETY: the fd resolve_in_root opened for this place, closed once.
+            unsafe { libc::close(self.fd) };
+        }
+    }
+}
+
+/// How a target is named in messages.
+fn show(t: &Target) -> String {
+    match t {
+        Target::Abs(c) => lossy(c),
+        Target::InRoot { display, .. } => display.clone(),
+    }
+}
+
+fn do_op(op: &Op, tree: RawFd, root_fd: RawFd, p: &Program, err_w: RawFd) {
+    match op {
+        Op::Mount {
+            src,
+            target,
+            fstype,
+            flags,
+            data,
+        } => {
+            let place = Place::resolve(target, root_fd, err_w);
+            // SAFETY: mount with NUL-terminated strings of the Program (or null) and the
+            // place's path, which lives until the call returns.
+            let r = unsafe {
+                libc::mount(
                     opt_ptr(src),
-                    ptr,
+                    place.path(),
                     opt_ptr(fstype),
                     *flags,
                     opt_ptr(data).cast(),
+                )
+            };
+            let e = errno();
+            place.close();
+            if r != 0 {
+                let what = fstype.as_ref().or(src.as_ref()).map(|c| lossy(c));
+                die(
+                    err_w,
+                    RUN_FAILED,
+                    &format!(
+                        "cannot mount {} on {}: {}",
+                        what.unwrap_or_default(),
+                        show(target),
+                        strerror(e)
+                    ),
                 );
-                let e = errno();
-                if fd >= 0 {
-                    libc::close(fd);
-                }
-                if r != 0 {
-                    die(
-                        err_w,
-                        RUN_FAILED,
-                        &format!(
-                            "cannot mount {} on {}: {}",
-                            fstype
-                                .as_ref()
-                                .or(src.as_ref())
-                                .map(|c| lossy(c))
-                                .unwrap_or_default(),
-                            show(t),
-                            strerror(e)
-                        ),
-                    );
-                }
             }
-            Op::MountIfExists {
-                src,
-                target,
-                fstype,
-                flags,
-                data,
-            } => {
-                if libc::mount(
+        }
+        Op::MountIfExists {
+            src,
+            target,
+            fstype,
+            flags,
+            data,
+        } => {
+            // SAFETY: mount with NUL-terminated strings of the Program (or null).
+            let r = unsafe {
+                libc::mount(
                     opt_ptr(src),
                     target.as_ptr(),
                     opt_ptr(fstype),
                     *flags,
                     opt_ptr(data).cast(),
-                ) != 0
-                {
-                    let e = errno();
-                    if e != libc::ENOENT {
-                        die(
-                            err_w,
-                            RUN_FAILED,
-                            &format!("cannot mask {}: {}", lossy(target), strerror(e)),
-                        );
-                    }
-                }
+                )
+            };
+            if r != 0 && errno() != libc::ENOENT {
+                fail!(err_w, "cannot mask {}", lossy(target));
             }
-            Op::BindTree { src, target: t, .. } => {
-                // The tree the parent cloned from the descriptor it decided on.
-                let (_, ptr, fd) = target(t);
-                // An in-root target is given as its O_PATH fd itself (a /proc/self/fd path would
-                // be a symlink that move_mount does not follow).
-                let (to_dir, to_path, extra) = if fd >= 0 {
-                    (fd, c"".as_ptr(), libc::MOVE_MOUNT_T_EMPTY_PATH)
-                } else {
-                    (libc::AT_FDCWD, ptr, 0)
-                };
-                let r = libc::syscall(
-                    libc::SYS_move_mount,
-                    tree,
-                    c"".as_ptr(),
-                    to_dir,
-                    to_path,
-                    libc::MOVE_MOUNT_F_EMPTY_PATH | extra,
-                );
-                let e = errno();
-                if fd >= 0 {
-                    libc::close(fd);
-                }
-                if r != 0 {
-                    die(
-                        err_w,
-                        RUN_FAILED,
-                        &format!(
-                            "cannot bind {} on {}: {}",
-                            lossy(&src.shown),
-                            show(t),
-                            strerror(e)
-                        ),
-                    );
-                }
-            }
-            Op::AttachIdmapped { target: t } => {
-                let Some(tree) = p.idmapped else {
-                    die(err_w, RUN_FAILED, "no ID-mapped tree was prepared");
-                };
-                let (_, ptr, fd) = target(t);
-                let r = libc::syscall(
-                    libc::SYS_move_mount,
-                    tree,
-                    c"".as_ptr(),
-                    libc::AT_FDCWD,
-                    ptr,
-                    libc::MOVE_MOUNT_F_EMPTY_PATH,
-                );
-                let e = errno();
-                if fd >= 0 {
-                    libc::close(fd);
-                }
-                if r != 0 {
-                    die(
-                        err_w,
-                        RUN_FAILED,
-                        &format!(
-                            "cannot attach the ID-mapped root on {}: {}",
-                            show(t),
-                            strerror(e)
-                        ),
-                    );
-                }
-            }
+        }
+        Op::BindTree { src, target, .. } => bind_tree(tree, src, target, root_fd, err_w),
+        Op::AttachIdmapped { target } => attach_idmapped(p, target, root_fd, err_w),
+        Op::Mkdir { .. } | Op::Mknod { .. } | Op::Symlink { .. } => make_node(op, err_w),
+    }
+}
+
+/// Move the tree the parent cloned from the descriptor it decided on onto its target.
+fn bind_tree(tree: RawFd, src: &super::HostRef, t: &Target, root_fd: RawFd, err_w: RawFd) {
+    let place = Place::resolve(t, root_fd, err_w);
+    // An in-root target is given as its O_PATH fd itself (a /proc/self/fd path would be a
+    // symlink that move_mount does not follow).
+    let (to_dir, to_path, extra) = if place.fd >= 0 {
+        (place.fd, c"".as_ptr(), libc::MOVE_MOUNT_T_EMPTY_PATH)
+    } else {
+        (libc::AT_FDCWD, place.abs, 0)
+    };
+    let r = move_tree(tree, to_dir, to_path, extra);
+    place.close();
+    if let Err(e) = r {
+        die(
+            err_w,
+            RUN_FAILED,
+            &format!(
+                "cannot bind {} on {}: {}",
+                lossy(&src.shown),
+                show(t),
+                strerror(e)
+            ),
+        );
+    }
+}
+
+/// move_mount the detached `tree` onto `to_path` at `to_dir` (`extra`: MOVE_MOUNT_T_*
+/// flags); the errno on failure.
+fn move_tree(
+    tree: RawFd,
+    to_dir: RawFd,
+    to_path: *const libc::c_char,
+    extra: u32,
+) -> Result<(), i32> {
+    // SAFETY: move_mount of a detached tree the child holds onto a descriptor it owns or
+    // an absolute NUL-terminated path of the Program.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree,
+            c"".as_ptr(),
+            to_dir,
+            to_path,
+            (libc::MOVE_MOUNT_F_EMPTY_PATH | extra) as libc::c_uint,
+        )
+    };
+    match r {
+        0 => Ok(()),
+        _ => Err(errno()),
+    }
+}
+
+/// Attach the ID-mapped tree the parent made for --private-users.
+fn attach_idmapped(p: &Program, t: &Target, root_fd: RawFd, err_w: RawFd) {
+    let Some(tree) = p.idmapped else {
+        die(err_w, RUN_FAILED, "no ID-mapped tree was prepared");
+    };
+    let place = Place::resolve(t, root_fd, err_w);
+    let r = move_tree(tree, libc::AT_FDCWD, place.abs, 0);
+    place.close();
+    if let Err(e) = r {
+        die(
+            err_w,
+            RUN_FAILED,
+            &format!(
+                "cannot attach the ID-mapped root on {}: {}",
+                show(t),
+                strerror(e)
+            ),
+        );
+    }
+}
+
+/// A directory, device node or symlink of the sandbox's /dev and friends.
+fn make_node(op: &Op, err_w: RawFd) {
+    // SAFETY: mkdir, mknod, chmod and symlink on NUL-terminated strings of the Program.
+    unsafe {
+        match op {
             Op::Mkdir { path, mode } => {
                 if libc::mkdir(path.as_ptr(), *mode) != 0 && errno() != libc::EEXIST {
-                    let e = errno();
-                    die(
-                        err_w,
-                        RUN_FAILED,
-                        &format!("mkdir {}: {}", lossy(path), strerror(e)),
-                    );
+                    fail!(err_w, "mkdir {}", lossy(path));
                 }
                 libc::chmod(path.as_ptr(), *mode);
             }
             Op::Mknod { path, mode, dev } => {
                 if libc::mknod(path.as_ptr(), *mode, *dev) != 0 {
-                    let e = errno();
-                    die(
-                        err_w,
-                        RUN_FAILED,
-                        &format!("mknod {}: {}", lossy(path), strerror(e)),
-                    );
+                    fail!(err_w, "mknod {}", lossy(path));
                 }
                 // The umask must not narrow 0666.
                 libc::chmod(path.as_ptr(), *mode & 0o7777);
             }
             Op::Symlink { target, path } => {
-                if libc::symlink(target.as_ptr(), path.as_ptr()) != 0 && errno() != libc::EEXIST {
-                    let e = errno();
-                    die(
-                        err_w,
-                        RUN_FAILED,
-                        &format!("symlink {}: {}", lossy(path), strerror(e)),
-                    );
+                let r = libc::symlink(target.as_ptr(), path.as_ptr());
+                if r != 0 && errno() != libc::EEXIST {
+                    fail!(err_w, "symlink {}", lossy(path));
                 }
             }
+            _ => {}
         }
     }
 }

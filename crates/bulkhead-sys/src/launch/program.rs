@@ -159,25 +159,19 @@ pub struct Program {
     pub pty: Option<std::os::fd::RawFd>,
 }
 
+/// A C string for a person.
+fn lossy(c: &CString) -> String {
+    c.to_string_lossy().to_string()
+}
+
+/// An optional C string for a person, `none` when absent.
+fn or_none(c: &Option<CString>) -> String {
+    c.as_ref().map(lossy).unwrap_or_else(|| "none".into())
+}
+
 impl Program {
     /// One line per operation, in order, for `spawn --dry-run`.
     pub fn describe(&self) -> Vec<String> {
-        let s = |c: &CString| c.to_string_lossy().to_string();
-        let o = |c: &Option<CString>| c.as_ref().map(s).unwrap_or_else(|| "none".into());
-        let t = |t: &Target| match t {
-            Target::Abs(p) => s(p),
-            Target::InRoot {
-                display, create, ..
-            } => format!(
-                "{}{display}{}",
-                s(&self.root),
-                match create {
-                    Create::No => "",
-                    Create::Dir => " (created as a directory if missing)",
-                    Create::File => " (created as a file if missing)",
-                }
-            ),
-        };
         let mut out = vec![format!(
             "clone3 flags={} (new {})",
             self.clone_flags,
@@ -190,79 +184,108 @@ impl Program {
         });
         out.push("mount --make-rslave /".into());
         for op in self.root_ops.iter().chain(&self.ops) {
-            out.push(match op {
-                Op::Mount {
-                    src,
-                    target,
-                    fstype,
-                    flags,
-                    data,
-                } => format!(
-                    "mount {} on {} type {} flags {} {}",
-                    o(src),
-                    t(target),
-                    o(fstype),
-                    mount_flags(*flags),
-                    data.as_ref().map(s).unwrap_or_default()
-                ),
-                Op::MountIfExists {
-                    src,
-                    target,
-                    fstype,
-                    flags,
-                    data,
-                } => format!(
-                    "mount {} on {} type {} flags {} {} (if it exists)",
-                    o(src),
-                    s(target),
-                    o(fstype),
-                    mount_flags(*flags),
-                    data.as_ref().map(s).unwrap_or_default()
-                ),
-                Op::BindTree {
-                    src,
-                    target,
-                    read_only,
-                    noatime,
-                    nodev,
-                } => format!(
-                    "bind {} on {}{}{}{}",
-                    s(&src.shown),
-                    t(target),
-                    if *read_only { " read-only" } else { "" },
-                    if *noatime { " noatime" } else { "" },
-                    if *nodev { " nodev nosuid" } else { "" }
-                ),
-                Op::AttachIdmapped { target } => format!(
-                    "attach {} ID-mapped 0-{} -> {}-{} nodev nosuid private on {}",
-                    self.idmap_source
-                        .as_ref()
-                        .map(|h| s(&h.shown))
-                        .unwrap_or_default(),
-                    self.userns.map(|u| u.size - 1).unwrap_or(0),
-                    self.userns.map(|u| u.base).unwrap_or(0),
-                    self.userns.map(|u| u.base + u.size - 1).unwrap_or(0),
-                    t(target)
-                ),
-                Op::Mkdir { path, mode } => format!("mkdir -m {mode:o} {}", s(path)),
-                Op::Mknod { path, mode, dev } => format!(
-                    "mknod {} mode {:o} dev {}:{}",
-                    s(path),
-                    mode,
-                    libc::major(*dev),
-                    libc::minor(*dev)
-                ),
-                Op::Symlink { target, path } => format!("ln -s {} {}", s(target), s(path)),
-            });
+            out.push(self.describe_op(op));
         }
-        out.push(format!("sethostname {}", s(&self.hostname)));
+        out.push(format!("sethostname {}", lossy(&self.hostname)));
         if self.lo_up {
             out.push("ip link set lo up".into());
         }
-        out.push(format!("pivot_root {}", s(&self.root)));
+        out.push(format!("pivot_root {}", lossy(&self.root)));
         if self.init {
             out.push("fork: bulkhead-init stays PID 1, reaps and forwards signals".into());
         }
+        self.describe_exec(&mut out);
+        out
+    }
+
+    /// A mount target: an absolute path, or a path in the root (made if missing).
+    fn describe_target(&self, t: &Target) -> String {
+        match t {
+            Target::Abs(p) => lossy(p),
+            Target::InRoot {
+                display, create, ..
+            } => format!(
+                "{}{display}{}",
+                lossy(&self.root),
+                match create {
+                    Create::No => "",
+                    Create::Dir => " (created as a directory if missing)",
+                    Create::File => " (created as a file if missing)",
+                }
+            ),
+        }
+    }
+
+    fn describe_op(&self, op: &Op) -> String {
+        let t = |t: &Target| self.describe_target(t);
+        match op {
+            Op::Mount {
+                src,
+                target,
+                fstype,
+                flags,
+                data,
+            } => format!(
+                "mount {} on {} type {} flags {} {}",
+                or_none(src),
+                t(target),
+                or_none(fstype),
+                mount_flags(*flags),
+                data.as_ref().map(lossy).unwrap_or_default()
+            ),
+            Op::MountIfExists {
+                src,
+                target,
+                fstype,
+                flags,
+                data,
+            } => format!(
+                "mount {} on {} type {} flags {} {} (if it exists)",
+                or_none(src),
+                lossy(target),
+                or_none(fstype),
+                mount_flags(*flags),
+                data.as_ref().map(lossy).unwrap_or_default()
+            ),
+            Op::BindTree {
+                src,
+                target,
+                read_only,
+                noatime,
+                nodev,
+            } => format!(
+                "bind {} on {}{}{}{}",
+                lossy(&src.shown),
+                t(target),
+                if *read_only { " read-only" } else { "" },
+                if *noatime { " noatime" } else { "" },
+                if *nodev { " nodev nosuid" } else { "" }
+            ),
+            Op::AttachIdmapped { target } => format!(
+                "attach {} ID-mapped 0-{} -> {}-{} nodev nosuid private on {}",
+                self.idmap_source
+                    .as_ref()
+                    .map(|h| lossy(&h.shown))
+                    .unwrap_or_default(),
+                self.userns.map(|u| u.size - 1).unwrap_or(0),
+                self.userns.map(|u| u.base).unwrap_or(0),
+                self.userns.map(|u| u.base + u.size - 1).unwrap_or(0),
+                t(target)
+            ),
+            Op::Mkdir { path, mode } => format!("mkdir -m {mode:o} {}", lossy(path)),
+            Op::Mknod { path, mode, dev } => format!(
+                "mknod {} mode {:o} dev {}:{}",
+                lossy(path),
+                mode,
+                libc::major(*dev),
+                libc::minor(*dev)
+            ),
+            Op::Symlink { target, path } => format!("ln -s {} {}", lossy(target), lossy(path)),
+        }
+    }
+
+    /// From the capabilities to execve.
+    fn describe_exec(&self, out: &mut Vec<String>) {
         out.push(format!(
             "drop capabilities {:?} from the bounding set; clear the inheritable and ambient sets",
             self.drop_caps
@@ -272,24 +295,21 @@ impl Program {
             self.groups,
             self.gid,
             self.uid,
-            s(&self.cwd)
+            lossy(&self.cwd)
         ));
         out.push("close every fd above 2 on exec; PR_SET_NO_NEW_PRIVS".into());
-        if self.filter.is_some() {
-            out.push(format!(
-                "seccomp: deny {}",
-                self.filter
-                    .as_ref()
-                    .map(|f| f.denied.join(" "))
-                    .unwrap_or_default()
-            ));
+        if let Some(f) = &self.filter {
+            out.push(format!("seccomp: deny {}", f.denied.join(" ")));
         }
         out.push(format!(
             "execve {} (tried: {})",
-            self.argv.iter().map(s).collect::<Vec<_>>().join(" "),
-            self.candidates.iter().map(s).collect::<Vec<_>>().join(", ")
+            self.argv.iter().map(lossy).collect::<Vec<_>>().join(" "),
+            self.candidates
+                .iter()
+                .map(lossy)
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
-        out
     }
 }
 

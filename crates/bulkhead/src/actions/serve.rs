@@ -2,12 +2,12 @@
 //! `bulkhead spawn` or `bulkhead run` with the same global options as serve itself.
 
 use super::Context;
-use crate::activate::{self, Log, TargetLauncher};
-use bulkhead_cgroups::{Choice, Chosen};
+use crate::activate::{self, Log};
+pub use crate::activate::{GlobalArgs, How, RunTarget, TargetCommand, TargetLauncher};
+use bulkhead_cgroups::Chosen;
 use bulkhead_plan::socket::{Mode, SocketSpec};
 use bulkhead_plan::Plan;
 use bulkhead_sys::error::{Error, Result};
-use std::ffi::OsString;
 
 /// The plan and the sockets to serve, checked, with how their targets start.
 pub struct Served {
@@ -31,30 +31,23 @@ pub fn prepare(cx: &Context, names: &[String]) -> Result<Served> {
         sockets,
         launcher: TargetLauncher {
             exe,
-            global_args: global_args(cx),
+            globals: global_args(cx),
             scope_for_fds: passes_to_run && matches!(cx.choose(), Ok(Chosen::Systemd(_))),
         },
     })
 }
 
-/// What a target's `bulkhead spawn|run` gets before its subcommand.
-fn global_args(cx: &Context) -> Vec<OsString> {
-    let mut args: Vec<OsString> = Vec::new();
-    if let Some(c) = &cx.config {
+/// What a target's `bulkhead spawn|run` gets besides its own options.
+fn global_args(cx: &Context) -> GlobalArgs {
+    GlobalArgs {
         // Absolute: the target may run with another working directory.
-        let c = std::path::absolute(c).unwrap_or_else(|_| c.clone());
-        args.extend(["--config".into(), c.into()]);
+        config: cx
+            .config
+            .as_ref()
+            .map(|c| std::path::absolute(c).unwrap_or_else(|_| c.clone())),
+        cgroup_root: (!cx.default_root()).then(|| cx.cgroup_root.clone()),
+        backend: cx.backend,
     }
-    if !cx.default_root() {
-        args.extend(["--cgroup-root".into(), cx.cgroup_root.clone().into()]);
-    }
-    let backend = match cx.backend {
-        Choice::Auto => "auto",
-        Choice::Systemd => "systemd",
-        Choice::Cgroupfs => "cgroupfs",
-    };
-    args.extend(["--backend".into(), backend.into()]);
-    args
 }
 
 impl Served {

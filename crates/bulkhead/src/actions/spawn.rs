@@ -12,17 +12,7 @@ use bulkhead_cgroups::Placement;
 use bulkhead_plan::sandbox::{parse_private_users, PrivateUsers};
 use bulkhead_sys::error::{Diagnostic, Error};
 
-/// What the user asked for: the sandbox, with the root, user range and slice as given.
-#[derive(Debug, Clone, Default)]
-pub struct SpawnRequest {
-    /// Everything but `rootfs`, `private_users` and `slice`, which are resolved here.
-    pub spec: SandboxSpec,
-    /// `-D`: a directory, or an image name.
-    pub directory: String,
-    /// `--private-users[=auto|BASE[:SIZE]]`.
-    pub private_users: Option<String>,
-    pub slice: Option<String>,
-}
+pub use crate::sandbox::SpawnRequest;
 
 fn start(e: Error) -> RunError {
     RunError::with_code(EXIT_RUN_FAILED, e)

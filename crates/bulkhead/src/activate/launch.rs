@@ -1,7 +1,10 @@
 //! How a target starts: its `bulkhead spawn` or `bulkhead run` command line, and the child
 //! process with the listening sockets (pass mode) or the connection (per-connection mode).
 
-use bulkhead_plan::socket::SocketSpec;
+use super::command::{GlobalArgs, How, RunTarget, TargetCommand};
+use crate::run::RunSpec;
+use crate::sandbox::{Bind, SandboxSpec, SpawnRequest, TmpfsSizes};
+use bulkhead_plan::socket::{SocketSpec, TargetSpec};
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -11,8 +14,8 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone)]
 pub struct Launcher {
     pub exe: PathBuf,
-    /// e.g. `--cgroup-root /x -c plan.toml`, placed before the subcommand.
-    pub global_args: Vec<OsString>,
+    /// serve's own `--config`, `--cgroup-root` and `--backend`.
+    pub globals: GlobalArgs,
     /// The backend is systemd: a plain target that is passed sockets runs with `run
     /// --scope` (a service cannot be given file descriptors).
     pub scope_for_fds: bool,
@@ -22,99 +25,97 @@ pub struct Launcher {
 const NOTIFY_IN_SANDBOX: &str = "/run/bulkhead/notify";
 
 impl Launcher {
-    /// The target's command line. `listen_fds`: sockets passed as fds 3.. (pass mode).
-    pub fn command(
+    /// The target's command line as a value: `spawn` for a target with a root, else `run`.
+    /// `listen_fds`: sockets passed as fds 3.. (pass mode).
+    pub fn target(
         &self,
         spec: &SocketSpec,
         listen_fds: u32,
         notify_dir: Option<&Path>,
         extra_env: &[(String, String)],
-    ) -> Vec<OsString> {
+    ) -> TargetCommand {
         let t = &spec.target;
-        let mut a: Vec<OsString> = vec![self.exe.clone().into()];
-        a.extend(self.global_args.iter().cloned());
         let mut env = t.environment.clone();
         env.extend(extra_env.iter().cloned());
-        if let Some(root) = &t.rootfs {
-            a.extend([
-                "spawn".into(),
-                "-D".into(),
-                root.into(),
-                "--ephemeral".into(),
-            ]);
-            if let Some(s) = &t.snapshot {
-                a.extend(["--snapshot".into(), s.into()]);
-            }
-            if let Some(u) = &t.private_users {
-                a.push(format!("--private-users={u}").into());
-            }
-            if let Some(n) = &t.network {
-                a.extend(["--net".into(), n.into()]);
-            }
-            for b in &t.bind {
-                a.extend(["--bind".into(), b.into()]);
-            }
-            for (flag, size) in [
-                ("--tmp-size", t.tmp_size),
-                ("--shm-size", t.shm_size),
-                ("--overlay-size", t.overlay_size),
-            ] {
-                if let Some(n) = size {
-                    a.extend([flag.into(), n.to_string().into()]);
-                }
-            }
-            if let Some(u) = &t.user {
-                a.extend(["--uid".into(), u.into()]);
-            }
-            a.push("--stop-timeout".into());
-            a.push(format!("{}ms", spec.stop_timeout.as_millis()).into());
-            if let Some(d) = notify_dir {
-                let mut b = d.as_os_str().to_os_string();
-                b.push(":");
-                b.push(NOTIFY_IN_SANDBOX);
-                // Read-only: the sandbox can send to the socket, not change the host's /run.
-                b.push(":ro");
-                a.extend(["--bind".into(), b]);
-                env.push((
-                    "NOTIFY_SOCKET".into(),
-                    format!("{NOTIFY_IN_SANDBOX}/notify"),
-                ));
-            }
-        } else {
-            a.push("run".into());
-            if listen_fds > 0 && self.scope_for_fds {
-                a.push("--scope".into());
-            }
-            if let Some(u) = &t.user {
-                a.extend(["--uid".into(), u.into()]);
-            }
-            if let Some(d) = notify_dir {
-                env.push((
-                    "NOTIFY_SOCKET".into(),
-                    d.join("notify").display().to_string(),
-                ));
-            }
-        }
-        if let Some(s) = &t.slice {
-            a.extend(["--slice".into(), s.to_string().into()]);
-        }
-        if let Some(g) = &t.group {
-            a.extend(["--gid".into(), g.into()]);
-        }
-        if let Some(c) = &t.working_directory {
-            a.extend(["--cwd".into(), c.into()]);
+        if let Some(d) = notify_dir {
+            let socket = match t.rootfs {
+                Some(_) => format!("{NOTIFY_IN_SANDBOX}/notify"),
+                None => d.join("notify").display().to_string(),
+            };
+            env.push(("NOTIFY_SOCKET".into(), socket));
         }
         if listen_fds > 0 {
-            a.extend(["--listen-fds".into(), listen_fds.to_string().into()]);
             let names = vec![spec.name.as_str(); listen_fds as usize].join(":");
             env.push(("LISTEN_FDNAMES".into(), names));
         }
-        for (k, v) in env {
-            a.extend(["--env".into(), format!("{k}={v}").into()]);
+        let argv = t.command.iter().map(OsString::from).collect();
+        let how = match &t.rootfs {
+            Some(root) => {
+                let mut r = spawn_request(t, root, spec.stop_timeout);
+                if let Some(d) = notify_dir {
+                    // Read-only: the sandbox can send to the socket, not change the host's /run.
+                    r.spec.binds.push(Bind {
+                        src: d.to_path_buf(),
+                        dst: NOTIFY_IN_SANDBOX.into(),
+                        read_only: true,
+                    });
+                }
+                r.spec.listen_fds = listen_fds;
+                r.spec.env = env;
+                r.spec.argv = argv;
+                How::Spawn(r)
+            }
+            None => How::Run(RunTarget {
+                spec: RunSpec {
+                    uid: t.user.clone(),
+                    gid: t.group.clone(),
+                    cwd: t.working_directory.clone(),
+                    env,
+                    listen_fds,
+                    argv,
+                    ..Default::default()
+                },
+                slice: t.slice.as_ref().map(|s| s.to_string()),
+                scope: listen_fds > 0 && self.scope_for_fds,
+            }),
+        };
+        TargetCommand {
+            exe: self.exe.clone(),
+            globals: self.globals.clone(),
+            how,
         }
-        a.push("--".into());
-        a.extend(t.command.iter().map(OsString::from));
-        a
+    }
+}
+
+/// A sandboxed target's `spawn`: an ephemeral copy of `root`, as the plan describes it.
+/// The plan checked the network, snapshot and bind spellings when it was read.
+fn spawn_request(t: &TargetSpec, root: &str, stop_timeout: std::time::Duration) -> SpawnRequest {
+    let d = TmpfsSizes::DEFAULT;
+    SpawnRequest {
+        spec: SandboxSpec {
+            ephemeral: true,
+            snapshot: t.snapshot.as_deref().and_then(|s| s.parse().ok()),
+            net: t
+                .network
+                .as_deref()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_default(),
+            binds: t.bind.iter().filter_map(|b| b.parse().ok()).collect(),
+            sizes: TmpfsSizes {
+                tmp: t.tmp_size.unwrap_or(d.tmp),
+                shm: t.shm_size.unwrap_or(d.shm),
+                overlay: t.overlay_size.unwrap_or(d.overlay),
+            },
+            uid: t.user.clone(),
+            gid: t.group.clone(),
+            cwd: t.working_directory.clone(),
+            seccomp: true,
+            stop_timeout: Some(stop_timeout),
+            ..Default::default()
+        },
+        directory: root.to_string(),
+        private_users: t.private_users.clone(),
+        slice: t.slice.as_ref().map(|s| s.to_string()),
     }
 }
 
@@ -167,10 +168,11 @@ mod tests {
         let argv = |scope_for_fds: bool, fds: u32| {
             let l = Launcher {
                 exe: "/usr/bin/bulkhead".into(),
-                global_args: Vec::new(),
+                globals: GlobalArgs::default(),
                 scope_for_fds,
             };
-            l.command(spec, fds, None, &[])
+            l.target(spec, fds, None, &[])
+                .argv()
                 .iter()
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect::<Vec<_>>()
@@ -194,11 +196,12 @@ mod tests {
         .unwrap();
         let l = Launcher {
             exe: "/usr/bin/bulkhead".into(),
-            global_args: Vec::new(),
+            globals: GlobalArgs::default(),
             scope_for_fds: false,
         };
         let argv: Vec<String> = l
-            .command(&plan.sockets["p"], 0, None, &[])
+            .target(&plan.sockets["p"], 0, None, &[])
+            .argv()
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect();

@@ -8,6 +8,7 @@
 //! current-thread tokio runtime with a loop per listener ([`stream`], [`udp`], [`pass`]) and
 //! a [`target::Activator`] per socket.
 
+pub mod command;
 pub mod dial;
 pub mod fds;
 pub mod flows;
@@ -38,6 +39,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use target::Activator;
 
+pub use command::{GlobalArgs, How, RunTarget, TargetCommand};
 pub use launch::Launcher as TargetLauncher;
 
 /// Log lines on stderr, with the wall-clock time (UTC) like a journal.
@@ -208,7 +210,7 @@ pub fn describe(specs: &[SocketSpec], launcher: &Launcher) -> Vec<String> {
             0
         };
         let notify = (s.ready == bulkhead_plan::socket::Ready::Notify).then(|| notify_dir(&s.name));
-        let argv = launcher.command(s, fds, notify.as_deref(), &[]);
+        let argv = launcher.target(s, fds, notify.as_deref(), &[]).argv();
         out.push(format!(
             "  on the first connection: {}",
             argv.iter()

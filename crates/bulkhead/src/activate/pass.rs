@@ -44,7 +44,10 @@ pub async fn pass_loop(act: Arc<Activator>, fds: Vec<OwnedFd>) {
                 _ = act.stopped() => return,
             }
         }
-        let argv = act.launcher.command(&act.spec, fds.len() as u32, None, &[]);
+        let argv = act
+            .launcher
+            .target(&act.spec, fds.len() as u32, None, &[])
+            .argv();
         let t0 = Instant::now();
         let mut child = match launch::start_process(
             &argv,
@@ -80,42 +83,52 @@ pub async fn pass_loop(act: Arc<Activator>, fds: Vec<OwnedFd>) {
                 return;
             }
         };
-        let ran = t0.elapsed();
+        after_exit(&act, st, t0.elapsed(), &fds, &mut failures).await;
+    }
+}
+
+/// The target exited after `ran`: idle again, or (it died at once) a back-off first.
+async fn after_exit(
+    act: &Activator,
+    st: std::io::Result<std::process::ExitStatus>,
+    ran: Duration,
+    fds: &[OwnedFd],
+    failures: &mut u32,
+) {
+    {
+        let mut g = act.inner.lock().unwrap();
+        g.state = target::State::Idle;
+        g.pid = None;
+    }
+    act.changed.send_modify(|v| *v += 1);
+    let st_text = st
+        .as_ref()
+        .map(|s| target::status_text(*s))
+        .unwrap_or_else(|e| e.to_string());
+    let ok = st.as_ref().is_ok_and(|s| s.success());
+    // A target that dies at once while clients wait would be restarted in a tight loop:
+    // back off as systemd's start limit does.
+    if ran < Duration::from_secs(1) && (!ok || any_readable(fds)) {
+        *failures += 1;
+        let wait = Duration::from_millis(100 << (*failures).min(8)).min(Duration::from_secs(30));
         {
             let mut g = act.inner.lock().unwrap();
-            g.state = target::State::Idle;
-            g.pid = None;
+            g.failed_starts += 1;
+            g.last_error = Some(format!("exited after {} ms ({st_text})", ran.as_millis()));
         }
-        act.changed.send_modify(|v| *v += 1);
-        let st_text = st
-            .as_ref()
-            .map(|s| target::status_text(*s))
-            .unwrap_or_else(|e| e.to_string());
-        let ok = st.as_ref().is_ok_and(|s| s.success());
-        // A target that dies at once while clients wait would be restarted in a tight loop:
-        // back off as systemd's start limit does.
-        if ran < Duration::from_secs(1) && (!ok || any_readable(&fds)) {
-            failures += 1;
-            let wait = Duration::from_millis(100 << failures.min(8)).min(Duration::from_secs(30));
-            {
-                let mut g = act.inner.lock().unwrap();
-                g.failed_starts += 1;
-                g.last_error = Some(format!("exited after {} ms ({st_text})", ran.as_millis()));
-            }
-            act.log.line(&format!(
-                "[{}] the target exited after {} ms ({st_text}); next start in {}",
-                act.spec.name,
-                ran.as_millis(),
-                target::show(wait)
-            ));
-            tokio::time::sleep(wait).await;
-        } else {
-            failures = 0;
-            act.log.line(&format!(
-                "[{}] the target exited ({st_text})",
-                act.spec.name
-            ));
-        }
+        act.log.line(&format!(
+            "[{}] the target exited after {} ms ({st_text}); next start in {}",
+            act.spec.name,
+            ran.as_millis(),
+            target::show(wait)
+        ));
+        tokio::time::sleep(wait).await;
+    } else {
+        *failures = 0;
+        act.log.line(&format!(
+            "[{}] the target exited ({st_text})",
+            act.spec.name
+        ));
     }
 }
 

@@ -16,6 +16,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+/// How waiting for a started target to be ready ended.
+enum Waited {
+    Ready(Option<Dialer>),
+    Exited(std::process::ExitStatus),
+    TimedOut,
+    /// The sandbox's network namespace could not be reached.
+    Unreachable(String),
+}
+
 /// The state the socket shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -256,7 +265,7 @@ impl Activator {
             Err(e) => return self.fail(gen, None, format!("cannot make the notify socket: {e}")),
         };
         let notify_dir = notify.as_ref().and(self.notify_dir.as_deref());
-        let argv = self.launcher.command(&self.spec, 0, notify_dir, &[]);
+        let argv = self.launcher.target(&self.spec, 0, notify_dir, &[]).argv();
         let mut child = match start_process(&argv, &[], None) {
             Ok(c) => c,
             Err(e) => {
@@ -278,30 +287,56 @@ impl Activator {
             self.spec.target.command.join(" ")
         ));
         let deadline = t0 + self.spec.start_timeout;
-        let mut exited = None;
+        let dialer = match self
+            .wait_ready(&mut child, pid, notify.as_ref(), deadline)
+            .await
+        {
+            Waited::Ready(d) => d,
+            Waited::Unreachable(e) => {
+                let _ = kill(pid, libc::SIGKILL);
+                return self.fail(gen, Some(child), format!("cannot reach the sandbox: {e}"));
+            }
+            Waited::Exited(st) => {
+                let why = format!(
+                    "the target exited ({}) before it was ready",
+                    status_text(st)
+                );
+                return self.fail(gen, None, why);
+            }
+            Waited::TimedOut => {
+                let why = self.not_ready_within();
+                return self.fail(gen, Some(child), why);
+            }
+        };
+        self.mark_ready(dialer, t0.elapsed());
+        self.watch_exit(child).await;
+        // The notify socket lives as long as the target (later messages are not refused).
+        drop(notify);
+    }
+
+    /// Wait until the target is ready (its backend accepts, or it sent READY=1), exits,
+    /// or `deadline` passes.
+    async fn wait_ready(
+        &self,
+        child: &mut tokio::process::Child,
+        pid: u32,
+        notify: Option<&NotifySocket>,
+        deadline: Instant,
+    ) -> Waited {
         let mut dialer: Option<Dialer> = None;
         let mut pause = Duration::from_micros(250);
-        let mut ready = false;
         let mut notify_buf = [0u8; 4096];
         loop {
             if let Ok(Some(st)) = child.try_wait() {
-                exited = Some(st);
-                break;
+                return Waited::Exited(st);
             }
             if Instant::now() >= deadline {
-                break;
+                return Waited::TimedOut;
             }
             if dialer.is_none() {
                 match dialer_for(&self.spec, pid) {
                     Ok(d) => dialer = d,
-                    Err(e) => {
-                        let _ = kill(pid, libc::SIGKILL);
-                        return self.fail(
-                            gen,
-                            Some(child),
-                            format!("cannot reach the sandbox: {e}"),
-                        );
-                    }
+                    Err(e) => return Waited::Unreachable(e.to_string()),
                 }
             }
             match self.spec.ready {
@@ -309,28 +344,23 @@ impl Activator {
                     (Some(d), Some(b)) => {
                         let probe = tokio::time::timeout(self.spec.connect_timeout, d.dial(b));
                         if matches!(probe.await, Ok(Ok(_))) {
-                            ready = true;
-                            break;
+                            return Waited::Ready(dialer);
                         }
                     }
                     // Nothing to connect to: started is ready.
-                    (_, None) => {
-                        ready = true;
-                        break;
-                    }
+                    (_, None) => return Waited::Ready(dialer),
                     // The sandbox's PID 1 is not there yet.
                     (None, Some(_)) => {}
                 },
                 Ready::Notify => {
-                    if let Some(sock) = &notify {
+                    if let Some(sock) = notify {
                         let got = tokio::time::timeout(pause, sock.recv(&mut notify_buf)).await;
                         if let Ok(Ok((n, sender))) = got {
                             if self.notify_says_ready(&notify_buf[..n], sender, pid) {
                                 if dialer.is_none() {
                                     dialer = dialer_for(&self.spec, pid).ok().flatten();
                                 }
-                                ready = true;
-                                break;
+                                return Waited::Ready(dialer);
                             }
                         }
                         pause = (pause * 2).min(Duration::from_millis(10));
@@ -341,25 +371,22 @@ impl Activator {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(10));
         }
-        if !ready {
-            let why = match exited {
-                Some(st) => format!(
-                    "the target exited ({}) before it was ready",
-                    status_text(st)
-                ),
-                None => format!(
-                    "the target was not ready within start_timeout ({}){}",
-                    show(self.spec.start_timeout),
-                    match (&self.spec.ready, &self.spec.backend) {
-                        (Ready::Connect, Some(b)) => format!(": nothing accepted on {b}"),
-                        (Ready::Notify, _) => ": it never sent READY=1".into(),
-                        _ => String::new(),
-                    }
-                ),
-            };
-            return self.fail(gen, if exited.is_some() { None } else { Some(child) }, why);
-        }
-        let took = t0.elapsed();
+    }
+
+    /// Why a target that is still running is not ready after start_timeout.
+    fn not_ready_within(&self) -> String {
+        format!(
+            "the target was not ready within start_timeout ({}){}",
+            show(self.spec.start_timeout),
+            match (&self.spec.ready, &self.spec.backend) {
+                (Ready::Connect, Some(b)) => format!(": nothing accepted on {b}"),
+                (Ready::Notify, _) => ": it never sent READY=1".into(),
+                _ => String::new(),
+            }
+        )
+    }
+
+    fn mark_ready(self: &Arc<Self>, dialer: Option<Dialer>, took: Duration) {
         {
             let mut g = self.inner.lock().unwrap();
             g.state = State::Ready;
@@ -377,7 +404,10 @@ impl Activator {
             self.spec.name,
             took.as_secs_f64() * 1e3
         ));
-        // Watch for its exit.
+    }
+
+    /// Wait for the ready target's exit, and say how it ended.
+    async fn watch_exit(self: &Arc<Self>, mut child: tokio::process::Child) {
         let st = child.wait().await;
         let mut g = self.inner.lock().unwrap();
         let was = g.state;

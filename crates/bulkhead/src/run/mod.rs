@@ -27,7 +27,7 @@ pub use bulkhead_sys::exit::{
     RUN_FAILED as EXIT_RUN_FAILED,
 };
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunSpec {
     pub slice: Option<SliceName>,
     pub uid: Option<String>,

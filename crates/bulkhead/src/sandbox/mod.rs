@@ -19,6 +19,7 @@
 
 #![deny(clippy::disallowed_methods)]
 
+mod request;
 pub mod seccomp;
 pub mod setup;
 mod terminal;
@@ -35,11 +36,13 @@ use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub use request::SpawnRequest;
+
 /// The exit code when `--timeout` killed the sandbox (coreutils timeout(1)'s convention).
 pub use bulkhead_sys::exit::TIMEOUT as EXIT_TIMEOUT;
 
 /// What the user asked for (`bulkhead spawn`).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SandboxSpec {
     pub rootfs: PathBuf,
     /// A writable throw-away copy of the root, discarded on exit.
@@ -148,7 +151,42 @@ fn validate(spec: &SandboxSpec) -> Result<Opened, RunError> {
             "write the command after --, e.g. bulkhead spawn -D /var/lib/machines/debian -- /bin/sh",
         ));
     }
-    let rootfs = &spec.rootfs;
+    let root = open_root(&spec.rootfs)?;
+    let root_path = root.real_path();
+    if spec.ephemeral && spec.writable {
+        return Err(invalid(
+            "--ephemeral and --writable do not go together",
+            "--ephemeral already gives a writable throw-away copy",
+        ));
+    }
+    if spec.snapshot.is_some() && !spec.ephemeral {
+        return Err(invalid(
+            "--snapshot needs --ephemeral",
+            "add --ephemeral, or leave --snapshot out",
+        ));
+    }
+    let binds = open_binds(spec)?;
+    for t in &spec.tmpfs {
+        check_inside(t, "--tmpfs")?;
+    }
+    if let Some(cwd) = &spec.cwd {
+        check_inside(cwd, "--cwd")?;
+    }
+    if let Some(h) = &spec.hostname {
+        check_hostname(h)?;
+    }
+    if !spec.ephemeral {
+        check_mount_points(&root, &root_path)?;
+    }
+    Ok(Opened {
+        root,
+        root_path,
+        binds,
+    })
+}
+
+/// ROOTFS, opened once: a directory, and not the host's own root.
+fn open_root(rootfs: &Path) -> Result<HostPath, RunError> {
     let root = HostPath::open(rootfs).map_err(|e| {
         host_path_error(
             "-D",
@@ -173,19 +211,11 @@ fn validate(spec: &SandboxSpec) -> Result<Opened, RunError> {
             "give a separate root file system, e.g. one made by debootstrap",
         ));
     }
-    let root_path = root.real_path();
-    if spec.ephemeral && spec.writable {
-        return Err(invalid(
-            "--ephemeral and --writable do not go together",
-            "--ephemeral already gives a writable throw-away copy",
-        ));
-    }
-    if spec.snapshot.is_some() && !spec.ephemeral {
-        return Err(invalid(
-            "--snapshot needs --ephemeral",
-            "add --ephemeral, or leave --snapshot out",
-        ));
-    }
+    Ok(root)
+}
+
+/// The `--bind` sources, opened once; the targets checked to stay inside.
+fn open_binds(spec: &SandboxSpec) -> Result<Vec<HostPath>, RunError> {
     let mut binds = Vec::with_capacity(spec.binds.len());
     for b in &spec.binds {
         if !b.src.is_absolute() {
@@ -207,49 +237,43 @@ fn validate(spec: &SandboxSpec) -> Result<Opened, RunError> {
         })?);
         check_inside(&b.dst, "--bind")?;
     }
-    for t in &spec.tmpfs {
-        check_inside(t, "--tmpfs")?;
+    Ok(binds)
+}
+
+fn check_hostname(h: &str) -> Result<(), RunError> {
+    if h.is_empty()
+        || h.len() > 64
+        || !h
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+    {
+        return Err(invalid(
+            format!("--hostname '{h}' is not a valid host name"),
+            "use letters, digits, '-' and '.', at most 64 characters",
+        ));
     }
-    if let Some(cwd) = &spec.cwd {
-        check_inside(cwd, "--cwd")?;
-    }
-    if let Some(h) = &spec.hostname {
-        if h.is_empty()
-            || h.len() > 64
-            || !h
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
-        {
+    Ok(())
+}
+
+/// A root used as it is (read-only, or the user's own writable one): its mount points must
+/// exist, bulkhead never creates directories in the user's tree.
+fn check_mount_points(root: &HostPath, root_path: &Path) -> Result<(), RunError> {
+    for d in ["proc", "dev", "sys", "tmp"] {
+        if !root.has_dir(d) {
+            let p = root_path.join(d);
             return Err(invalid(
-                format!("--hostname '{h}' is not a valid host name"),
-                "use letters, digits, '-' and '.', at most 64 characters",
+                format!(
+                    "{}: missing (or not a directory); the sandbox mounts /{d} there",
+                    p.display()
+                ),
+                &format!(
+                    "create it (mkdir {}), or use --ephemeral, which works on a copy",
+                    p.display()
+                ),
             ));
         }
     }
-    if !spec.ephemeral {
-        // A read-only (or the user's own writable) root is used as it is: its mount points
-        // must exist, bulkhead never creates directories in the user's tree.
-        for d in ["proc", "dev", "sys", "tmp"] {
-            if !root.has_dir(d) {
-                let p = root_path.join(d);
-                return Err(invalid(
-                    format!(
-                        "{}: missing (or not a directory); the sandbox mounts /{d} there",
-                        p.display()
-                    ),
-                    &format!(
-                        "create it (mkdir {}), or use --ephemeral, which works on a copy",
-                        p.display()
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(Opened {
-        root,
-        root_path,
-        binds,
-    })
+    Ok(())
 }
 
 /// A path inside the sandbox must be absolute and may not climb out with `..`.
@@ -331,26 +355,7 @@ pub fn spawn(
         }
         _ => None,
     };
-    if let Some(slice) = &spec.slice {
-        let Some(backend) = backend else {
-            return Err(failed(Error::failed(format!(
-                "no cgroup backend to join the slice {slice} with"
-            ))));
-        };
-        // With systemd: the scope bulkhead-spawn-PID.scope, delegated (the sandbox is the
-        // root of its own cgroup namespace), as systemd-nspawn's scopes are.
-        let what = format!(
-            "{} ({})",
-            opened.root_path.display(),
-            spec.argv
-                .first()
-                .map(|a| a.to_string_lossy())
-                .unwrap_or_default()
-        );
-        backend
-            .join(slice, &Joiner::spawn(&what))
-            .map_err(RunError::place)?;
-    }
+    join_slice(backend, spec, &opened)?;
     let relay = if spec.pty {
         let r = terminal::Relay::start().map_err(failed)?;
         program.pty = Some(r.terminal());
@@ -378,6 +383,36 @@ pub fn spawn(
         elapsed: start.elapsed(),
         snapshot_time,
     })
+}
+
+/// Join the sandbox's slice, if it has one. With systemd: the scope
+/// bulkhead-spawn-PID.scope, delegated (the sandbox is the root of its own cgroup
+/// namespace), as systemd-nspawn's scopes are.
+fn join_slice(
+    backend: Option<&dyn Placement>,
+    spec: &SandboxSpec,
+    opened: &Opened,
+) -> Result<(), RunError> {
+    let Some(slice) = &spec.slice else {
+        return Ok(());
+    };
+    let Some(backend) = backend else {
+        return Err(failed(Error::failed(format!(
+            "no cgroup backend to join the slice {slice} with"
+        ))));
+    };
+    let what = format!(
+        "{} ({})",
+        opened.root_path.display(),
+        spec.argv
+            .first()
+            .map(|a| a.to_string_lossy())
+            .unwrap_or_default()
+    );
+    backend
+        .join(slice, &Joiner::spawn(&what))
+        .map_err(RunError::place)?;
+    Ok(())
 }
 
 /// What `spawn --dry-run` prints: every operation the sandbox's start performs.

@@ -42,6 +42,14 @@ impl Mapper<'_> {
     }
 
     pub(super) fn memory_v1(&mut self) {
+        self.memory_v1_missing();
+        let max = self.slice.memory_max.unwrap_or(Limit::Infinity);
+        self.memory_v1_limits(max);
+        self.memory_v1_swappiness(max);
+    }
+
+    /// MemoryMin, MemoryLow and MemoryHigh have no v1 files.
+    fn memory_v1_missing(&mut self) {
         let s = self.slice;
         for (val, key) in [
             (s.memory_min, "MemoryMin"),
@@ -57,7 +65,11 @@ impl Mapper<'_> {
                 );
             }
         }
-        let max = s.memory_max.unwrap_or(Limit::Infinity);
+    }
+
+    /// memory.limit_in_bytes, and memory.memsw.limit_in_bytes when swap is accounted.
+    fn memory_v1_limits(&mut self, max: Limit) {
+        let s = self.slice;
         let max_why = s.memory_max.map_or("MemoryMax (default)".into(), |l| {
             format!("MemoryMax={}", l.v2())
         });
@@ -98,6 +110,12 @@ impl Mapper<'_> {
                 s.memory_max.is_none(),
             ));
         }
+    }
+
+    /// memory.swappiness: MemorySwapMax=0 without a memory+swap limit, else the default.
+    fn memory_v1_swappiness(&mut self, max: Limit) {
+        let s = self.slice;
+        let swap = s.memory_swap_max;
         match (swap, max, self.caps.memsw) {
             (None, _, _) => {
                 self.wants.push(v(
