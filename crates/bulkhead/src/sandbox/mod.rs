@@ -35,9 +35,6 @@ use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The exit code when `--timeout` killed the sandbox (coreutils timeout(1)'s convention).
-pub use bulkhead_sys::exit::TIMEOUT as EXIT_TIMEOUT;
-
 /// What the user asked for (`bulkhead spawn`).
 #[derive(Debug, Clone, Default)]
 pub struct SandboxSpec {
@@ -83,7 +80,7 @@ pub struct SandboxSpec {
 /// What happened: the exit code to give, and how the root was made.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    /// The command's exit code, 128+N for a signal, [`EXIT_TIMEOUT`] on timeout.
+    /// The command's exit code, 128+N for a signal, [`bulkhead_sys::exit::TIMEOUT`] on timeout.
     pub code: i32,
     pub timed_out: bool,
     /// How the ephemeral root was made, and why.
