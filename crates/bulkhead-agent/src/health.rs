@@ -1,8 +1,8 @@
 //! `--health-listen`: GET /healthz (the agent runs) and /readyz (its first pass is done), with
-//! the exporter's limits (bulkhead::exposition::http::Limits): a bounded request head, a
+//! the exporter's limits (bulkhead::actions::metrics::Limits): a bounded request head, a
 //! deadline per connection, a few connections at a time, one request per connection.
 
-use bulkhead::exposition::http::Limits;
+use bulkhead::actions::metrics::Limits;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

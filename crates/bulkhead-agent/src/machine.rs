@@ -4,10 +4,10 @@
 
 use crate::crd::SliceFigures;
 use crate::kubelet::{self, KubeletConfig, NodeFacts, PlanFacts};
-use bulkhead::actions::{apply, destroy, Context};
-use bulkhead::cgroup::{Choice, Placement};
+use bulkhead::actions::{apply, destroy, host, hugepages, status, Context};
 use bulkhead::error::{Error, Severity};
 use bulkhead::plan::SliceName;
+use bulkhead::Choice;
 use std::path::PathBuf;
 
 /// Where and how this node's slices are made.
@@ -70,11 +70,8 @@ impl Machine {
             .map(|d| d.to_string())
             .collect();
         let missing = plan
-            .resolved
-            .slices
+            .missing_slices()
             .iter()
-            .map(|s| s.name().clone())
-            .filter(|n| !plan.chosen.slice_exists(n))
             .map(|n| n.to_string())
             .collect();
         Ok(Pending {
@@ -136,11 +133,7 @@ impl Machine {
         let nf = NodeFacts::from_node(node);
         let pf = PlanFacts::from_plan(&p.plan.resolved.plan, &self.cgroup_root, nf.memory);
         // The reserved cgroups need memory and cpu: look in the memory hierarchy.
-        let mount = bulkhead::cgroup::Layout::detect().ok().and_then(|l| {
-            l.hierarchy("memory")
-                .or_else(|| l.primary())
-                .map(|h| h.mount.clone())
-        });
+        let mount = host::controller_mount("memory");
         let exists = |path: &str| {
             mount
                 .as_deref()
@@ -153,36 +146,22 @@ impl Machine {
     /// hugetlbfs mounts), from the record they kept (`BULKHEAD_HUGEPAGES_STATE`, which the
     /// agent points into its state directory). Nothing recorded: nothing to do.
     pub fn reset_hugepages(&self) -> Result<(), String> {
-        use bulkhead::hugepages::{ops, state, Paths};
-        let path = state::default_path();
-        let saved = state::Saved::load(&path).map_err(|e| error_text(&e))?;
-        if saved.is_empty() {
-            return Ok(());
-        }
-        let paths = Paths::default();
-        let plan = ops::plan_reset(&saved, &paths);
-        ops::reset(&plan, &paths, &path)
-            .map(|_| ())
-            .map_err(|e| error_text(&e))
+        hugepages::reset().map(|_| ()).map_err(|e| error_text(&e))
     }
 
     /// CPU time, memory and processes of these slices, as `bulkhead status` reads them.
     pub fn figures(&self, slices: &[String]) -> Vec<SliceFigures> {
-        let Ok(chosen) = self.context(None).choose() else {
-            return vec![];
-        };
-        slices
+        let names: Vec<SliceName> = slices
             .iter()
             .filter_map(|s| SliceName::parse(s).ok())
-            .filter(|n| chosen.slice_exists(n))
-            .map(|n| {
-                let st = bulkhead::metrics::read_slice(chosen.reader(), &n);
-                SliceFigures {
-                    name: n.to_string(),
-                    cpu_usage_seconds: st.cpu_usage_us.map(|us| us as f64 / 1e6),
-                    memory_current_bytes: st.memory_current,
-                    processes: Some(st.processes as u64),
-                }
+            .collect();
+        status::slices_now(&self.context(None), &names)
+            .into_iter()
+            .map(|st| SliceFigures {
+                name: st.name,
+                cpu_usage_seconds: st.cpu_usage_us.map(|us| us as f64 / 1e6),
+                memory_current_bytes: st.memory_current,
+                processes: Some(st.processes as u64),
             })
             .collect()
     }

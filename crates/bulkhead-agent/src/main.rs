@@ -1,6 +1,6 @@
 //! bulkhead-agent: `crd` prints the CRDs (BulkheadPlan, BulkheadNode); `run` is the node agent.
 
-use bulkhead::cgroup::Choice;
+use bulkhead::Choice;
 use bulkhead_agent::machine::Machine;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -132,7 +132,7 @@ enum Cmd {
     },
 }
 
-use bulkhead::hugepages::state::STATE_ENV as HUGEPAGES_STATE_ENV;
+use bulkhead::actions::hugepages::STATE_ENV as HUGEPAGES_STATE_ENV;
 
 fn write_crds(dir: &std::path::Path) -> i32 {
     for (name, text) in bulkhead_agent::crd::crd_files() {

@@ -172,6 +172,15 @@ impl Chosen {
         }
     }
 
+    /// Whether the guard can give a slice idle scheduling (the throttle's `idle`), as each
+    /// backend says.
+    pub fn can_idle(&self) -> bool {
+        match self {
+            Chosen::Systemd(s) => s.can_idle(),
+            Chosen::Cgroupfs(c) => c.can_idle(),
+        }
+    }
+
     /// Carry out throttle operations in order, each by its own backend.
     pub fn execute_throttle(&self, ops: &[ChosenOp]) -> Result<Outcome> {
         let mut out = Outcome::default();

@@ -1,6 +1,6 @@
 //! Text output for people: the resolved plan as TOML, and the status table.
 
-use bulkhead::metrics::{Pressure, Status};
+use bulkhead::actions::status::{Pressure, SocketStatus, Status};
 use bulkhead::plan::ResolvedPlan;
 use bulkhead::units::human_bytes;
 use std::fmt::Write as _;
@@ -211,7 +211,7 @@ pub fn status_table(st: &Status) -> String {
 }
 
 /// The sockets `bulkhead serve` runs, for `status`.
-pub fn sockets_table(socks: &[bulkhead::activate::state::SocketStatus]) -> String {
+pub fn sockets_table(socks: &[SocketStatus]) -> String {
     let mut out = String::from("\n");
     let _ = writeln!(
         out,

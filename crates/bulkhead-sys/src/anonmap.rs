@@ -135,12 +135,12 @@ impl AnonMap {
     /// The mapping as 64-bit words (its whole words; a mapping is page-aligned).
     pub fn words(&self) -> &[u64] {
         // SAFETY: page-aligned memory of at least `len / 8` words, alive as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<u64>(), self.len / 8) }
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u64>().as_ptr(), self.len / 8) }
     }
 
     pub fn words_mut(&mut self) -> &mut [u64] {
         // SAFETY: as in `words`, and `&mut self` makes this the only reference.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<u64>(), self.len / 8) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.cast::<u64>().as_ptr(), self.len / 8) }
     }
 }
 

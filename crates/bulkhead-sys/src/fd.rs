@@ -64,6 +64,22 @@ pub fn is_open(fd: i32) -> bool {
     fd >= 0 && unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0
 }
 
+/// One read(2): the bytes read (0: the end). EINTR and EAGAIN come back as errors of kind
+/// `Interrupted` and `WouldBlock`.
+pub fn read_once(fd: impl AsFd, buf: &mut [u8]) -> std::io::Result<usize> {
+    rustix::io::read(fd, buf).map_err(Into::into)
+}
+
+/// One write(2) (EAGAIN on a full non-blocking pipe: `WouldBlock`).
+pub fn write_once(fd: impl AsFd, buf: &[u8]) -> std::io::Result<usize> {
+    rustix::io::write(fd, buf).map_err(Into::into)
+}
+
+/// Make reads and writes of `fd` return `WouldBlock` instead of waiting (O_NONBLOCK).
+pub fn set_nonblocking(fd: impl AsFd) -> std::io::Result<()> {
+    rustix::fs::fcntl_setfl(fd, rustix::fs::OFlags::NONBLOCK).map_err(Into::into)
+}
+
 /// A pipe whose ends close on exec: (read, write).
 pub fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(Into::into)

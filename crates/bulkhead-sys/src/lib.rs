@@ -35,6 +35,7 @@ pub mod tree;
 pub mod trusted;
 pub mod units;
 pub mod usage;
+pub mod users;
 pub mod xattr;
 
 pub use error::{Diagnostic, Error, Result, Severity};

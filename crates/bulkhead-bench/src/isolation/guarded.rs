@@ -3,7 +3,7 @@
 //! plan has its own), on the bench's cgroup root, with a state directory of its own. Its
 //! action log marks the chart; its status file gives its own CPU cost.
 
-use bulkhead::guard::state::{Logged, Status};
+use bulkhead::actions::guard::{Logged, Status};
 use bulkhead::sys::process;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -35,6 +35,11 @@ fn file_of(w: &Want) -> &str {
 }
 
 impl CgroupFs {
+    /// Whether a slice can be given idle scheduling here (cpu.idle, Linux 5.15).
+    pub fn can_idle(&self) -> bool {
+        self.layout.caps().cpu_idle
+    }
+
     /// The writes that give the slice `t` on top of its plan (`plan`); with
     /// [`Throttle::none`], the writes that put the plan's values back.
     pub fn plan_throttle(

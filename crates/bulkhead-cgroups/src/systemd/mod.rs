@@ -22,6 +22,7 @@ pub mod export;
 mod persist;
 mod place;
 pub mod props;
+mod service;
 pub mod slice_props;
 mod throttle;
 mod transient;
@@ -29,6 +30,7 @@ pub mod versions;
 
 pub use call::{refused, Call};
 pub use place::move_scope;
+pub use service::{RunningService, ServiceExit, ServiceSpec, ServiceStdio};
 
 use crate::backend::{ApplyOptions, Backend, Changes, Joiner, Outcome, PlaceError, Placement};
 use crate::fs::CgroupFs;

@@ -73,6 +73,12 @@ impl Systemd {
         self.version() >= FREEZE_SINCE && self.reader.layout.kind == crate::layout::Kind::Unified
     }
 
+    /// Whether a slice can be given idle scheduling here: the kernel's cpu.idle (Linux 5.15)
+    /// and CPUWeight=idle (systemd 250).
+    pub fn can_idle(&self) -> bool {
+        self.reader.can_idle() && self.version() >= super::versions::CPU_IDLE_SINCE
+    }
+
     /// The throttle's properties for the overlaid slice, with systemd's "unset" value for
     /// those the slice leaves open, and `infinity` for disks systemd holds a limit for that
     /// the slice no longer has.

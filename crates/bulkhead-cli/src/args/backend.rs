@@ -1,6 +1,6 @@
 //! `--backend auto|systemd|cgroupfs`.
 
-use bulkhead::cgroup::Choice;
+use bulkhead::Choice;
 use clap::ValueEnum;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -1,8 +1,7 @@
 //! `bulkhead spawn`'s options.
 
+use bulkhead::actions::spawn::{Bind, Choice, Net};
 use bulkhead::plan::sandbox::parse_tmpfs_size;
-use bulkhead::sandbox::{Bind, Net};
-use bulkhead::snapshot::Choice;
 use clap::Args;
 use std::ffi::OsString;
 use std::path::PathBuf;

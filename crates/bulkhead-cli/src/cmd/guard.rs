@@ -3,8 +3,8 @@
 use crate::args::guard::GuardArgs;
 use crate::args::Cli;
 use crate::cmd::{json, report};
+use bulkhead::actions::guard::{self, Event, GuardRequest};
 use bulkhead::error::{Diagnostic, Error, Result};
-use bulkhead::guard::{self, Event, GuardRequest};
 
 pub fn guard(cli: &Cli, a: &GuardArgs) -> Result<i32> {
     if let Some(w) = &a.watchdog_of {
@@ -106,7 +106,7 @@ fn release(cli: &Cli, a: &GuardArgs) -> Result<i32> {
 }
 
 fn watchdog(spec: &str) -> Result<i32> {
-    let Some((pid, start, hang)) = guard::release::parse_watchdog_of(spec) else {
+    let Some((pid, start, hang)) = guard::parse_watchdog_of(spec) else {
         return Err(Error::invalid(Diagnostic::error(format!(
             "--watchdog-of {spec}: not PID:START:HANG_MS"
         ))));

@@ -3,10 +3,8 @@
 use crate::args::hugepages::{HugepagesCmd, PidArgs, ResetArgs, StatusArgs};
 use crate::args::Cli;
 use crate::cmd::json;
-use bulkhead::cgroup::{CgroupFs, Layout};
-use bulkhead::error::{Error, Result};
-use bulkhead::hugepages::usage::{self, HugetlbCounter, ProcessUsage};
-use bulkhead::hugepages::{collapse, ops, state, Facts, Paths};
+use bulkhead::actions::hugepages::{self, Choice, HugetlbCounter, ProcessUsage, Status};
+use bulkhead::error::Result;
 use bulkhead::units::human_bytes;
 
 pub fn dispatch(cli: &Cli, c: &HugepagesCmd) -> Result<i32> {
@@ -39,14 +37,20 @@ fn counter_text(c: &HugetlbCounter) -> String {
 }
 
 fn status(cli: &Cli, a: &StatusArgs) -> Result<i32> {
-    let layout = Layout::detect()
-        .map_err(|e| Error::failed(format!("cannot read /proc/self/mountinfo: {e}")))?;
-    let fs = CgroupFs::new(layout, &cli.cgroup_root)?;
-    let st = usage::status(&fs, &Paths::default(), a.top, &state::default_path())?;
+    let st = hugepages::status(&cli.context(), a.top)?;
     if a.json {
         println!("{}", json(&st));
         return Ok(0);
     }
+    print_pools(&st);
+    print_thp_and_memory(&st);
+    print_slices(&st);
+    print_top(&st);
+    print_saved(&st);
+    Ok(0)
+}
+
+fn print_pools(st: &Status) {
     println!(
         "Huge page pools (default size {}):",
         human_bytes(st.default_size)
@@ -72,7 +76,11 @@ fn status(cli: &Cli, a: &StatusArgs) -> Result<i32> {
             nodes.join(", ")
         );
     }
-    let choice = |c: &Option<bulkhead::host::hugepages::Choice>| {
+}
+
+/// The THP switches, the memory summary and the hugetlbfs mounts.
+fn print_thp_and_memory(st: &Status) {
+    let choice = |c: &Option<Choice>| {
         c.as_ref().map_or("unavailable".to_string(), |c| {
             format!("{} (of {})", c.active, c.offered.join(" "))
         })
@@ -99,36 +107,44 @@ fn status(cli: &Cli, a: &StatusArgs) -> Result<i32> {
     );
     if st.mounts.is_empty() {
         println!("hugetlbfs mounts: none");
-    } else {
-        for mt in &st.mounts {
-            println!(
-                "hugetlbfs mount: {} ({} pages; {})",
-                mt.path.display(),
-                human_bytes(mt.pagesize),
-                mt.options
-            );
-        }
     }
-    if !st.slices.is_empty() {
-        println!("\nSlices (hugetlb: current / limit):");
-        for s in &st.slices {
-            let h: Vec<String> = s
-                .hugetlb
-                .iter()
-                .map(|c| format!("{} {}", human_bytes(c.size), counter_text(c)))
-                .collect();
-            println!(
-                "  {:<24} THP {:>8}   {}",
-                s.slice,
-                s.thp.map_or("-".into(), human_bytes),
-                if h.is_empty() {
-                    "hugetlb not tracked".to_string()
-                } else {
-                    h.join("; ")
-                }
-            );
-        }
+    for mt in &st.mounts {
+        println!(
+            "hugetlbfs mount: {} ({} pages; {})",
+            mt.path.display(),
+            human_bytes(mt.pagesize),
+            mt.options
+        );
     }
+}
+
+fn print_slices(st: &Status) {
+    if st.slices.is_empty() {
+        return;
+    }
+    println!("\nSlices (hugetlb: current / limit):");
+    for s in &st.slices {
+        let h: Vec<String> = s
+            .hugetlb
+            .iter()
+            .map(|c| format!("{} {}", human_bytes(c.size), counter_text(c)))
+            .collect();
+        println!(
+            "  {:<24} THP {:>8}   {}",
+            s.slice,
+            s.thp.map_or("-".into(), human_bytes),
+            if h.is_empty() {
+                "hugetlb not tracked".to_string()
+            } else {
+                h.join("; ")
+            }
+        );
+    }
+}
+
+/// The processes with the most huge page memory, and those that did not get what they
+/// asked for.
+fn print_top(st: &Status) {
     println!("\nProcesses with the most huge page memory:");
     if st.top.is_empty() {
         println!("  none");
@@ -157,25 +173,29 @@ fn status(cli: &Cli, a: &StatusArgs) -> Result<i32> {
             }
         }
     }
-    if !st.saved.is_empty() {
-        let mut what: Vec<String> = st
-            .saved
-            .files
-            .iter()
-            .map(|(f, v)| format!("{} = {v}", f.display()))
-            .collect();
-        what.extend(
-            st.saved
-                .mounts
-                .iter()
-                .map(|m| format!("mount {}", m.path.display())),
-        );
-        println!(
-            "\nbulkhead changed these; `bulkhead hugepages reset` puts back:\n  {}",
-            what.join("\n  ")
-        );
+}
+
+/// What `hugepages reset` would put back.
+fn print_saved(st: &Status) {
+    if st.saved.is_empty() {
+        return;
     }
-    Ok(0)
+    let mut what: Vec<String> = st
+        .saved
+        .files
+        .iter()
+        .map(|(f, v)| format!("{} = {v}", f.display()))
+        .collect();
+    what.extend(
+        st.saved
+            .mounts
+            .iter()
+            .map(|m| format!("mount {}", m.path.display())),
+    );
+    println!(
+        "\nbulkhead changed these; `bulkhead hugepages reset` puts back:\n  {}",
+        what.join("\n  ")
+    );
 }
 
 fn print_usage(u: &ProcessUsage) {
@@ -267,11 +287,7 @@ fn print_usage(u: &ProcessUsage) {
 }
 
 fn usage_cmd(a: &PidArgs) -> Result<i32> {
-    let paths = Paths::default();
-    let facts = Facts::read(&paths);
-    let layout = Layout::detect().ok();
-    let mut u = usage::process_usage(&paths, a.pid, layout.as_ref(), &facts.page_sizes)?;
-    u.findings = usage::findings(&u, &facts.thp, &facts.pools, facts.default_size);
+    let u = hugepages::usage(a.pid)?;
     if a.json {
         println!("{}", json(&u));
     } else {
@@ -281,8 +297,7 @@ fn usage_cmd(a: &PidArgs) -> Result<i32> {
 }
 
 fn collapse_cmd(a: &PidArgs) -> Result<i32> {
-    let facts = Facts::read(&Paths::default());
-    let r = collapse::collapse(a.pid, facts.thp.pmd_size.unwrap_or(2 << 20))?;
+    let r = hugepages::collapse(a.pid)?;
     if a.json {
         println!("{}", json(&r));
     } else {
@@ -320,10 +335,9 @@ fn collapse_cmd(a: &PidArgs) -> Result<i32> {
 }
 
 fn reset(cli: &Cli, a: &ResetArgs) -> Result<i32> {
-    let path = state::default_path();
-    let saved = state::Saved::load(&path)?;
-    let paths = Paths::default();
-    if saved.is_empty() {
+    let reset = hugepages::plan_reset()?;
+    let (path, plan) = (&reset.record, &reset.ops);
+    if reset.is_empty() {
         if a.json {
             println!("{}", serde_json::json!({"record": path, "changes": []}));
         } else if !cli.quiet {
@@ -334,7 +348,6 @@ fn reset(cli: &Cli, a: &ResetArgs) -> Result<i32> {
         }
         return Ok(0);
     }
-    let plan = ops::plan_reset(&saved, &paths);
     if a.dry_run {
         if a.json {
             println!(
@@ -342,7 +355,7 @@ fn reset(cli: &Cli, a: &ResetArgs) -> Result<i32> {
                 json(&serde_json::json!({"record": path, "dry_run": true, "changes": plan}))
             );
         } else {
-            for op in &plan {
+            for op in plan {
                 println!("{op}");
             }
             println!(
@@ -353,11 +366,11 @@ fn reset(cli: &Cli, a: &ResetArgs) -> Result<i32> {
         return Ok(0);
     }
     if !cli.quiet && !a.json {
-        for op in &plan {
+        for op in plan {
             println!("{op}");
         }
     }
-    let out = ops::reset(&plan, &paths, &path)?;
+    let out = reset.execute()?;
     if a.json {
         println!(
             "{}",

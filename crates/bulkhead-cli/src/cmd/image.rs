@@ -3,8 +3,8 @@
 use crate::args::image::{ImageCmd, StoreCmd};
 use crate::args::Cli;
 use crate::cmd::json;
+use bulkhead::actions::image::{self, Done, Image};
 use bulkhead::error::Result;
-use bulkhead::image::{self, Done, Image};
 use bulkhead::units::human_bytes;
 
 pub fn dispatch(cli: &Cli, cmd: &ImageCmd) -> Result<i32> {

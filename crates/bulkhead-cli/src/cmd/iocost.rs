@@ -3,7 +3,7 @@
 use crate::args::iocost::{CalibrateArgs, IocostCmd};
 use crate::args::Cli;
 use crate::cmd::json;
-use bulkhead::calibrate::{calibrate, Request};
+use bulkhead::actions::iocost::{calibrate, Request};
 use bulkhead::error::{Diagnostic, Error, Result};
 
 pub fn dispatch(cli: &Cli, c: &IocostCmd) -> Result<i32> {

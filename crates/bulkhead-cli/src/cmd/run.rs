@@ -2,9 +2,9 @@
 
 use crate::args::{Cli, RunArgs};
 use crate::cmd::report;
+use bulkhead::actions::run::RunSpec;
 use bulkhead::actions::run::{self, RunEvent, RunRequest};
 use bulkhead::error::Severity;
-use bulkhead::run::RunSpec;
 
 /// What `run`'s arguments ask for.
 pub(super) fn request(a: &RunArgs) -> RunRequest {

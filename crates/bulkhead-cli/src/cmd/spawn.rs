@@ -3,9 +3,9 @@
 
 use crate::args::{Cli, SpawnArgs};
 use crate::cmd::report;
+use bulkhead::actions::run::RunError;
 use bulkhead::actions::spawn::{self, SpawnRequest};
-use bulkhead::run::RunError;
-use bulkhead::sandbox::{SandboxSpec, TmpfsSizes};
+use bulkhead::actions::spawn::{SandboxSpec, TmpfsSizes};
 
 pub fn spawn(cli: &Cli, a: &SpawnArgs) -> i32 {
     match spawn_inner(cli, a) {

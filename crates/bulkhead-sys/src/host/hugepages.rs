@@ -366,6 +366,21 @@ impl Facts {
     }
 }
 
+/// Mount a hugetlbfs at `path` (nosuid, nodev) with `options` (`pagesize=2M,size=...`).
+pub fn mount_hugetlbfs(path: &Path, options: &str) -> std::io::Result<()> {
+    use rustix::mount::{mount, MountFlags};
+    let data = std::ffi::CString::new(options)
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    mount(
+        "hugetlbfs",
+        path,
+        "hugetlbfs",
+        MountFlags::NOSUID | MountFlags::NODEV,
+        data.as_c_str(),
+    )
+    .map_err(Into::into)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -803,7 +803,7 @@ fn move_tree(
             c"".as_ptr(),
             to_dir,
             to_path,
-            (libc::MOVE_MOUNT_F_EMPTY_PATH | extra) as libc::c_uint,
+            libc::MOVE_MOUNT_F_EMPTY_PATH | extra,
         )
     };
     match r {

@@ -7,7 +7,7 @@ use super::Context;
 use crate::hugepages::{self, ops::Applied, Paths};
 use bulkhead_cgroups::iocost::{self, IocostOp};
 use bulkhead_cgroups::{ApplyOptions, Backend, Changes, Chosen, ChosenOp, Outcome, Placement};
-use bulkhead_plan::ResolvedPlan;
+use bulkhead_plan::{ResolvedPlan, SliceName};
 use bulkhead_sys::error::{Diagnostic, Error, Result, Severity};
 use bulkhead_sys::host::Host;
 
@@ -36,6 +36,18 @@ pub struct ApplyPlan {
     pub sched: Vec<crate::tasks::Change>,
     /// The plan's notes, what the host cannot honour, and the huge page section's notes.
     pub notes: Vec<Diagnostic>,
+}
+
+impl ApplyPlan {
+    /// The plan's slices that do not exist yet, parents first.
+    pub fn missing_slices(&self) -> Vec<SliceName> {
+        self.resolved
+            .slices
+            .iter()
+            .map(|s| s.name().clone())
+            .filter(|n| !self.chosen.slice_exists(n))
+            .collect()
+    }
 }
 
 /// What carrying it out did.

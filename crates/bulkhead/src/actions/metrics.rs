@@ -4,6 +4,8 @@
 //! `GET /metrics`.
 
 use super::Context;
+/// The exporter's limits on a client (the agent's health endpoint keeps the same).
+pub use crate::exposition::http::Limits;
 use crate::exposition::{self, http, Reading};
 use bulkhead_cgroups::stats::{self, SliceStatus};
 use bulkhead_cgroups::{Chosen, Placement};

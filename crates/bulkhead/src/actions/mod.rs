@@ -8,11 +8,21 @@
 //! - [`spawn`]: a command in a sandbox.
 //! - [`serve`]: socket activation.
 //! - [`export`]: the plan as systemd unit files.
+//! - [`guard`]: the feedback guard (run, dry run, release, watchdog).
+//! - [`image`]: the image store and its images.
+//! - [`iocost`]: `iocost calibrate`.
+//! - [`host`]: the machine's facts a caller needs (where a controller is mounted).
+//! - [`hugepages`]: `hugepages status|usage|collapse|reset`.
 //! - [`metrics`]: the Prometheus exposition of the slices, once or served over HTTP.
 
 pub mod apply;
 pub mod destroy;
 pub mod export;
+pub mod guard;
+pub mod host;
+pub mod hugepages;
+pub mod image;
+pub mod iocost;
 pub mod metrics;
 pub mod moves;
 pub mod run;

@@ -10,7 +10,8 @@ use super::Context;
 use crate::hugepages::launch::{self, Prepared, RunMode};
 use crate::hugepages::{Facts, Paths};
 use crate::run::service::{run_service, ServiceOptions};
-use crate::run::{exec, RunError, RunSpec, EXIT_RUN_FAILED};
+use crate::run::{exec, EXIT_RUN_FAILED};
+pub use crate::run::{RunError, RunSpec};
 use bulkhead_cgroups::Chosen;
 use bulkhead_sys::error::{Diagnostic, Error};
 

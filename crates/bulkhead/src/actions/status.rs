@@ -1,9 +1,11 @@
 //! `status`: what each slice uses and how much it stalls, and the state of served sockets.
 
 use super::Context;
-use crate::activate::state::SocketStatus;
-use bulkhead_cgroups::stats::{self, Status};
+pub use crate::activate::state::SocketStatus;
+use bulkhead_cgroups::stats;
+pub use bulkhead_cgroups::stats::{Pressure, SliceStatus, Status};
 use bulkhead_cgroups::{Chosen, Placement};
+use bulkhead_plan::SliceName;
 use bulkhead_sys::error::{Diagnostic, Error, Result};
 use std::time::Duration;
 
@@ -58,4 +60,17 @@ impl Reader {
             guard: crate::guard::status().map(|(status, running)| GuardReport { running, status }),
         }
     }
+}
+
+/// One reading of each of these slices that exists (no CPU shares: no interval), for a
+/// caller that reports figures (the agent). The backend cannot be chosen: none.
+pub fn slices_now(cx: &Context, names: &[SliceName]) -> Vec<SliceStatus> {
+    let Ok(chosen) = cx.choose() else {
+        return vec![];
+    };
+    names
+        .iter()
+        .filter(|n| chosen.slice_exists(n))
+        .map(|n| stats::read_slice(chosen.reader(), n))
+        .collect()
 }

@@ -184,10 +184,8 @@ fn lookup_user(u: &str) -> std::io::Result<u32> {
     if let Ok(n) = u.parse() {
         return Ok(n);
     }
-    nix::unistd::User::from_name(u)
-        .ok()
-        .flatten()
-        .map(|x| x.uid.as_raw())
+    bulkhead_sys::users::user_by_name(u)
+        .map(|x| x.uid)
         .ok_or_else(|| std::io::Error::other(format!("socket_user: no user '{u}' on this host")))
 }
 
@@ -195,9 +193,6 @@ fn lookup_group(g: &str) -> std::io::Result<u32> {
     if let Ok(n) = g.parse() {
         return Ok(n);
     }
-    nix::unistd::Group::from_name(g)
-        .ok()
-        .flatten()
-        .map(|x| x.gid.as_raw())
+    bulkhead_sys::users::gid_by_name(g)
         .ok_or_else(|| std::io::Error::other(format!("socket_group: no group '{g}' on this host")))
 }

@@ -70,7 +70,8 @@ fn pressure(slices: &[SliceStatus]) -> Vec<Sample> {
     out
 }
 
-/// The exposition of these slices alone.
+/// The exposition of these slices alone (the tests read it).
+#[cfg(test)]
 pub fn render(slices: &[SliceStatus]) -> String {
     let mut w = Writer::new();
     write(&mut w, slices);

@@ -117,14 +117,7 @@ fn settings(
     notes: &mut Vec<Diagnostic>,
 ) -> Settings {
     let reader = chosen.reader();
-    let caps = reader.layout.caps();
-    let can_idle = caps.cpu_idle
-        && match chosen {
-            Chosen::Systemd(s) => {
-                s.version() >= bulkhead_cgroups::systemd::versions::CPU_IDLE_SINCE
-            }
-            Chosen::Cgroupfs(_) => true,
-        };
+    let can_idle = chosen.can_idle();
     let can_freeze = spec.sideloads.iter().all(|s| reader.freezer(s).is_some());
     let can_io = reader.layout.hierarchy("io").is_some() && !disks.is_empty();
     let say = |notes: &mut Vec<Diagnostic>, what: &str, instead: &str| {

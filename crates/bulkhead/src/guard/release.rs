@@ -15,6 +15,7 @@ use bulkhead_sys::error::{Diagnostic, Error, Result};
 use bulkhead_sys::host::Host;
 use bulkhead_sys::process;
 use std::fs::File;
+use std::io::ErrorKind;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
@@ -226,9 +227,10 @@ fn wait_heartbeats(hang: Duration) -> WatchdogEnd {
         if !process::poll_readable(stdin.as_fd(), hang.as_millis().min(i32::MAX as u128) as i32) {
             return WatchdogEnd::GuardHung(String::new());
         }
-        match rustix::io::read(stdin, &mut buf) {
+        match bulkhead_sys::fd::read_once(stdin, &mut buf) {
             Ok(0) => return WatchdogEnd::GuardGone,
-            Ok(_) | Err(rustix::io::Errno::INTR) | Err(rustix::io::Errno::AGAIN) => {}
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock) => {}
             Err(_) => return WatchdogEnd::GuardGone,
         }
     }
@@ -246,7 +248,7 @@ impl Heartbeat {
     pub fn spawn(hang: Duration) -> std::io::Result<Heartbeat> {
         use std::os::unix::process::CommandExt;
         let (read, write) = bulkhead_sys::fd::pipe()?;
-        rustix::fs::fcntl_setfl(&write, rustix::fs::OFlags::NONBLOCK)?;
+        bulkhead_sys::fd::set_nonblocking(&write)?;
         let me = std::process::id();
         let start = process::start_time(me).unwrap_or(0);
         let exe = std::env::current_exe()?;
@@ -264,8 +266,9 @@ impl Heartbeat {
 
     /// One beat; false when the watchdog is gone (then spawn another).
     pub fn beat(&mut self) -> bool {
-        match rustix::io::write(&self.pipe, b".") {
-            Ok(_) | Err(rustix::io::Errno::AGAIN) => {}
+        match bulkhead_sys::fd::write_once(&self.pipe, b".") {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
             Err(_) => return false,
         }
         !matches!(self.child.try_wait(), Ok(Some(_)))

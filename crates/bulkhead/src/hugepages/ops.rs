@@ -352,21 +352,14 @@ fn mount(path: &Path, options: &str, mkdirs: &[PathBuf]) -> std::result::Result<
     for d in mkdirs {
         fs::create_dir(d).map_err(|e| format!("mkdir {}: {}", d.display(), errno_text(&e)))?;
     }
-    let r = nix::mount::mount(
-        Some("hugetlbfs"),
-        path,
-        Some("hugetlbfs"),
-        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
-        Some(options),
-    );
-    if let Err(e) = r {
+    if let Err(e) = bulkhead_sys::host::hugepages::mount_hugetlbfs(path, options) {
         for d in mkdirs.iter().rev() {
             let _ = fs::remove_dir(d);
         }
         return Err(format!(
             "mount -t hugetlbfs -o {options} {}: {}",
             path.display(),
-            e.desc()
+            errno_text(&e)
         ));
     }
     Ok(())
@@ -374,13 +367,14 @@ fn mount(path: &Path, options: &str, mkdirs: &[PathBuf]) -> std::result::Result<
 
 fn umount(path: &Path, rmdirs: &[PathBuf]) -> std::result::Result<(), String> {
     if mount_at(path).as_deref() == Some("hugetlbfs") {
-        nix::mount::umount(path).map_err(|e| {
-            let why = if e == nix::errno::Errno::EBUSY {
+        // By name, not following a symlink put in its place (UMOUNT_NOFOLLOW).
+        bulkhead_sys::mountinfo::unmount(path, false).map_err(|e| {
+            let why = if e.kind() == std::io::ErrorKind::ResourceBusy {
                 " (files on it are still open or mapped: stop their users first)"
             } else {
                 ""
             };
-            format!("umount {}: {}{why}", path.display(), e.desc())
+            format!("umount {}: {}{why}", path.display(), errno_text(&e))
         })?;
     }
     for d in rmdirs.iter().rev() {

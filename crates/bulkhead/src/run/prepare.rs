@@ -59,9 +59,7 @@ pub(crate) fn prepare(spec: &RunSpec) -> Result<Prepared, RunError> {
             // The PID of the process that execs: bulkhead's own in place, the child's when
             // it was cloned into the slice.
             listen_pid: spec.listen_fds > 0,
-            groups: ids
-                .groups
-                .map(|g| g.into_iter().map(|g| g.as_raw()).collect()),
+            groups: ids.groups,
             gid: ids.gid,
             uid: ids.uid,
             cwd: spec.cwd.clone(),
@@ -89,11 +87,11 @@ pub(crate) fn start_failure(p: &Prepared, f: ExecFailure) -> RunError {
 pub(crate) struct Ids {
     pub uid: Option<u32>,
     pub gid: Option<u32>,
-    pub groups: Option<Vec<nix::unistd::Gid>>,
+    pub groups: Option<Vec<u32>>,
 }
 
 pub(crate) fn resolve_ids(spec: &RunSpec) -> std::result::Result<Ids, RunError> {
-    use nix::unistd::{Group, Uid, User};
+    use bulkhead_sys::users;
     let bad = |m: String, h: &str| {
         RunError::with_code(
             EXIT_RUN_FAILED,
@@ -104,14 +102,10 @@ pub(crate) fn resolve_ids(spec: &RunSpec) -> std::result::Result<Ids, RunError> 
         None => None,
         Some(u) => {
             let found = match u.parse::<u32>() {
-                Ok(n) => User::from_uid(Uid::from_raw(n))
-                    .ok()
-                    .flatten()
-                    .map(Ok)
-                    .unwrap_or(Err(n)),
-                Err(_) => match User::from_name(u) {
-                    Ok(Some(user)) => Ok(user),
-                    _ => {
+                Ok(n) => users::user_by_uid(n).map(Ok).unwrap_or(Err(n)),
+                Err(_) => match users::user_by_name(u) {
+                    Some(user) => Ok(user),
+                    None => {
                         return Err(bad(
                             format!("--uid {u}: no such user"),
                             "give a user name or a numeric UID",
@@ -125,9 +119,9 @@ pub(crate) fn resolve_ids(spec: &RunSpec) -> std::result::Result<Ids, RunError> 
     let gid = match &spec.gid {
         Some(g) => Some(match g.parse::<u32>() {
             Ok(n) => n,
-            Err(_) => match Group::from_name(g) {
-                Ok(Some(gr)) => gr.gid.as_raw(),
-                _ => {
+            Err(_) => match users::gid_by_name(g) {
+                Some(gid) => gid,
+                None => {
                     return Err(bad(
                         format!("--gid {g}: no such group"),
                         "give a group name or a numeric GID",
@@ -136,7 +130,7 @@ pub(crate) fn resolve_ids(spec: &RunSpec) -> std::result::Result<Ids, RunError> 
             },
         }),
         None => match &user {
-            Some(Ok(u)) => Some(u.gid.as_raw()),
+            Some(Ok(u)) => Some(u.gid),
             Some(Err(_)) => {
                 return Err(bad(
                     "--uid names a UID with no user entry, so --gid is needed".into(),
@@ -147,19 +141,13 @@ pub(crate) fn resolve_ids(spec: &RunSpec) -> std::result::Result<Ids, RunError> 
         },
     };
     let uid = user.as_ref().map(|u| match u {
-        Ok(u) => u.uid.as_raw(),
+        Ok(u) => u.uid,
         Err(n) => *n,
     });
     // Supplementary groups: the user's, as systemd-run --uid gives them.
     let groups = match (&user, gid) {
-        (Some(Ok(u)), Some(g)) => {
-            let name = std::ffi::CString::new(u.name.clone()).unwrap_or_default();
-            Some(
-                nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(g))
-                    .unwrap_or_else(|_| vec![nix::unistd::Gid::from_raw(g)]),
-            )
-        }
-        (_, Some(g)) => Some(vec![nix::unistd::Gid::from_raw(g)]),
+        (Some(Ok(u)), Some(g)) => Some(users::group_list(&u.name, g)),
+        (_, Some(g)) => Some(vec![g]),
         _ => None,
     };
     Ok(Ids { uid, gid, groups })

@@ -38,9 +38,6 @@ use std::time::{Duration, Instant};
 
 pub use request::SpawnRequest;
 
-/// The exit code when `--timeout` killed the sandbox (coreutils timeout(1)'s convention).
-pub use bulkhead_sys::exit::TIMEOUT as EXIT_TIMEOUT;
-
 /// What the user asked for (`bulkhead spawn`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SandboxSpec {
@@ -86,7 +83,7 @@ pub struct SandboxSpec {
 /// What happened: the exit code to give, and how the root was made.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    /// The command's exit code, 128+N for a signal, [`EXIT_TIMEOUT`] on timeout.
+    /// The command's exit code, 128+N for a signal, [`bulkhead_sys::exit::TIMEOUT`] on timeout.
     pub code: i32,
     pub timed_out: bool,
     /// How the ephemeral root was made, and why.
