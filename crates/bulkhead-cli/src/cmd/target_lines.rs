@@ -4,7 +4,7 @@
 
 use crate::args::{self, Cli, Command};
 use bulkhead::actions::serve::{GlobalArgs, How, TargetCommand, TargetLauncher};
-use bulkhead::cgroup::Choice;
+use bulkhead::Choice;
 use bulkhead::plan::Plan;
 use clap::Parser;
 use std::path::Path;
