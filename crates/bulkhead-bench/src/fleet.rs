@@ -325,23 +325,13 @@ impl Drop for AgentProc {
     }
 }
 
-/// The agent's record of controllers it enabled, cleaned of our root's lines on drop.
+/// The agent's record of controllers it enabled, cleaned of our root's entries on drop
+/// (through the record's owner).
 struct ControllersRecord(String);
 impl Drop for ControllersRecord {
     fn drop(&mut self) {
-        let state = Path::new("/run/bulkhead/enabled-controllers");
-        if let Ok(t) = std::fs::read_to_string(state) {
-            let keep: String = t
-                .lines()
-                .filter(|l| !l.contains(&self.0))
-                .map(|l| format!("{l}\n"))
-                .collect();
-            let _ = if keep.is_empty() {
-                std::fs::remove_file(state)
-            } else {
-                std::fs::write(state, keep)
-            };
-        }
+        let root = self.0.as_str();
+        bulkhead::cgroup::fs::foreign::forget(|dir, _| dir.to_string_lossy().contains(root));
     }
 }
 

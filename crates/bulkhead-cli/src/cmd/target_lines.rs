@@ -4,8 +4,8 @@
 
 use crate::args::{self, Cli, Command};
 use bulkhead::actions::serve::{GlobalArgs, How, TargetCommand, TargetLauncher};
-use bulkhead::Choice;
 use bulkhead::plan::Plan;
+use bulkhead::Choice;
 use clap::Parser;
 use std::path::Path;
 

@@ -7,7 +7,7 @@
 
 use crate::common::{self, stderr};
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -37,13 +37,23 @@ fn run(mut c: Command) -> Output {
     child.wait_with_output().expect("output")
 }
 
-/// A plan file of its own for one test.
+/// A plan file of its own for one test, in a directory of its own ([`remove_plan`] removes both).
 fn plan_file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("bulkhead-escape-input-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "bulkhead-escape-input-{}-{name}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).expect("temporary directory");
     let p = dir.join(format!("{name}.toml"));
     std::fs::write(&p, text).expect("write the plan");
     p
+}
+
+fn remove_plan(p: &Path) {
+    let _ = std::fs::remove_file(p);
+    if let Some(dir) = p.parent() {
+        let _ = std::fs::remove_dir(dir);
+    }
 }
 
 /// Exit 2 (bad input), no signal, and stderr says each of `wants`.
@@ -74,7 +84,7 @@ fn plan_show(name: &str, text: &str, wants: &[&str]) {
     let mut c = command();
     c.arg("-c").arg(&p).args(["plan", "show"]);
     let o = run(c);
-    let _ = std::fs::remove_file(&p);
+    remove_plan(&p);
     let mut wants = wants.to_vec();
     let at = p.display().to_string();
     wants.push(&at);
@@ -120,7 +130,7 @@ fn socket_idle_timeout_of_a_huge_span() {
     let mut c = command();
     c.arg("-c").arg(&p).arg("serve");
     let o = run(c);
-    let _ = std::fs::remove_file(&p);
+    remove_plan(&p);
     refused(
         "serve with idle_timeout = 99999999999999999999d",
         &o,
