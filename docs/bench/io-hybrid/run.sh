@@ -1,4 +1,5 @@
 #!/bin/bash
+# shellcheck disable=SC2086 # $common holds several options on purpose
 # Hybrid rerun for issue 26: today's build (8d2cb0a) and the build before issue 26 (e2efae7),
 # same host, one after the other, the O_DIRECT hog on the bench's BFQ loop device (the old default).
 set -x

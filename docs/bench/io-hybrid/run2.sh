@@ -1,4 +1,5 @@
 #!/bin/bash
+# shellcheck disable=SC2086 # $common holds several options on purpose
 # Hybrid rerun, part 2: today's build on the same scenario as the build before issue 26
 # (ext4 without a journal on the bench's BFQ loop device, which was that build's only choice).
 set -x

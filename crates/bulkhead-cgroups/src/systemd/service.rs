@@ -23,7 +23,7 @@ pub struct ServiceSpec {
     pub slice: SliceName,
     /// The absolute path of the program.
     pub program: PathBuf,
-    /// The command line as given (argv[0] first).
+    /// The command line as given (`argv[0]` first).
     pub argv: Vec<OsString>,
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,

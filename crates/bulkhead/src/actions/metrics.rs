@@ -1,6 +1,6 @@
 //! `status --format prometheus` and `exporter`: one reading of every slice, served socket,
 //! huge page pool and the guard (no interval: the counters are the point, rates are
-//! Prometheus's job), rendered by [`crate::exposition::render`], once or for every
+//! Prometheus's job), rendered by `exposition::render`, once or for every
 //! `GET /metrics`.
 
 use super::Context;

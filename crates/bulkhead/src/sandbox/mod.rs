@@ -55,7 +55,7 @@ pub struct SandboxSpec {
     /// The size of /tmp and each --tmpfs, /dev/shm, and the overlay's upper layer.
     pub sizes: TmpfsSizes,
     pub private_users: Option<UserRange>,
-    /// `--private-users auto`: a free range is leased at start ([`userns::allocate`]) and
+    /// `--private-users auto`: a free range is leased at start (`userns::allocate`) and
     /// put in `private_users`.
     pub private_users_auto: bool,
     /// A user name (looked up in the root's /etc/passwd) or a number.
