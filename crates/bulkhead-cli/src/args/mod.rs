@@ -342,6 +342,12 @@ pub struct MoveArgs {
     /// Process IDs
     #[arg(required = true, value_name = "PID")]
     pub pids: Vec<i32>,
+    /// Move each PID with all its descendants (listed again until no new one appears)
+    #[arg(long, short = 't')]
+    pub tree: bool,
+    /// Say what would move, move nothing
+    #[arg(long)]
+    pub dry_run: bool,
     /// Print JSON
     #[arg(long)]
     pub json: bool,

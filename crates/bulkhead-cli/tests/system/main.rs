@@ -17,6 +17,7 @@ mod hosts;
 mod hugepages;
 mod metrics;
 mod package;
+mod place;
 mod slices;
 mod snapshot_image;
 mod spawn;

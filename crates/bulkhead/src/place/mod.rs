@@ -1,0 +1,4 @@
+//! Placing processes that already run: a whole process tree (`move --tree`), and the
+//! placement rules of the plan (`bulkhead place`).
+
+pub(crate) mod tree;
