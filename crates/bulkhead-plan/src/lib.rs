@@ -18,6 +18,7 @@ pub mod import;
 pub mod iocost;
 mod name;
 mod parse;
+pub mod place;
 mod resolve;
 pub mod sandbox;
 pub mod socket;
@@ -107,6 +108,8 @@ pub struct Plan {
     pub slices: BTreeMap<SliceName, SliceSpec>,
     /// `[socket.NAME]` sections, by name.
     pub sockets: BTreeMap<String, SocketSpec>,
+    /// `[place.NAME]` placement rules, by name (at most [`place::MAX_RULES`]).
+    pub place: BTreeMap<String, place::PlaceRule>,
     /// The `[hugepages]` section (pools, THP, hugetlbfs mounts), if the plan has one.
     pub hugepages: Option<hugepages::HugepagesSpec>,
     /// The `[guard]` section (the slice `bulkhead guard` protects and its sideloads), if any.

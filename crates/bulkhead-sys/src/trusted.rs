@@ -105,3 +105,36 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
     }
 }
+
+/// Read a configuration file root acts on (a plan with placement rules): opened once without
+/// following a symlink at its last component, decided on by `fstat` of that descriptor
+/// (a regular file owned by root, writable by nobody else) and read through it, at most
+/// `max` bytes. Err: why it is not trusted, or the OS error.
+pub fn read_root_file(path: &Path, max: usize) -> Result<String, String> {
+    use std::io::Read;
+    let fd = rustix::fs::open(
+        path,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| crate::error::errno_text(&e.into()))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| crate::error::errno_text(&e.into()))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err("is not a regular file".into());
+    }
+    let mode = st.st_mode & 0o7777;
+    if st.st_uid != 0 {
+        return Err(format!("is owned by UID {}, not root", st.st_uid));
+    }
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "is writable by its group or others (mode {mode:04o})"
+        ));
+    }
+    let mut text = String::new();
+    std::fs::File::from(fd)
+        .take(max as u64)
+        .read_to_string(&mut text)
+        .map_err(|e| crate::error::errno_text(&e))?;
+    Ok(text)
+}
