@@ -135,6 +135,13 @@ pub fn read(pid: i32) -> Option<Proc> {
     })
 }
 
+/// The clock processes' start times are on: clock ticks since boot (/proc/uptime).
+pub fn now_ticks() -> Option<u64> {
+    let up = std::fs::read_to_string("/proc/uptime").ok()?;
+    let secs: f64 = up.split_whitespace().next()?.parse().ok()?;
+    Some((secs * crate::process::clock_ticks() as f64) as u64)
+}
+
 /// /proc/PID/cgroup of one process (None: gone).
 pub fn cgroup(pid: i32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()

@@ -6,6 +6,7 @@ pub mod guard;
 pub mod hugepages;
 pub mod image;
 pub mod iocost;
+pub mod place;
 mod spawn;
 
 pub use backend::BackendArg;
@@ -143,6 +144,9 @@ pub enum Command {
     Run(RunArgs),
     /// Move running processes (with all their threads) into a slice
     Move(MoveArgs),
+    /// Place processes as they start, by the plan's [place.NAME] rules
+    #[command(long_about = place::PLACE_LONG, after_help = place::PLACE_AFTER)]
+    Place(place::PlaceArgs),
     /// Show what each slice uses and how much it stalls
     Status(StatusArgs),
     /// Serve the slices' metrics for Prometheus: GET /metrics over HTTP

@@ -34,8 +34,8 @@ fn tree(script: &str) -> Reaped {
 }
 
 fn descendants(pid: u32) -> Vec<i32> {
-    let table = bulkhead::sys::procs::table();
-    bulkhead::sys::procs::descendants(pid as i32, &table)
+    let table = bulkhead_sys::procs::table();
+    bulkhead_sys::procs::descendants(pid as i32, &table)
 }
 
 /// Wait until `pid` has at least `n` descendants.
@@ -175,6 +175,112 @@ fn move_tree_catches_a_tree_that_forks_while_it_moves() {
         assert!(stderr(&o).contains("still forking"), "{}", stderr(&o));
     }
     drop(root);
+    let o = t.run(&["-c", p, "destroy", "--kill"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// A marker no other process on the machine has in its command line.
+fn marker(tag: &str) -> String {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    format!("bh-{tag}-{}-{n}", std::process::id())
+}
+
+/// `sleep 60` whose command line becomes `MARKER 60` after `delay` (as a PostgreSQL
+/// backend's title changes after fork); the script itself never names the marker whole.
+fn renamed_sleeper(marker: &str, delay: &str) -> Reaped {
+    let (a, b) = marker.split_at(3);
+    tree(&format!(
+        "exec bash -c 'sleep {delay}; m={a}; exec -a \"${{m}}{b}\" sleep 60'"
+    ))
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(15);
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn rules_place_once_dry_run_and_as_processes_start() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let t = TestRoot::new();
+    let m = marker("rule");
+    let plan = t.plan(&format!(
+        "{EMBEDDED_DEFAULT}\n[place.t]\nslice = \"db-helper\"\ncmdline = \"{m} *\"\n"
+    ));
+    let p = plan.to_str().unwrap();
+    assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
+    let helper = "db.slice/db-helper.slice";
+
+    let first = renamed_sleeper(&m, "0");
+    let pid = first.0.id() as i32;
+    wait_until("the title", || {
+        bulkhead_sys::procs::read(pid).is_some_and(|p| p.cmdline.starts_with(&m))
+    });
+    // Dry run: says it, moves nothing.
+    let o = t.run(&["-c", p, "place", "--dry-run"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!(
+            "would place {pid} (sleep: {m} 60) in db-helper.slice (rule t)"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("dry run: 1 process(es) would move"), "{out}");
+    assert!(!in_slice(pid, &t, helper));
+    // --once moves it.
+    let o = t.run(&["-c", p, "place", "--once", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["pid"], pid);
+    assert_eq!(v["moved"], true);
+    assert!(in_slice(pid, &t, helper));
+    // Already there: nothing more to do.
+    let o = t.run(&["-c", p, "place", "--once"]);
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+
+    // Running: a process that takes its title 300 ms after it starts is placed.
+    let running = t
+        .cmd()
+        .args(["-c", p, "place", "--interval", "50ms", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let second = renamed_sleeper(&m, "0.3");
+    let pid2 = second.0.id() as i32;
+    wait_until("the new process in the helper slice", || {
+        in_slice(pid2, &t, helper)
+    });
+    bulkhead_sys::process::kill(running.id() as i32, libc::SIGTERM).unwrap();
+    let o = running.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = stdout(&o);
+    assert!(lines.contains(&format!("\"pid\":{pid2}")), "{lines}");
+    drop((first, second));
+
+    // A plan others can write is refused as root, before anything moves.
+    let loose = t.plan(&std::fs::read_to_string(&plan).unwrap());
+    std::fs::set_permissions(&loose, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let o = t.run(&["-c", loose.to_str().unwrap(), "place", "--once"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("writable by its group or others (mode 0666)"),
+        "{}",
+        stderr(&o)
+    );
+    // A plan without rules says what to add.
+    let none = t.plan(EMBEDDED_DEFAULT);
+    let o = t.run(&["-c", none.to_str().unwrap(), "place", "--once"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("[place.NAME]"), "{}", stderr(&o));
     let o = t.run(&["-c", p, "destroy", "--kill"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }

@@ -47,8 +47,14 @@ mod tests {
             "postgres: *backup *",
             "postgres: 15/main: backup postgres [local] COPY"
         ));
-        assert!(matches("postgres: *backup *", "postgres: backup db [local] idle"));
-        assert!(!matches("postgres: *backup *", "postgres: app db [local] idle"));
+        assert!(matches(
+            "postgres: *backup *",
+            "postgres: backup db [local] idle"
+        ));
+        assert!(!matches(
+            "postgres: *backup *",
+            "postgres: app db [local] idle"
+        ));
         assert!(matches("?sync", "rsync"));
         assert!(matches("*", ""));
         assert!(!matches("?", ""));

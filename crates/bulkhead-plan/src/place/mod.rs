@@ -179,7 +179,10 @@ fn parse_rule(cx: &mut Ctx<'_>, name: String, loc: Loc, body: &DeValue<'_>) -> O
             loc,
             "",
             "the rule matches nothing: it would place every process".into(),
-            &format!("add one of {} (e.g. exe = \"pg_dump\")", MATCH_KEYS.join(", ")),
+            &format!(
+                "add one of {} (e.g. exe = \"pg_dump\")",
+                MATCH_KEYS.join(", ")
+            ),
         );
     }
     if slice.is_none() && cx.errors.len() == before {
@@ -210,7 +213,9 @@ fn parse_rule(cx: &mut Ctx<'_>, name: String, loc: Loc, body: &DeValue<'_>) -> O
 fn patterns(cx: &mut Ctx<'_>, loc: Loc, key: &str, v: &DeValue<'_>) -> Option<Vec<String>> {
     // A user may be a name or a UID: numbers are read as text.
     let uid = |v: &DeValue<'_>| match v {
-        DeValue::Integer(i) if key == "user" => Some(DeValue::String(i.as_str().to_string().into())),
+        DeValue::Integer(i) if key == "user" => {
+            Some(DeValue::String(i.as_str().to_string().into()))
+        }
         _ => None,
     };
     let list = match v {
@@ -243,9 +248,7 @@ fn patterns(cx: &mut Ctx<'_>, loc: Loc, key: &str, v: &DeValue<'_>) -> Option<Ve
         cx.err(
             loc,
             key,
-            format!(
-                "pattern \"{p}\" must have 1 to {MAX_PATTERN_LEN} characters"
-            ),
+            format!("pattern \"{p}\" must have 1 to {MAX_PATTERN_LEN} characters"),
             "use * for the parts that vary",
         );
         return None;

@@ -60,11 +60,7 @@ exe = ["pg_dump", "restic", "/usr/bin/rsync"]
     assert_eq!(e.len(), 2);
     assert_eq!(e[0].name, "backup-backends");
     assert_eq!(e[0].slice.as_str(), "db-helper");
-    assert_eq!(
-        e[1].matches,
-        "exe = pg_dump|restic|/usr/bin/rsync",
-        "{e:?}"
-    );
+    assert_eq!(e[1].matches, "exe = pg_dump|restic|/usr/bin/rsync", "{e:?}");
 }
 
 #[test]
@@ -89,11 +85,26 @@ fn errors_say_where_and_what_to_do() {
     let cases = [
         ("[place.a]\nslice = \"db-helper\"\n", "matches nothing"),
         ("[place.a]\nexe = \"x\"\n", "needs the slice"),
-        ("[place.a]\nslice = \"nope\"\nexe = \"x\"\n", "'nope' is not a slice"),
-        ("[place.a]\nslice = \"db-helper\"\nexee = \"x\"\n", "did you mean exe?"),
-        ("[place.a]\nslice = \"db-helper\"\nexe = []\n", "1 to 32 patterns"),
-        ("[place.a]\nslice = \"db-helper\"\nexe = \"\"\n", "1 to 256 characters"),
-        ("[place.a]\nslice = \"db-helper\"\nexe = 3\n", "list of strings"),
+        (
+            "[place.a]\nslice = \"nope\"\nexe = \"x\"\n",
+            "'nope' is not a slice",
+        ),
+        (
+            "[place.a]\nslice = \"db-helper\"\nexee = \"x\"\n",
+            "did you mean exe?",
+        ),
+        (
+            "[place.a]\nslice = \"db-helper\"\nexe = []\n",
+            "1 to 32 patterns",
+        ),
+        (
+            "[place.a]\nslice = \"db-helper\"\nexe = \"\"\n",
+            "1 to 256 characters",
+        ),
+        (
+            "[place.a]\nslice = \"db-helper\"\nexe = 3\n",
+            "list of strings",
+        ),
     ];
     for (text, want) in cases {
         let e = plan(text).unwrap_err();

@@ -1,0 +1,188 @@
+//! `place`: the plan's placement rules ([place.NAME]) applied to processes as they start,
+//! by bounded scans of /proc; once (`--once`), as a dry run, or until stopped. And the
+//! placements the plan promises ([`expected`]), for `check` and `plan show`.
+
+use super::slices::require_slice;
+use super::Context;
+use crate::place::rules::{Compiled, Decision, Engine};
+use bulkhead_cgroups::Placement;
+use bulkhead_plan::place::Expected;
+use bulkhead_plan::{Plan, SliceName};
+use bulkhead_sys::error::{Diagnostic, Error, Result};
+use std::path::Path;
+use std::time::Duration;
+
+/// The largest plan file `place` reads as root.
+const MAX_PLAN_BYTES: usize = 1 << 20;
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct PlaceRequest {
+    /// One scan, then stop.
+    pub once: bool,
+    /// Say what would move, move nothing (one scan).
+    pub dry_run: bool,
+    /// Time between scans.
+    pub interval: Duration,
+    /// How long a new process is re-read (its command line may change after it starts).
+    pub recheck: Duration,
+}
+
+impl Default for PlaceRequest {
+    fn default() -> Self {
+        PlaceRequest {
+            once: false,
+            dry_run: false,
+            interval: Duration::from_millis(100),
+            recheck: Duration::from_secs(2),
+        }
+    }
+}
+
+/// One process placed (or, in a dry run, that would be).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Placed {
+    pub pid: i32,
+    pub comm: String,
+    pub cmdline: String,
+    pub rule: String,
+    pub slice: SliceName,
+    pub moved: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What a run did.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct PlaceSummary {
+    pub scans: u64,
+    pub placed: u64,
+    pub failed: u64,
+}
+
+/// The placements the plan promises (its rules and the slices they place in): the hook
+/// `bulkhead check` reads to say whether the database's processes are where they belong.
+pub fn expected(cx: &Context) -> Result<Vec<Expected>> {
+    Ok(bulkhead_plan::place::expected(&cx.load_plan()?.place))
+}
+
+/// Run the rules: scan, move what matches, report each through `on`, until `once`, a dry
+/// run's one scan, or SIGINT/SIGTERM.
+pub fn place(
+    cx: &Context,
+    req: &PlaceRequest,
+    mut on: impl FnMut(&Placed),
+) -> Result<PlaceSummary> {
+    let plan = load_trusted_plan(cx)?;
+    if plan.place.is_empty() {
+        return Err(Error::invalid(
+            Diagnostic::error("the plan has no placement rules")
+                .at(plan.source.label())
+                .hint("add a [place.NAME] section: slice = \"db-helper\" and what to match (exe, cmdline, user, parent, unit); see docs/PLACEMENT.md"),
+        ));
+    }
+    let chosen = cx.choose()?;
+    for r in plan.place.values() {
+        require_slice(cx, &chosen, &r.slice)?;
+    }
+    let mut engine = Engine::new(compile(&plan)?, req.recheck);
+    let mut sum = PlaceSummary::default();
+    let one_scan = req.once || req.dry_run;
+    if !one_scan {
+        bulkhead_sys::signals::catch_stop(&[libc::SIGINT, libc::SIGTERM]);
+    }
+    loop {
+        let now = bulkhead_sys::procs::now_ticks().unwrap_or(0);
+        for d in engine.scan(now) {
+            let p = carry_out(&chosen, d, req.dry_run);
+            if p.error.is_some() {
+                sum.failed += 1;
+            } else {
+                sum.placed += 1;
+            }
+            on(&p);
+        }
+        sum.scans += 1;
+        if one_scan || bulkhead_sys::signals::stop_requested() {
+            return Ok(sum);
+        }
+        std::thread::sleep(req.interval);
+        if bulkhead_sys::signals::stop_requested() {
+            return Ok(sum);
+        }
+    }
+}
+
+fn carry_out(chosen: &impl Placement, d: Decision, dry_run: bool) -> Placed {
+    let r = if dry_run {
+        Ok(())
+    } else {
+        chosen.move_pid(&d.slice, d.pid)
+    };
+    Placed {
+        pid: d.pid,
+        comm: d.comm,
+        cmdline: d.cmdline,
+        rule: d.rule,
+        slice: d.slice,
+        moved: r.is_ok() && !dry_run,
+        error: r.err(),
+    }
+}
+
+/// The rules with their users as UIDs; a user this host does not know is an error.
+fn compile(plan: &Plan) -> Result<Vec<Compiled>> {
+    let mut out = Vec::new();
+    for r in plan.place.values() {
+        let mut uids = Vec::new();
+        for u in &r.user {
+            let uid = u
+                .parse::<u32>()
+                .ok()
+                .or_else(|| bulkhead_sys::users::user_by_name(u).map(|x| x.uid));
+            match uid {
+                Some(id) => uids.push(id),
+                None => {
+                    return Err(Error::invalid(
+                        Diagnostic::error(format!("no user '{u}' on this host"))
+                            .at(plan.source.at(r.loc))
+                            .context(format!("[place.{}] user", r.name))
+                            .hint("name a user of /etc/passwd, or give the UID"),
+                    ))
+                }
+            }
+        }
+        out.push(Compiled {
+            rule: r.clone(),
+            uids,
+        });
+    }
+    Ok(out)
+}
+
+/// As root, rules decide where every process of the host goes: the plan must be a file
+/// only root can change (read through the descriptor that was checked).
+fn load_trusted_plan(cx: &Context) -> Result<Plan> {
+    let default = Path::new(bulkhead_plan::DEFAULT_PLAN_PATH);
+    let path = match cx.config.as_deref() {
+        Some(p) => p,
+        None if default.exists() => default,
+        None => return cx.load_plan(),
+    };
+    if !bulkhead_sys::process::is_root() {
+        return Plan::load(Some(path));
+    }
+    use bulkhead_sys::trusted::{read_root_file, RootFileError};
+    let text = read_root_file(path, MAX_PLAN_BYTES).map_err(|e| {
+        let at = path.display().to_string();
+        Error::invalid(match e {
+            RootFileError::Untrusted(why) => Diagnostic::error(format!("refusing the plan file: it {why}"))
+                .at(at)
+                .hint("placement rules run as root and move any process: make the file root's and writable only by root (chown root: FILE; chmod go-w FILE)"),
+            RootFileError::Io(err) => Diagnostic::error(format!("cannot read the plan file: {err}"))
+                .at(at)
+                .hint("-c names the plan file; it must be a regular file, not a symlink"),
+        })
+    })?;
+    Plan::parse(&text, Some(path))
+}
