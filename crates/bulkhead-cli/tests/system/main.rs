@@ -18,6 +18,7 @@ mod hugepages;
 mod metrics;
 mod package;
 mod place;
+mod postgres;
 mod slices;
 mod snapshot_image;
 mod spawn;

@@ -8,29 +8,45 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A child killed (with its process group) and reaped when the test ends.
-struct Reaped(Child);
+struct Reaped(Option<Child>);
+
+impl Reaped {
+    fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+
+    /// SIGTERM, then its exit and output.
+    fn stop(mut self) -> std::process::Output {
+        let child = self.0.take().unwrap();
+        bulkhead_sys::process::kill(child.id() as i32, libc::SIGTERM).unwrap();
+        child.wait_with_output().unwrap()
+    }
+}
 
 impl Drop for Reaped {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.0.id())])
-            .status();
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        if let Some(mut c) = self.0.take() {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", c.id())])
+                .stderr(Stdio::null())
+                .status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
 /// `sh` in a process group of its own, running `script`.
 fn tree(script: &str) -> Reaped {
     use std::os::unix::process::CommandExt;
-    Reaped(
+    Reaped(Some(
         Command::new("sh")
             .args(["-c", script])
             .stdout(Stdio::null())
             .process_group(0)
             .spawn()
             .unwrap(),
-    )
+    ))
 }
 
 fn descendants(pid: u32) -> Vec<i32> {
@@ -68,7 +84,7 @@ fn move_tree_takes_every_descendant_and_a_single_move_says_who_stays() {
     assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
     // sh -> (sh -> sleep), sleep: three descendants, two levels.
     let root = tree("(sleep 60 & wait) & sleep 60 & wait");
-    let pid = root.0.id();
+    let pid = root.id();
     let kids = wait_descendants(pid, 3);
     assert_eq!(kids.len(), 3, "{kids:?}");
     let pid_s = pid.to_string();
@@ -146,7 +162,7 @@ fn move_tree_catches_a_tree_that_forks_while_it_moves() {
     assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
     // A shell that starts a new sleeper every 10 ms, up to 300.
     let root = tree("i=0; while [ $i -lt 300 ]; do sleep 30 & i=$((i+1)); sleep 0.01; done; wait");
-    let pid = root.0.id();
+    let pid = root.id();
     wait_descendants(pid, 20);
     let o = t.run(&[
         "-c",
@@ -219,7 +235,7 @@ fn rules_place_once_dry_run_and_as_processes_start() {
     let helper = "db.slice/db-helper.slice";
 
     let first = renamed_sleeper(&m, "0");
-    let pid = first.0.id() as i32;
+    let pid = first.id() as i32;
     wait_until("the title", || {
         bulkhead_sys::procs::read(pid).is_some_and(|p| p.cmdline.starts_with(&m))
     });
@@ -247,20 +263,20 @@ fn rules_place_once_dry_run_and_as_processes_start() {
     assert!(stdout(&o).is_empty(), "{}", stdout(&o));
 
     // Running: a process that takes its title 300 ms after it starts is placed.
-    let running = t
-        .cmd()
-        .args(["-c", p, "place", "--interval", "50ms", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let running = Reaped(Some(
+        t.cmd()
+            .args(["-c", p, "place", "--interval", "50ms", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
     let second = renamed_sleeper(&m, "0.3");
-    let pid2 = second.0.id() as i32;
+    let pid2 = second.id() as i32;
     wait_until("the new process in the helper slice", || {
         in_slice(pid2, &t, helper)
     });
-    bulkhead_sys::process::kill(running.id() as i32, libc::SIGTERM).unwrap();
-    let o = running.wait_with_output().unwrap();
+    let o = running.stop();
     assert!(o.status.success(), "{}", stderr(&o));
     let lines = stdout(&o);
     assert!(lines.contains(&format!("\"pid\":{pid2}")), "{lines}");
@@ -281,6 +297,180 @@ fn rules_place_once_dry_run_and_as_processes_start() {
     let o = t.run(&["-c", none.to_str().unwrap(), "place", "--once"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("[place.NAME]"), "{}", stderr(&o));
+    let o = t.run(&["-c", p, "destroy", "--kill"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// Where a process's cgroups are, for messages.
+fn cgroups_of(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_else(|_| "(gone)".into())
+}
+
+/// The CPU time a slice used, where cpuacct is a v1 controller (None elsewhere).
+fn cpu_usage(t: &TestRoot, slice_path: &str) -> Option<u64> {
+    if !t.v1("cpuacct") {
+        return None;
+    }
+    let f = t
+        .controller_dir("cpuacct", slice_path)
+        .join("cpuacct.usage");
+    std::fs::read_to_string(f).ok()?.trim().parse().ok()
+}
+
+#[test]
+fn postgres_cluster_in_the_server_slice_and_its_backup_backend_in_the_helper_slice() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() || !bulkhead_testkit::prereq::require(crate::postgres::problem()) {
+        return;
+    }
+    let t = TestRoot::new();
+    let name = marker("pg");
+    let pg = crate::postgres::Cluster::start(&name);
+    // The rules: the backends serving the backup role of this cluster (their title is
+    // "postgres: NAME: backup postgres [local] ..." once the connection is set up), and
+    // pg_dump itself when it dumps this cluster.
+    let plan = t.plan(&format!(
+        "{EMBEDDED_DEFAULT}
+[place.backup-backends]
+slice = \"db-helper\"
+user = \"postgres\"
+cmdline = \"postgres: {name}: backup *\"
+
+[place.dump]
+slice = \"db-helper\"
+exe = \"pg_dump\"
+cmdline = \"* -p {port} *\"
+",
+        port = pg.port
+    ));
+    let p = plan.to_str().unwrap();
+    assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
+    let (server, helper) = ("db.slice/db-server.slice", "db.slice/db-helper.slice");
+
+    // The whole cluster into the server slice: the postmaster and every process it runs.
+    let pm = pg.postmaster_pid();
+    let children = descendants(pm as u32);
+    assert!(
+        children.len() >= 4,
+        "checkpointer, background writer, walwriter, autovacuum launcher...: {children:?}"
+    );
+    let o = t.run(&[
+        "-c",
+        p,
+        "move",
+        "--tree",
+        "--slice",
+        "db-server",
+        &pm.to_string(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    println!("{}", stdout(&o).trim());
+    for k in std::iter::once(pm).chain(children.iter().copied()) {
+        assert!(
+            in_slice(k, &t, server),
+            "{k} not in db-server: {}",
+            cgroups_of(k)
+        );
+    }
+
+    // A backup role, and enough data that the dump's backend works for a while.
+    let setup = "create role backup login; grant pg_read_all_data to backup; \
+                 create table t as select g, md5(g::text) as h from generate_series(1, 200000) g";
+    let o = pg.sql("postgres", setup);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // An application's backend is born in the server slice (the postmaster's).
+    let o = pg.sql("postgres", "select pg_read_file('/proc/self/cgroup')");
+    assert!(
+        stdout(&o).contains(&format!("{}/{server}", t.cgroup)),
+        "{}",
+        stdout(&o)
+    );
+
+    // The rules run while the backup does.
+    let placer = Reaped(Some(
+        t.cmd()
+            .args(["-c", p, "place", "--interval", "50ms", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let helper_cpu_before = cpu_usage(&t, helper);
+    // Another session holds the table for 2 s, so the dump's backend waits on its lock
+    // first: it lives long enough to be seen in the helper slice while it runs.
+    let mut lock = pg
+        .psql(
+            "postgres",
+            "begin; lock table t in access exclusive mode; select pg_sleep(2); commit;",
+        )
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let dump_file = pg.dir.join("dump.sql.gz");
+    let mut dump = pg
+        .as_postgres(&format!("{}/pg_dump", crate::postgres::BIN))
+        .args(["-U", "backup", "-Z9", "-h"])
+        .arg(&pg.dir)
+        .args(["-p", &pg.port.to_string(), "-f"])
+        .arg(&dump_file)
+        .arg("postgres")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dump_pid = dump.id() as i32;
+    // While it runs: its backend (a child of the postmaster) and pg_dump are in db-helper.
+    let mut seen_backend = None;
+    let end = Instant::now() + Duration::from_secs(20);
+    while dump.try_wait().unwrap().is_none() && Instant::now() < end {
+        let backend = descendants(pm as u32).into_iter().find(|&b| {
+            bulkhead_sys::procs::read(b)
+                .is_some_and(|p| p.cmdline.starts_with(&format!("postgres: {name}: backup ")))
+        });
+        if let Some(b) = backend.filter(|&b| in_slice(b, &t, helper)) {
+            assert!(
+                in_slice(dump_pid, &t, helper),
+                "pg_dump: {}",
+                cgroups_of(dump_pid)
+            );
+            seen_backend = Some(b);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let backend = seen_backend.expect("the dump's backend was placed in db-helper while it ran");
+    let status = dump.wait().unwrap();
+    let _ = lock.wait();
+    assert!(status.success(), "pg_dump failed");
+    assert!(std::fs::metadata(&dump_file).unwrap().len() > 1000);
+    // The backend's work (the COPY of 200,000 rows) was counted in the helper slice.
+    if let (Some(before), Some(after)) = (helper_cpu_before, cpu_usage(&t, helper)) {
+        assert!(after > before, "helper CPU {before} -> {after}");
+        println!(
+            "db-helper used {} ms of CPU during the dump",
+            (after - before) / 1_000_000
+        );
+    }
+
+    // The cluster stays where the plan puts it: every other process of the postmaster
+    // (and the postmaster) still in db-server.
+    for k in std::iter::once(pm).chain(descendants(pm as u32)) {
+        if k != backend {
+            assert!(
+                in_slice(k, &t, server),
+                "{k} left db-server: {}",
+                cgroups_of(k)
+            );
+        }
+    }
+    let o = placer.stop();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = stdout(&o);
+    println!("{}", lines.trim());
+    assert!(lines.contains(&format!("\"pid\":{backend}")), "{lines}");
+    assert!(lines.contains("\"rule\":\"backup-backends\""), "{lines}");
+    assert!(lines.contains(&format!("\"pid\":{dump_pid}")), "{lines}");
+    drop(pg);
     let o = t.run(&["-c", p, "destroy", "--kill"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
