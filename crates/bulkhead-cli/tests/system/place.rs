@@ -72,16 +72,25 @@ fn in_slice(pid: i32, t: &TestRoot, slice_path: &str) -> bool {
         .is_ok_and(|c| c.lines().any(|l| l.ends_with(&want)))
 }
 
+/// A test root with the plan `text` applied (None: no prerequisites).
+fn applied(text: &str) -> Option<(TestRoot, std::path::PathBuf)> {
+    if !prerequisites() {
+        return None;
+    }
+    let t = TestRoot::new();
+    let plan = t.plan(text);
+    let o = t.run(&["-c", plan.to_str().unwrap(), "apply", "-q"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    Some((t, plan))
+}
+
 #[test]
 fn move_tree_takes_every_descendant_and_a_single_move_says_who_stays() {
     let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((t, plan)) = applied(EMBEDDED_DEFAULT) else {
         return;
-    }
-    let t = TestRoot::new();
-    let plan = t.plan(EMBEDDED_DEFAULT);
+    };
     let p = plan.to_str().unwrap();
-    assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
     // sh -> (sh -> sleep), sleep: three descendants, two levels.
     let root = tree("(sleep 60 & wait) & sleep 60 & wait");
     let pid = root.id();
@@ -153,13 +162,10 @@ fn move_tree_takes_every_descendant_and_a_single_move_says_who_stays() {
 #[test]
 fn move_tree_catches_a_tree_that_forks_while_it_moves() {
     let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((t, plan)) = applied(EMBEDDED_DEFAULT) else {
         return;
-    }
-    let t = TestRoot::new();
-    let plan = t.plan(EMBEDDED_DEFAULT);
+    };
     let p = plan.to_str().unwrap();
-    assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
     // A shell that starts a new sleeper every 10 ms, up to 300.
     let root = tree("i=0; while [ $i -lt 300 ]; do sleep 30 & i=$((i+1)); sleep 0.01; done; wait");
     let pid = root.id();
@@ -222,16 +228,13 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 #[test]
 fn rules_place_once_dry_run_and_as_processes_start() {
     let _suite = crate::suite::shared();
-    if !prerequisites() {
-        return;
-    }
-    let t = TestRoot::new();
     let m = marker("rule");
-    let plan = t.plan(&format!(
+    let Some((t, plan)) = applied(&format!(
         "{EMBEDDED_DEFAULT}\n[place.t]\nslice = \"db-helper\"\ncmdline = \"{m} *\"\n"
-    ));
+    )) else {
+        return;
+    };
     let p = plan.to_str().unwrap();
-    assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
     let helper = "db.slice/db-helper.slice";
 
     let first = renamed_sleeper(&m, "0");
