@@ -21,6 +21,7 @@ mod parse;
 pub mod place;
 mod resolve;
 pub mod sandbox;
+pub mod services;
 pub mod socket;
 pub mod toml_text;
 mod values;
@@ -93,6 +94,8 @@ pub struct SliceSpec {
     pub description: Option<String>,
     /// Canonical directive name -> value.
     pub directives: BTreeMap<&'static str, At<Value>>,
+    /// `services = [...]`: systemd services the plan puts in this slice (`Slice=` drop-ins).
+    pub services: Vec<At<String>>,
 }
 
 impl SliceSpec {

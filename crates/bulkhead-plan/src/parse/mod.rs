@@ -85,6 +85,7 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
         crate::guard::check_slices(&source, g, &slices, &mut errors);
     }
     crate::socket::check_slices(&source, &sockets, &slices, &mut errors);
+    crate::services::check_unique(&source, &slices, &mut errors);
     crate::place::check_slices(&source, &place, &slices, &mut errors);
     if !errors.is_empty() {
         return Err(Error::Invalid(errors));
@@ -159,6 +160,7 @@ fn add_implicit_parents(
                         loc: None,
                         description: None,
                         directives: BTreeMap::new(),
+                        services: Vec::new(),
                     },
                 );
             }

@@ -79,6 +79,17 @@ impl PlaceRule {
             && (self.unit.is_empty() || f.unit.is_some_and(|u| any(&self.unit, u)))
     }
 
+    /// The match keys with their patterns, in [`MATCH_KEYS`] order (empty: not given).
+    pub fn keys(&self) -> [(&'static str, &[String]); 5] {
+        [
+            ("user", &self.user),
+            ("exe", &self.exe),
+            ("cmdline", &self.cmdline),
+            ("parent", &self.parent),
+            ("unit", &self.unit),
+        ]
+    }
+
     /// Whether the rule looks at the command line (which a process may rewrite after it
     /// starts: such rules re-check a new process for a while).
     pub fn reads_cmdline(&self) -> bool {
@@ -281,43 +292,45 @@ pub(crate) fn check_slices(
 #[cfg(test)]
 mod tests;
 
-/// One placement the plan promises: what (a rule's processes), and the slice they belong
-/// in. For `bulkhead check` and `plan show`: where the database's processes should be.
+/// One placement the plan promises: what (a service, or a rule's processes), and the slice
+/// it belongs in. For `bulkhead check`: where the database's processes should be.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Expected {
-    /// `rule`.
+    /// `service` or `rule`.
     pub kind: &'static str,
-    /// The rule's name.
+    /// The service's unit name, or the rule's name.
     pub name: String,
     pub slice: SliceName,
-    /// What it matches, as the plan writes it (`exe = pg_dump|restic, user = postgres`).
+    /// What a rule matches, as the plan writes it (`exe = pg_dump|restic, user = postgres`);
+    /// empty for a service.
     pub matches: String,
 }
 
-/// The placements the plan's rules promise, in the plan's order of names.
-pub fn expected(rules: &BTreeMap<String, PlaceRule>) -> Vec<Expected> {
-    rules
-        .values()
-        .map(|r| {
-            let keys = [
-                ("user", &r.user),
-                ("exe", &r.exe),
-                ("cmdline", &r.cmdline),
-                ("parent", &r.parent),
-                ("unit", &r.unit),
-            ];
-            let matches = keys
-                .iter()
-                .filter(|(_, v)| !v.is_empty())
-                .map(|(k, v)| format!("{k} = {}", v.join("|")))
-                .collect::<Vec<_>>()
-                .join(", ");
-            Expected {
-                kind: "rule",
-                name: r.name.clone(),
-                slice: r.slice.clone(),
-                matches,
-            }
-        })
-        .collect()
+/// The placements the plan promises: its services (`services = [...]` of each slice), then
+/// its rules, in the plan's order of names.
+pub fn expected(plan: &crate::Plan) -> Vec<Expected> {
+    let services = crate::services::of_plan(plan)
+        .into_iter()
+        .map(|(name, slice)| Expected {
+            kind: "service",
+            name,
+            slice,
+            matches: String::new(),
+        });
+    let rules = plan.place.values().map(|r| {
+        let matches = r
+            .keys()
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| format!("{k} = {}", v.join("|")))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Expected {
+            kind: "rule",
+            name: r.name.clone(),
+            slice: r.slice.clone(),
+            matches,
+        }
+    });
+    services.chain(rules).collect()
 }

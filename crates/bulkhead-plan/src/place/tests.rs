@@ -56,7 +56,7 @@ exe = ["pg_dump", "restic", "/usr/bin/rsync"]
         "a path pattern is the whole path"
     );
     assert!(!h.matches(&facts("/usr/bin/pg_dumpall", "pg_dumpall", "/bin/sh"), &[]));
-    let e = expected(&p.place);
+    let e = expected(&p);
     assert_eq!(e.len(), 2);
     assert_eq!(e[0].name, "backup-backends");
     assert_eq!(e[0].slice.as_str(), "db-helper");

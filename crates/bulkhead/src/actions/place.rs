@@ -60,10 +60,10 @@ pub struct PlaceSummary {
     pub failed: u64,
 }
 
-/// The placements the plan promises (its rules and the slices they place in): the hook
+/// The placements the plan promises (its services and rules, and the slices they place in): the hook
 /// `bulkhead check` reads to say whether the database's processes are where they belong.
 pub fn expected(cx: &Context) -> Result<Vec<Expected>> {
-    Ok(bulkhead_plan::place::expected(&cx.load_plan()?.place))
+    Ok(bulkhead_plan::place::expected(&cx.load_plan()?))
 }
 
 /// Run the rules: scan, move what matches, report each through `on`, until `once`, a dry
