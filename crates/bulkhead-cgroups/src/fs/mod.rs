@@ -217,7 +217,9 @@ impl Backend for CgroupFs {
                     .hint("on a host without systemd, apply again at boot (a boot script or unit), or write unit files with bulkhead export systemd"),
             ));
         }
-        self.plan_apply_fs(plan)
+        let mut c = self.plan_apply_fs(plan)?;
+        c.warnings.extend(unattached_services(plan));
+        Ok(c)
     }
 
     fn plan_destroy(&self, slices: &[SliceName], kill: bool) -> Result<Changes<Op>> {
@@ -227,4 +229,20 @@ impl Backend for CgroupFs {
     fn execute(&self, changes: &Changes<Op>) -> Result<Outcome> {
         op::execute(&changes.ops.iter().collect::<Vec<_>>())
     }
+}
+
+/// Services the plan names are systemd units: without systemd, nothing attaches them.
+fn unattached_services(plan: &ResolvedPlan) -> Vec<Diagnostic> {
+    bulkhead_plan::services::of_plan(&plan.plan)
+        .into_iter()
+        .map(|(service, slice)| {
+            Diagnostic::warning(format!(
+                "{service} is not placed: services are attached with systemd's Slice=, and this host is driven without systemd (cgroupfs backend)"
+            ))
+            .context(format!("[slice.{slice}] services"))
+            .hint(format!(
+                "place its processes with `bulkhead move --tree --slice {slice} MAIN_PID` after each start, or with a [place.NAME] rule (slice = \"{slice}\", exe = ...) run by `bulkhead place`"
+            ))
+        })
+        .collect()
 }

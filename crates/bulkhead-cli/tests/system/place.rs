@@ -332,8 +332,14 @@ fn postgres_cluster_in_the_server_slice_and_its_backup_backend_in_the_helper_sli
     // The rules: the backends serving the backup role of this cluster (their title is
     // "postgres: NAME: backup postgres [local] ..." once the connection is set up), and
     // pg_dump itself when it dumps this cluster.
+    // The cluster is no systemd service here: a `services` entry only warns, with the way
+    // (move --tree, a rule) that places it.
+    let server = EMBEDDED_DEFAULT.replace(
+        "[slice.db-server]\n",
+        "[slice.db-server]\nservices = [\"postgresql@15-main.service\"]\n",
+    );
     let plan = t.plan(&format!(
-        "{EMBEDDED_DEFAULT}
+        "{server}
 [place.backup-backends]
 slice = \"db-helper\"
 user = \"postgres\"
@@ -347,7 +353,15 @@ cmdline = \"* -p {port} *\"
         port = pg.port
     ));
     let p = plan.to_str().unwrap();
-    assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
+    let o = t.run(&["-c", p, "apply", "--backend", "cgroupfs"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "postgresql@15-main.service is not placed: services are attached with systemd's Slice="
+        ) && stderr(&o).contains("bulkhead move --tree --slice db-server MAIN_PID"),
+        "{}",
+        stderr(&o)
+    );
     let (server, helper) = ("db.slice/db-server.slice", "db.slice/db-helper.slice");
 
     // The whole cluster into the server slice: the postmaster and every process it runs.
@@ -476,4 +490,100 @@ cmdline = \"* -p {port} *\"
     drop(pg);
     let o = t.run(&["-c", p, "destroy", "--kill"]);
     assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// A service of the plan gets a `Slice=` drop-in from apply (dry run, warning, no restart),
+/// export writes it, and removing the service from the plan or destroying the slice removes
+/// it: against the real systemd of the booted container.
+#[test]
+fn services_are_attached_by_slice_drop_ins_on_systemd() {
+    use crate::common::container::{err, out, Container};
+    let _suite = crate::suite::shared();
+    let Some(c) = Container::boot() else { return };
+    let unit = "pgdemo@15-main.service";
+    let drop_in = format!("/etc/systemd/system/{unit}.d/50-bulkhead-slice.conf");
+    c.write(
+        "/etc/systemd/system/pgdemo@.service",
+        "[Service]\nExecStart=/bin/sleep infinity\n",
+    );
+    let o = c.sh(&format!(
+        "systemctl daemon-reload && systemctl start {unit}"
+    ));
+    assert!(o.status.success(), "{}", err(&o));
+    let main_pid = c.show(unit, "MainPID");
+    let with = EMBEDDED_DEFAULT.replace(
+        "[slice.db-server]\n",
+        &format!("[slice.db-server]\nservices = [\"{unit}\", \"absent\"]\n"),
+    );
+    c.write("/tmp/svc.toml", &with);
+    c.write("/tmp/nosvc.toml", EMBEDDED_DEFAULT);
+
+    // The dry run prints the file and the reload, and writes nothing.
+    let o = c.bulkhead(&["-c", "/tmp/svc.toml", "apply", "--dry-run"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let text = out(&o);
+    assert!(text.contains(&format!("write {drop_in}:")), "{text}");
+    assert!(text.contains("Slice=db-server.slice"), "{text}");
+    assert!(text.contains("After=bulkhead-apply.service"), "{text}");
+    assert!(text.contains("dbus Reload()"), "{text}");
+    assert!(!c.path(&drop_in).exists());
+
+    // apply writes it, reloads, says the service needs a restart, and does not restart it.
+    let o = c.bulkhead(&["-c", "/tmp/svc.toml", "apply"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let e = err(&o);
+    assert!(
+        e.contains(&format!(
+            "{unit} runs in /system.slice/system-pgdemo.slice: it moves to db-server.slice when it restarts"
+        )) && e.contains(&format!("systemctl restart {unit}")),
+        "{e}"
+    );
+    assert!(e.contains("absent.service is not installed here"), "{e}");
+    assert!(c.path(&drop_in).exists());
+    assert_eq!(c.show(unit, "DropInPaths"), drop_in);
+    assert_eq!(
+        c.show(unit, "MainPID"),
+        main_pid,
+        "restarted behind the user's back"
+    );
+    // The user restarts it: it runs in the plan's slice.
+    let o = c.sh(&format!("systemctl restart {unit}"));
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(
+        c.show(unit, "ControlGroup"),
+        format!("/db.slice/db-server.slice/{unit}")
+    );
+    let o = c.bulkhead(&["-c", "/tmp/svc.toml", "apply"]);
+    assert!(out(&o).contains("nothing to change"), "{}", out(&o));
+    assert!(!err(&o).contains("restarts"), "{}", err(&o));
+
+    // export systemd writes the same drop-in beside the slices.
+    let o = c.bulkhead(&["-c", "/tmp/svc.toml", "export", "systemd", "/tmp/exported"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(
+        std::fs::read_to_string(c.path(&format!("/tmp/exported/{unit}.d/50-bulkhead-slice.conf")))
+            .unwrap(),
+        std::fs::read_to_string(c.path(&drop_in)).unwrap()
+    );
+
+    // Out of the plan: the drop-in goes, and the service goes back at its next restart.
+    let o = c.bulkhead(&["-c", "/tmp/nosvc.toml", "apply"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(!c.path(&drop_in).exists());
+    assert!(!c.path(&format!("/etc/systemd/system/{unit}.d")).exists());
+    let o = c.sh(&format!("systemctl restart {unit}"));
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(
+        c.show(unit, "ControlGroup"),
+        format!("/system.slice/system-pgdemo.slice/{unit}")
+    );
+
+    // destroy removes the drop-ins of the slices it removes.
+    let o = c.bulkhead(&["-c", "/tmp/svc.toml", "-q", "apply"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(c.path(&drop_in).exists());
+    let o = c.bulkhead(&["-c", "/tmp/svc.toml", "destroy"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(!c.path(&drop_in).exists());
+    assert_eq!(c.show(unit, "DropInPaths"), "");
 }
