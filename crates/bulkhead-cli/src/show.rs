@@ -45,7 +45,18 @@ pub fn plan_toml(p: &ResolvedPlan) -> String {
             .get(s.name())
             .filter(|x| !x.services.is_empty())
         {
-            let names: Vec<String> = spec.services.iter().map(|a| quote(&a.value)).collect();
+            let names: Vec<String> = spec
+                .services
+                .iter()
+                .map(|a| match &a.value.pidfile {
+                    None => quote(&a.value.name),
+                    Some(p) => format!(
+                        "{{ name = {}, pidfile = {} }}",
+                        quote(&a.value.name),
+                        quote(p)
+                    ),
+                })
+                .collect();
             let _ = writeln!(out, "services = [{}]", names.join(", "));
         }
         // Group repeated directives (devices, page sizes) into one line.

@@ -95,7 +95,7 @@ pub struct SliceSpec {
     /// Canonical directive name -> value.
     pub directives: BTreeMap<&'static str, At<Value>>,
     /// `services = [...]`: systemd services the plan puts in this slice (`Slice=` drop-ins).
-    pub services: Vec<At<String>>,
+    pub services: Vec<At<services::Service>>,
 }
 
 impl SliceSpec {

@@ -12,8 +12,21 @@ pub const MAX_SERVICES: usize = 32;
 /// systemd's own limit on a unit name.
 const MAX_NAME: usize = 255;
 
-/// The service names of a `services = ...` value, checked; Err: the message and a hint.
-pub(crate) fn parse(v: &DeValue<'_>, raw: &str) -> Result<Vec<String>, (String, String)> {
+/// One service of a slice.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Service {
+    /// The unit name (`.service` added when the plan left it out).
+    pub name: String,
+    /// Where its main PID is written, for hosts without systemd (`bulkhead place` moves that
+    /// process's tree): an absolute path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pidfile: Option<String>,
+}
+
+const HINT: &str = "write services = [\"postgresql@15-main.service\"], or { name = \"...\", pidfile = \"/path\" } for hosts without systemd";
+
+/// The services of a `services = ...` value, checked; Err: the message and a hint.
+pub(crate) fn parse(v: &DeValue<'_>, raw: &str) -> Result<Vec<Service>, (String, String)> {
     let items: Vec<&DeValue<'_>> = match v {
         DeValue::Array(a) => a.iter().map(|i| i.get_ref()).collect(),
         one => vec![one],
@@ -24,29 +37,74 @@ pub(crate) fn parse(v: &DeValue<'_>, raw: &str) -> Result<Vec<String>, (String, 
             "write services = [\"postgresql@15-main.service\"]".into(),
         ));
     }
-    let mut out: Vec<String> = Vec::new();
+    let mut out: Vec<Service> = Vec::new();
     for i in items {
-        let DeValue::String(s) = i else {
-            return Err((
-                format!("services = {raw}: a service is a unit name in quotes"),
-                "write services = [\"postgresql@15-main.service\"]".into(),
-            ));
+        let (s, pidfile) = match i {
+            DeValue::String(s) => (s.to_string(), None),
+            DeValue::Table(t) => table(t, raw)?,
+            _ => {
+                return Err((
+                    format!("services = {raw}: a service is a unit name in quotes"),
+                    HINT.into(),
+                ))
+            }
         };
-        let name = check_name(s).map_err(|m| {
+        let name = check_name(&s).map_err(|m| {
             (
                 format!("services = {raw}: {m}"),
                 "name a service unit as systemctl shows it: NAME.service or TEMPLATE@INSTANCE.service".into(),
             )
         })?;
-        if out.contains(&name) {
+        if out.iter().any(|x| x.name == name) {
             return Err((
                 format!("services = {raw}: '{name}' is listed twice"),
                 "list each service once".into(),
             ));
         }
-        out.push(name);
+        out.push(Service { name, pidfile });
     }
     Ok(out)
+}
+
+/// `{ name = "...", pidfile = "/abs/path" }`.
+fn table(
+    t: &toml::de::DeTable<'_>,
+    raw: &str,
+) -> Result<(String, Option<String>), (String, String)> {
+    let (mut name, mut pidfile) = (None, None);
+    for (k, v) in t.iter() {
+        let DeValue::String(text) = v.get_ref() else {
+            return Err((
+                format!("services = {raw}: {} must be a string", k.get_ref()),
+                HINT.into(),
+            ));
+        };
+        match k.get_ref().as_ref() {
+            "name" => name = Some(text.to_string()),
+            "pidfile" if text.starts_with('/') && text.len() <= 4096 => {
+                pidfile = Some(text.to_string())
+            }
+            "pidfile" => {
+                return Err((
+                    format!("services = {raw}: pidfile must be an absolute path"),
+                    "write e.g. pidfile = \"/var/lib/postgresql/15/main/postmaster.pid\"".into(),
+                ))
+            }
+            other => {
+                return Err((
+                    format!("services = {raw}: unknown key '{other}'"),
+                    "a service table takes name and pidfile".into(),
+                ))
+            }
+        }
+    }
+    let name = name.ok_or_else(|| {
+        (
+            format!("services = {raw}: a service table needs name"),
+            HINT.into(),
+        )
+    })?;
+    Ok((name, pidfile))
 }
 
 /// A service unit name: `.service` added when missing, unit-name characters only (no `/`:
@@ -78,6 +136,14 @@ pub fn check_name(s: &str) -> Result<String, String> {
 
 /// Every (service, slice) of the plan, by slice then by the plan's order.
 pub fn of_plan(plan: &crate::Plan) -> Vec<(String, crate::SliceName)> {
+    with_pidfiles(plan)
+        .into_iter()
+        .map(|(s, slice)| (s.name, slice))
+        .collect()
+}
+
+/// Every service of the plan, with its pidfile, and its slice.
+pub fn with_pidfiles(plan: &crate::Plan) -> Vec<(Service, crate::SliceName)> {
     plan.slices
         .values()
         .flat_map(|s| s.services.iter().map(|a| (a.value.clone(), s.name.clone())))
@@ -93,11 +159,11 @@ pub(crate) fn check_unique(
     let mut seen: std::collections::BTreeMap<&str, &crate::SliceName> = Default::default();
     for s in slices.values() {
         for a in &s.services {
-            if let Some(first) = seen.insert(&a.value, &s.name) {
+            if let Some(first) = seen.insert(&a.value.name, &s.name) {
                 errors.push(
                     bulkhead_sys::error::Diagnostic::error(format!(
                         "'{}' is in two slices: {first} and {}",
-                        a.value, s.name
+                        a.value.name, s.name
                     ))
                     .at(source.at(a.loc))
                     .context(format!("[slice.{}] {KEY}", s.name))
@@ -132,6 +198,10 @@ mod tests {
         assert_eq!(all[0].1.as_str(), "db-server");
         let p = plan("services = \"mysql\"").unwrap();
         assert_eq!(of_plan(&p)[0].0, "mysql.service");
+        let p = plan("services = [{ name = \"pg\", pidfile = \"/run/pg.pid\" }]").unwrap();
+        let (svc, _) = &with_pidfiles(&p)[0];
+        assert_eq!(svc.name, "pg.service");
+        assert_eq!(svc.pidfile.as_deref(), Some("/run/pg.pid"));
     }
 
     #[test]
@@ -144,6 +214,9 @@ mod tests {
             ("[]", "1 to 32 services"),
             ("[1]", "unit name in quotes"),
             ("[\"a\", \"a.service\"]", "listed twice"),
+            ("[{ pidfile = \"/x\" }]", "needs name"),
+            ("[{ name = \"a\", pidfile = \"x\" }]", "absolute path"),
+            ("[{ name = \"a\", pid = \"/x\" }]", "unknown key 'pid'"),
         ] {
             let e = plan(&format!("services = {v}")).unwrap_err();
             assert!(e.contains(want), "{v}: {e}");

@@ -142,6 +142,33 @@ pub fn now_ticks() -> Option<u64> {
     Some((secs * crate::process::clock_ticks() as f64) as u64)
 }
 
+/// The PID a pidfile names (its first line) and the file's owner, read through one
+/// descriptor (a regular file, its last component not a symlink, at most 4 KiB). Err: why not.
+pub fn read_pidfile(path: &std::path::Path) -> Result<(i32, u32), String> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    )
+    .map_err(|e| crate::error::errno_text(&e.into()))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| crate::error::errno_text(&e.into()))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err("is not a regular file".into());
+    }
+    let mut text = String::new();
+    std::fs::File::from(fd)
+        .take(4096)
+        .read_to_string(&mut text)
+        .map_err(|e| crate::error::errno_text(&e))?;
+    let pid = text
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse::<i32>().ok())
+        .filter(|&p| p > 0)
+        .ok_or("does not start with a process ID")?;
+    Ok((pid, st.st_uid))
+}
+
 /// /proc/PID/cgroup of one process (None: gone).
 pub fn cgroup(pid: i32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()
@@ -214,6 +241,23 @@ mod tests {
         );
         assert_eq!(join_cmdline(b""), "");
         assert_eq!(join_cmdline(b"\xff\0x"), "\u{fffd} x");
+    }
+
+    #[test]
+    fn pidfiles() {
+        let dir = std::env::temp_dir().join(format!("bh-pidfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("x.pid");
+        std::fs::write(&f, "4242\n/var/lib/x\n").unwrap();
+        let (pid, _owner) = read_pidfile(&f).unwrap();
+        assert_eq!(pid, 4242);
+        std::fs::write(&f, "-1\n").unwrap();
+        assert!(read_pidfile(&f).unwrap_err().contains("process ID"));
+        let link = dir.join("l.pid");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        assert!(read_pidfile(&link).is_err(), "a symlink is not followed");
+        assert!(read_pidfile(&dir).unwrap_err().contains("regular file"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

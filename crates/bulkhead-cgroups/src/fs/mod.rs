@@ -231,18 +231,28 @@ impl Backend for CgroupFs {
     }
 }
 
-/// Services the plan names are systemd units: without systemd, nothing attaches them.
+/// Services the plan names are systemd units: without systemd, nothing attaches them; one
+/// with a pidfile is placed by `bulkhead place`.
 fn unattached_services(plan: &ResolvedPlan) -> Vec<Diagnostic> {
-    bulkhead_plan::services::of_plan(&plan.plan)
+    bulkhead_plan::services::with_pidfiles(&plan.plan)
         .into_iter()
         .map(|(service, slice)| {
-            Diagnostic::warning(format!(
-                "{service} is not placed: services are attached with systemd's Slice=, and this host is driven without systemd (cgroupfs backend)"
-            ))
-            .context(format!("[slice.{slice}] services"))
-            .hint(format!(
-                "place its processes with `bulkhead move --tree --slice {slice} MAIN_PID` after each start, or with a [place.NAME] rule (slice = \"{slice}\", exe = ...) run by `bulkhead place`"
-            ))
+            let name = &service.name;
+            let ctx = format!("[slice.{slice}] services");
+            match &service.pidfile {
+                Some(pidfile) => Diagnostic::note(format!(
+                    "{name} is placed by `bulkhead place` (this host is driven without systemd): the process {pidfile} names, with its descendants"
+                ))
+                .context(ctx)
+                .hint("run `bulkhead place` as a service, or `bulkhead place --once` after the service starts"),
+                None => Diagnostic::warning(format!(
+                    "{name} is not placed: services are attached with systemd's Slice=, and this host is driven without systemd (cgroupfs backend)"
+                ))
+                .context(ctx)
+                .hint(format!(
+                    "give its pidfile (services = [{{ name = \"{name}\", pidfile = \"/path\" }}]) for `bulkhead place`, or place its processes with `bulkhead move --tree --slice {slice} MAIN_PID` after each start, or with a [place.NAME] rule"
+                )),
+            }
         })
         .collect()
 }

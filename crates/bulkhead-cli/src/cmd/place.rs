@@ -28,17 +28,25 @@ fn print_one(p: &Placed, a: &PlaceArgs, quiet: bool) {
         println!("{}", serde_json::to_string(p).unwrap_or_default());
         return;
     }
-    let what = format!("{} ({}: {})", p.pid, p.comm, short(&p.cmdline));
+    let mut what = format!("{} ({}: {})", p.pid, p.comm, short(&p.cmdline));
+    if !p.descendants.is_empty() {
+        what.push_str(&format!(" and {} descendant(s)", p.descendants.len()));
+    }
+    // A service's placement names the service; a rule's, the rule.
+    let why = if p.rule.starts_with("service ") {
+        p.rule.clone()
+    } else {
+        format!("rule {}", p.rule)
+    };
     match &p.error {
         Some(e) => eprintln!(
-            "bulkhead: error: rule {} could not move {what} to {}: {e}",
-            p.rule,
+            "bulkhead: error: {why} could not move {what} to {}: {e}",
             p.slice.unit()
         ),
         None if quiet => {}
         None => {
             let verb = if a.dry_run { "would place" } else { "placed" };
-            println!("{verb} {what} in {} (rule {})", p.slice.unit(), p.rule);
+            println!("{verb} {what} in {} ({why})", p.slice.unit());
         }
     }
 }

@@ -332,11 +332,17 @@ fn postgres_cluster_in_the_server_slice_and_its_backup_backend_in_the_helper_sli
     // The rules: the backends serving the backup role of this cluster (their title is
     // "postgres: NAME: backup postgres [local] ..." once the connection is set up), and
     // pg_dump itself when it dumps this cluster.
-    // The cluster is no systemd service here: a `services` entry only warns, with the way
-    // (move --tree, a rule) that places it.
+    // The cluster as a service of db-server: no systemd here, so `bulkhead place` places it
+    // by its pidfile (the postmaster and its tree). And two rules: the backends serving the
+    // backup role of this cluster (their title is "postgres: NAME: backup postgres [local]
+    // ..." once the connection is set up), and pg_dump itself when it dumps this cluster.
+    let pidfile = pg.data().join("postmaster.pid");
     let server = EMBEDDED_DEFAULT.replace(
         "[slice.db-server]\n",
-        "[slice.db-server]\nservices = [\"postgresql@15-main.service\"]\n",
+        &format!(
+            "[slice.db-server]\nservices = [{{ name = \"postgresql@15-main\", pidfile = \"{}\" }}]\n",
+            pidfile.display()
+        ),
     );
     let plan = t.plan(&format!(
         "{server}
@@ -356,15 +362,13 @@ cmdline = \"* -p {port} *\"
     let o = t.run(&["-c", p, "apply", "--backend", "cgroupfs"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains(
-            "postgresql@15-main.service is not placed: services are attached with systemd's Slice="
-        ) && stderr(&o).contains("bulkhead move --tree --slice db-server MAIN_PID"),
+        stderr(&o).contains("postgresql@15-main.service is placed by `bulkhead place`"),
         "{}",
         stderr(&o)
     );
     let (server, helper) = ("db.slice/db-server.slice", "db.slice/db-helper.slice");
 
-    // The whole cluster into the server slice: the postmaster and every process it runs.
+    // The whole cluster: the postmaster and every process it runs.
     let pm = pg.postmaster_pid();
     let children = descendants(pm as u32);
     assert!(
@@ -376,19 +380,34 @@ cmdline = \"* -p {port} *\"
         p,
         "move",
         "--tree",
+        "--dry-run",
         "--slice",
         "db-server",
         &pm.to_string(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    println!("{}", stdout(&o).trim());
-    for k in std::iter::once(pm).chain(children.iter().copied()) {
-        assert!(
-            in_slice(k, &t, server),
-            "{k} not in db-server: {}",
-            cgroups_of(k)
-        );
-    }
+    assert!(
+        stdout(&o).contains(&format!(
+            "would move {pm} and {} descendant(s)",
+            children.len()
+        )),
+        "{}",
+        stdout(&o)
+    );
+    // The rules and the service's pidfile, placed as they go, while the backup runs.
+    let placer = Reaped(Some(
+        t.cmd()
+            .args(["-c", p, "place", "--interval", "50ms", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    wait_until("the cluster in db-server", || {
+        std::iter::once(pm)
+            .chain(children.iter().copied())
+            .all(|k| in_slice(k, &t, server))
+    });
 
     // A backup role, and enough data that the dump's backend works for a while.
     let setup = "create role backup login; grant pg_read_all_data to backup; \
@@ -403,15 +422,6 @@ cmdline = \"* -p {port} *\"
         stdout(&o)
     );
 
-    // The rules run while the backup does.
-    let placer = Reaped(Some(
-        t.cmd()
-            .args(["-c", p, "place", "--interval", "50ms", "--json"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    ));
     let helper_cpu_before = cpu_usage(&t, helper);
     // Another session holds the table for 2 s, so the dump's backend waits on its lock
     // first: it lives long enough to be seen in the helper slice while it runs.
@@ -487,6 +497,11 @@ cmdline = \"* -p {port} *\"
     assert!(lines.contains(&format!("\"pid\":{backend}")), "{lines}");
     assert!(lines.contains("\"rule\":\"backup-backends\""), "{lines}");
     assert!(lines.contains(&format!("\"pid\":{dump_pid}")), "{lines}");
+    assert!(
+        lines.contains(&format!("\"pid\":{pm},"))
+            && lines.contains("\"rule\":\"service postgresql@15-main.service\""),
+        "{lines}"
+    );
     drop(pg);
     let o = t.run(&["-c", p, "destroy", "--kill"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -586,4 +601,52 @@ fn services_are_attached_by_slice_drop_ins_on_systemd() {
     assert!(o.status.success(), "{}", err(&o));
     assert!(!c.path(&drop_in).exists());
     assert_eq!(c.show(unit, "DropInPaths"), "");
+}
+
+/// Without systemd a service is placed by its pidfile, which may name only a process of the
+/// file's owner: a pidfile another user can write does not get root to move root's processes.
+#[test]
+fn a_pidfile_names_only_its_owners_processes() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let dir = bulkhead_testkit::fs::TempDir::new("place-pidfile");
+    let pidfile = dir.path().join("svc.pid");
+    let Some((t, plan)) = applied(&EMBEDDED_DEFAULT.replace(
+        "[slice.db-server]\n",
+        &format!(
+            "[slice.db-server]\nservices = [{{ name = \"svc\", pidfile = \"{}\" }}]\n",
+            pidfile.display()
+        ),
+    )) else {
+        return;
+    };
+    let p = plan.to_str().unwrap();
+    let victim = tree("sleep 60");
+    let pid = victim.id() as i32;
+    std::fs::write(&pidfile, format!("{pid}\n")).unwrap();
+    // Owned by nobody, naming root's process: refused, nothing moves.
+    std::os::unix::fs::chown(&pidfile, Some(65534), Some(65534)).unwrap();
+    let o = t.run(&["-c", p, "--backend", "cgroupfs", "place", "--once"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("may name only its owner's processes"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!in_slice(pid, &t, "db.slice/db-server.slice"));
+    // Root's pidfile may name it: the process moves, with its tree.
+    std::os::unix::fs::chown(&pidfile, Some(0), Some(0)).unwrap();
+    let o = t.run(&["-c", p, "--backend", "cgroupfs", "place", "--once"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("(service svc.service)"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(in_slice(pid, &t, "db.slice/db-server.slice"));
+    drop(victim);
+    let o = t.run(&["-c", p, "destroy", "--kill"]);
+    assert!(o.status.success(), "{}", stderr(&o));
 }

@@ -88,7 +88,7 @@ impl Cluster {
         c
     }
 
-    fn data(&self) -> PathBuf {
+    pub fn data(&self) -> PathBuf {
         self.dir.join("data")
     }
 

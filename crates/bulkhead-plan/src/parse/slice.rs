@@ -115,7 +115,7 @@ impl Directive<'_> {
         }
     }
 
-    fn at_text(&self, value: String) -> At<String> {
+    fn at_service(&self, value: crate::services::Service) -> At<crate::services::Service> {
         At {
             value,
             loc: self.loc,
@@ -148,7 +148,7 @@ impl Directive<'_> {
                     .context(format!("{} {}", self.ctx, self.key))
                     .hint(hint)
             })?;
-            spec.services = names.into_iter().map(|n| self.at_text(n)).collect();
+            spec.services = names.into_iter().map(|n| self.at_service(n)).collect();
             return Ok(());
         }
         let raw = to_raw(v).map_err(|m| {

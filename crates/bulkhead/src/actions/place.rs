@@ -4,7 +4,9 @@
 
 use super::slices::require_slice;
 use super::Context;
+use crate::place::pidfiles::{Pidfiles, ServiceMove};
 use crate::place::rules::{Compiled, Decision, Engine};
+use crate::place::tree;
 use bulkhead_cgroups::Placement;
 use bulkhead_plan::place::Expected;
 use bulkhead_plan::{Plan, SliceName};
@@ -48,6 +50,9 @@ pub struct Placed {
     pub rule: String,
     pub slice: SliceName,
     pub moved: bool,
+    /// A service's main process moves with its descendants: those moved with it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub descendants: Vec<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -74,16 +79,23 @@ pub fn place(
     mut on: impl FnMut(&Placed),
 ) -> Result<PlaceSummary> {
     let plan = load_trusted_plan(cx)?;
-    if plan.place.is_empty() {
+    let chosen = cx.choose()?;
+    // systemd attaches services itself (their Slice= drop-ins); elsewhere their pidfiles do.
+    let services = if chosen.name() == "systemd" {
+        Vec::new()
+    } else {
+        bulkhead_plan::services::with_pidfiles(&plan)
+    };
+    let mut pidfiles = Pidfiles::new(services);
+    if plan.place.is_empty() && pidfiles.is_empty() {
         return Err(Error::invalid(
-            Diagnostic::error("the plan has no placement rules")
+            Diagnostic::error("the plan has no placement rules (and no service with a pidfile to place without systemd)")
                 .at(plan.source.label())
                 .hint("add a [place.NAME] section: slice = \"db-helper\" and what to match (exe, cmdline, user, parent, unit); see docs/PLACEMENT.md"),
         ));
     }
-    let chosen = cx.choose()?;
-    for r in plan.place.values() {
-        require_slice(cx, &chosen, &r.slice)?;
+    for e in bulkhead_plan::place::expected(&plan) {
+        require_slice(cx, &chosen, &e.slice)?;
     }
     let mut engine = Engine::new(compile(&plan)?, req.recheck);
     let mut sum = PlaceSummary::default();
@@ -93,8 +105,16 @@ pub fn place(
     }
     loop {
         let now = bulkhead_sys::procs::now_ticks().unwrap_or(0);
-        for d in engine.scan(now) {
-            let p = carry_out(&chosen, d, req.dry_run);
+        let services = pidfiles.scan().into_iter();
+        let placed = services
+            .map(|m| carry_out_service(&chosen, m, req.dry_run))
+            .chain(
+                engine
+                    .scan(now)
+                    .into_iter()
+                    .map(|d| carry_out(&chosen, d, req.dry_run)),
+            );
+        for p in placed {
             if p.error.is_some() {
                 sum.failed += 1;
             } else {
@@ -126,8 +146,43 @@ fn carry_out(chosen: &impl Placement, d: Decision, dry_run: bool) -> Placed {
         rule: d.rule,
         slice: d.slice,
         moved: r.is_ok() && !dry_run,
+        descendants: Vec::new(),
         error: r.err(),
     }
+}
+
+/// A service's main process with its whole tree (`move --tree`'s rounds).
+fn carry_out_service(chosen: &impl Placement, m: ServiceMove, dry_run: bool) -> Placed {
+    let mut p = Placed {
+        pid: m.pid,
+        comm: m.comm,
+        cmdline: m.cmdline,
+        rule: format!("service {}", m.service),
+        slice: m.slice,
+        moved: false,
+        descendants: Vec::new(),
+        error: m.refused,
+    };
+    if p.error.is_some() {
+        return p;
+    }
+    if dry_run {
+        p.descendants = tree::descendants_now(p.pid);
+        return p;
+    }
+    let gone = |q: i32| bulkhead_sys::process::is_kernel_thread(q).is_none();
+    let mv = |q: i32| chosen.move_pid(&p.slice, q);
+    match tree::move_tree(p.pid, || tree::descendants_now(p.pid), mv, gone) {
+        Ok(out) => {
+            p.moved = true;
+            p.descendants = out.moved.into_iter().skip(1).collect();
+            if let Some((pid, e)) = out.failed.into_iter().next() {
+                p.error = Some(format!("descendant {pid} could not move: {e}"));
+            }
+        }
+        Err(e) => p.error = Some(e),
+    }
+    p
 }
 
 /// The rules with their users as UIDs; a user this host does not know is an error.
