@@ -89,12 +89,6 @@ impl PlaceRule {
             ("unit", &self.unit),
         ]
     }
-
-    /// Whether the rule looks at the command line (which a process may rewrite after it
-    /// starts: such rules re-check a new process for a while).
-    pub fn reads_cmdline(&self) -> bool {
-        !self.cmdline.is_empty()
-    }
 }
 
 /// A program pattern: with a `/` the whole executable path, else its file name or `comm`.

@@ -36,7 +36,6 @@ exe = ["pg_dump", "restic", "/usr/bin/rsync"]
     assert_eq!(p.place.len(), 2);
     let b = &p.place["backup-backends"];
     assert_eq!(b.user, vec!["postgres", "105"]);
-    assert!(b.reads_cmdline());
     let pg = "/usr/lib/postgresql/15/bin/postgres";
     let backend = facts(pg, "postgres: 15/main: backup postgres [local] COPY", pg);
     assert!(b.matches(&backend, &[105]));

@@ -1,8 +1,9 @@
 //! The placement rules at work: each scan of /proc reads the processes it has not decided
 //! on yet, matches them against the rules and says which to move where. A process is
-//! decided on once, except a young one while rules read command lines: PostgreSQL sets a
-//! backend's title ("postgres: 15/main: backup [local] idle") only after the fork, so a
-//! process younger than `recheck` is read again on each scan until it matches or grows old.
+//! decided on once, except a young one: PostgreSQL sets a backend's title ("postgres:
+//! 15/main: backup [local] idle") only after the fork, and `sh -c 'pg_dump ...'` becomes
+//! pg_dump only when it execs, so a process younger than `recheck` is read again on each
+//! scan until it matches or grows old.
 //! Bounded: at most [`MAX_WATCHED`] young processes are watched, at most [`MAX_PER_SCAN`]
 //! moves are decided per scan (the rest on the next), and the table of decided PIDs holds
 //! only PIDs /proc lists.
@@ -48,7 +49,6 @@ pub(crate) struct Engine {
     seen: HashMap<i32, (u64, Seen)>,
     /// How long a new process is re-read, in clock ticks.
     recheck_ticks: u64,
-    reads_cmdline: bool,
     needs_parent: bool,
     me: i32,
 }
@@ -57,7 +57,6 @@ impl Engine {
     pub(crate) fn new(rules: Vec<Compiled>, recheck: Duration) -> Engine {
         let ticks = (recheck.as_secs_f64() * bulkhead_sys::process::clock_ticks() as f64) as u64;
         Engine {
-            reads_cmdline: rules.iter().any(|c| c.rule.reads_cmdline()),
             needs_parent: rules.iter().any(|c| !c.rule.parent.is_empty()),
             rules,
             seen: HashMap::new(),
@@ -114,7 +113,7 @@ impl Engine {
             }
             let young = now.saturating_sub(p.start) < self.recheck_ticks;
             let was_watched = matches!(self.seen.get(&pid), Some((_, Seen::Watching)));
-            let watch = self.reads_cmdline && young && (was_watched || watched < MAX_WATCHED);
+            let watch = young && (was_watched || watched < MAX_WATCHED);
             if watch && !was_watched {
                 watched += 1;
             }
@@ -189,6 +188,42 @@ pub(crate) fn unit_of(proc_cgroup: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shell_that_execs_a_matching_program_is_caught() {
+        use std::process::Command;
+        // A copy of sleep under a name no other program has; the shell execs it after a while.
+        let dir = std::env::temp_dir().join(format!("bh-rules-exec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let name = format!("bh-exe-{}", std::process::id());
+        let prog = dir.join(&name);
+        std::fs::copy("/bin/sleep", &prog).unwrap();
+        let mut e = Engine::new(
+            rule(&format!(
+                "[place.x]\nslice = \"db-helper\"\nexe = \"{name}\"\n"
+            )),
+            Duration::from_secs(30),
+        );
+        let mut child = Command::new("sh")
+            .args(["-c", &format!("sleep 0.3; exec {} 5", prog.display())])
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let now = || procs::now_ticks().unwrap();
+        assert!(e.scan(now()).iter().all(|d| d.pid != pid), "still sh");
+        let mut found = false;
+        for _ in 0..40 {
+            std::thread::sleep(Duration::from_millis(50));
+            if e.scan(now()).iter().any(|d| d.pid == pid && d.rule == "x") {
+                found = true;
+                break;
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(found, "the exec'd program was matched");
+    }
 
     #[test]
     fn slices_and_units_from_proc_cgroup() {
