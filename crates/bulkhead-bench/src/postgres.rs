@@ -173,7 +173,7 @@ impl Postgres {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = bulkhead::run::spawn_joined(&mut cmd, o.procs_files)
+        let child = bulkhead::actions::groups::spawn_joined(&mut cmd, o.procs_files)
             .map_err(|e| format!("cannot start postgres: {e}"))?;
         let mut pg = Postgres {
             pid: child.id(),

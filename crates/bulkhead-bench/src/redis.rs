@@ -82,7 +82,7 @@ impl Redis {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-        let child = bulkhead::run::spawn_joined(&mut cmd, o.procs_files)
+        let child = bulkhead::actions::groups::spawn_joined(&mut cmd, o.procs_files)
             .map_err(|e| format!("cannot start redis-server: {e}"))?;
         let pid = child.id();
         let mut r = Redis {

@@ -150,7 +150,7 @@ fn settle(fs: &Path) {
             .unwrap_or(0)
     };
     let want = if pooled() > 0 {
-        bulkhead::snapshot::POOL_SIZE
+        bulkhead::actions::spawn::SNAPSHOT_POOL_SIZE
     } else {
         0
     };
@@ -505,7 +505,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
 }
 
 fn fs_name(p: &Path) -> String {
-    let Some(magic) = bulkhead::sys::statfs::fs_magic(p) else {
+    let Some(magic) = bulkhead::actions::host::fs_magic(p) else {
         return "host fs".into();
     };
     match magic as u64 {
