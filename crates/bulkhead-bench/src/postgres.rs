@@ -4,10 +4,11 @@
 //! (`--rate`), every transaction logged (`-l`) and folded into the same per-second report as
 //! the RESP load generator's ([`crate::LoadResult`]).
 
+use crate::child::Server;
 use crate::loadgen::Stats;
 use crate::LoadResult;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The newest PostgreSQL's bin directory (`/usr/lib/postgresql/15/bin`).
@@ -68,7 +69,7 @@ impl Script {
 }
 
 pub struct Postgres {
-    child: Option<Child>,
+    server: Server,
     pub pid: u32,
     pub port: u16,
     bin: PathBuf,
@@ -177,7 +178,7 @@ impl Postgres {
             .map_err(|e| format!("cannot start postgres: {e}"))?;
         let mut pg = Postgres {
             pid: child.id(),
-            child: Some(child),
+            server: Server::new(child, libc::SIGINT, Duration::from_secs(10)),
             port: o.port,
             bin,
             sock,
@@ -271,22 +272,12 @@ impl Postgres {
     }
 
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
+        self.server.exited()
     }
 
-    /// A fast shutdown (SIGINT), then SIGKILL after 10 s.
+    /// A fast shutdown (SIGINT), then SIGKILL after 10 s (also when dropped).
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            crate::child::stop(&mut c, libc::SIGINT, Duration::from_secs(10));
-        }
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        self.stop();
+        self.server.stop();
     }
 }
 

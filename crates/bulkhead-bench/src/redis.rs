@@ -1,12 +1,13 @@
 //! A real Redis server for the benchmarks, started inside a slice and always stopped.
 
+use crate::child::Server;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 pub struct Redis {
-    child: Option<Child>,
+    server: Server,
     pub addr: SocketAddr,
     pub pid: u32,
 }
@@ -86,7 +87,7 @@ impl Redis {
             .map_err(|e| format!("cannot start redis-server: {e}"))?;
         let pid = child.id();
         let mut r = Redis {
-            child: Some(child),
+            server: Server::new(child, libc::SIGTERM, Duration::from_secs(3)),
             addr: SocketAddr::from(([127, 0, 0, 1], o.port)),
             pid,
         };
@@ -99,20 +100,11 @@ impl Redis {
 
     /// `Some(status)` when the server has exited (crashed or was killed).
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
+        self.server.exited()
     }
 
+    /// SIGTERM, then SIGKILL after 3 s (also when dropped).
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            crate::child::stop(&mut c, libc::SIGTERM, Duration::from_secs(3));
-        }
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.stop();
+        self.server.stop();
     }
 }

@@ -685,54 +685,24 @@ pub fn chart(r: &Report, path: &Path) -> Result<(), String> {
         "systemd-nspawn" => RED,
         _ => BLACK,
     };
-    c.draw_series(
-        r.peers
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.median_ms.is_finite())
-            .map(|(i, p)| {
-                let mut bar = Rectangle::new(
-                    [
-                        (min, SegmentValue::Exact(i)),
-                        (p.median_ms, SegmentValue::Exact(i + 1)),
-                    ],
-                    color(&p.group).mix(0.5).filled(),
-                );
-                bar.set_margin(6, 6, 0, 0);
-                bar
-            }),
-    )
-    .map_err(|e| e.to_string())?;
-    c.draw_series(
-        r.peers
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.median_ms.is_finite())
-            .map(|(i, p)| {
-                PathElement::new(
-                    vec![
-                        (p.p10_ms, SegmentValue::CenterOf(i)),
-                        (p.p90_ms, SegmentValue::CenterOf(i)),
-                    ],
-                    BLACK.stroke_width(2),
-                )
-            }),
-    )
-    .map_err(|e| e.to_string())?;
-    c.draw_series(
-        r.peers
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.median_ms.is_finite())
-            .map(|(i, p)| {
-                Text::new(
-                    format!("{:.2} ms", p.median_ms),
-                    (p.p90_ms.max(p.median_ms) * 1.15, SegmentValue::CenterOf(i)),
-                    ("sans-serif", 14),
-                )
-            }),
-    )
-    .map_err(|e| e.to_string())?;
+    let bars: Vec<crate::hbars::Bar> = r
+        .peers
+        .iter()
+        .map(|p| crate::hbars::Bar {
+            value: p.median_ms,
+            low: p.p10_ms,
+            high: p.p90_ms,
+            color: color(&p.group),
+            text: format!("{:.2} ms", p.median_ms),
+            text_at: p.p90_ms.max(p.median_ms) * 1.15,
+        })
+        .collect();
+    let style = crate::hbars::Style {
+        base: min,
+        margin: 6,
+        font_size: 14,
+    };
+    crate::hbars::draw(&mut c, &bars, &style)?;
     root.present().map_err(|e| e.to_string())?;
     Ok(())
 }

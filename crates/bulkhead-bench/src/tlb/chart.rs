@@ -1,7 +1,7 @@
 //! The report as a PNG chart.
 
 use super::report::Report;
-use plotters::coord::types::{RangedCoordf64, RangedCoordusize};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
@@ -15,11 +15,7 @@ struct Bar {
     max: f64,
 }
 
-type Chart<'a, 'b> = ChartContext<
-    'a,
-    BitMapBackend<'b>,
-    Cartesian2d<RangedCoordf64, plotters::coord::ranged1d::SegmentedCoord<RangedCoordusize>>,
->;
+type Chart<'a, 'b> = crate::hbars::Rows<'a, 'b, RangedCoordf64>;
 
 /// Every backing's ratio to 4K per row size and thread count, then Redis's; the first bar at
 /// the top.
@@ -118,41 +114,23 @@ fn draw(c: &mut Chart<'_, '_>, bars: &[Bar], max: f64) -> Result<(), String> {
         "1G" => MAGENTA,
         _ => RED,
     };
-    c.draw_series(bars.iter().enumerate().map(|(i, b)| {
-        let mut bar = Rectangle::new(
-            [
-                (0.0, SegmentValue::Exact(i)),
-                (b.median, SegmentValue::Exact(i + 1)),
-            ],
-            color(&b.group).mix(0.5).filled(),
-        );
-        bar.set_margin(4, 4, 0, 0);
-        bar
-    }))
-    .map_err(|e| e.to_string())?;
-    c.draw_series(
-        bars.iter()
-            .enumerate()
-            .filter(|(_, b)| b.min.is_finite())
-            .map(|(i, b)| {
-                PathElement::new(
-                    vec![
-                        (b.min, SegmentValue::CenterOf(i)),
-                        (b.max, SegmentValue::CenterOf(i)),
-                    ],
-                    BLACK.stroke_width(2),
-                )
-            }),
-    )
-    .map_err(|e| e.to_string())?;
-    c.draw_series(bars.iter().enumerate().map(|(i, b)| {
-        Text::new(
-            format!("x{:.2}", b.median),
-            (b.max.max(b.median) + max * 0.01, SegmentValue::CenterOf(i)),
-            ("sans-serif", 13),
-        )
-    }))
-    .map_err(|e| e.to_string())?;
+    let shown: Vec<crate::hbars::Bar> = bars
+        .iter()
+        .map(|b| crate::hbars::Bar {
+            value: b.median,
+            low: b.min,
+            high: b.max,
+            color: color(&b.group),
+            text: format!("x{:.2}", b.median),
+            text_at: b.max.max(b.median) + max * 0.01,
+        })
+        .collect();
+    let style = crate::hbars::Style {
+        base: 0.0,
+        margin: 4,
+        font_size: 13,
+    };
+    crate::hbars::draw(c, &shown, &style)?;
     c.draw_series(std::iter::once(PathElement::new(
         vec![(1.0, SegmentValue::Exact(0)), (1.0, SegmentValue::Exact(n))],
         BLACK.stroke_width(1),
