@@ -22,9 +22,9 @@ pub fn find_server() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// A free TCP port on 127.0.0.1.
-pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// A free TCP port on 127.0.0.1 (below the ephemeral range: bulkhead's `sys::net`).
+pub fn free_port() -> Result<u16, String> {
+    bulkhead::sys::net::free_port().ok_or_else(|| "no free port between 20000 and 32000".into())
 }
 
 /// Whether something already listens on the port.

@@ -79,7 +79,7 @@ impl RedisRun {
                 round + 1,
                 self.variants[vi].name
             ));
-            let port = redis::free_port().map_err(|e| format!("no free port: {e}"))?;
+            let port = redis::free_port()?;
             let o = redis::Options {
                 port,
                 dir: &self.dir,
