@@ -224,3 +224,43 @@ pub fn reset_iocost(record: &Path) {
 pub fn forget_enabled_controllers(root: &str) {
     foreign::forget(|dir, _| dir.to_string_lossy().contains(root));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_limit_is_written_where_this_hosts_memory_controller_is() {
+        let h = Hierarchies::detect().expect("mountinfo");
+        assert!(
+            !h.mounts().is_empty(),
+            "no cgroup hierarchy: {}",
+            h.describe()
+        );
+        let Some(on) = h.memory_limit(Some(1 << 30)) else {
+            panic!("no memory controller: {}", h.describe());
+        };
+        let mount = crate::actions::host::hierarchy_of("memory").unwrap();
+        assert_eq!(on.mount, mount);
+        let off = h.memory_limit(None).unwrap();
+        match on.file {
+            "memory.limit_in_bytes" => assert_eq!(off.value, "-1"),
+            "memory.max" => assert_eq!(off.value, "max"),
+            f => panic!("{f}"),
+        }
+        assert_eq!(on.value, "1073741824");
+        assert!(mount.join("cgroup.procs").exists(), "{}", mount.display());
+        let e = crate::actions::host::hierarchy_of("nosuch").unwrap_err();
+        assert_eq!(e, "no nosuch hierarchy is mounted here");
+    }
+
+    #[test]
+    fn a_cgroup_root_with_dot_dot_is_refused() {
+        let h = Hierarchies::detect().expect("mountinfo");
+        let e = h.groups("/a/../b").unwrap_err();
+        assert!(
+            e.to_string().contains("must not contain '.' or '..'"),
+            "{e}"
+        );
+    }
+}
