@@ -1,7 +1,9 @@
 //! Horizontal bars with a whisker and a value label each, one labelled row per bar: the
-//! charts of `bench spawn` (log scale) and `bench tlb` (ratios) draw their bars here.
+//! charts of `bench spawn` (log scale) and `bench tlb` (ratios) label their rows and draw
+//! their bars here.
 
 use plotters::coord::ranged1d::SegmentedCoord;
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::coord::types::RangedCoordusize;
 use plotters::prelude::*;
 
@@ -28,6 +30,23 @@ pub struct Style {
 /// A chart with a value axis across and one segment per bar down.
 pub type Rows<'a, 'b, X> =
     ChartContext<'a, BitMapBackend<'b>, Cartesian2d<X, SegmentedCoord<RangedCoordusize>>>;
+
+/// Label the rows (one per bar, the first at the bottom) and the value axis (`x_desc`).
+pub fn label_rows<X>(c: &mut Rows<'_, '_, X>, labels: &[String], x_desc: &str) -> Result<(), String>
+where
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    c.configure_mesh()
+        .disable_y_mesh()
+        .y_labels(labels.len().max(1))
+        .y_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .x_desc(x_desc)
+        .draw()
+        .map_err(|e| e.to_string())
+}
 
 /// Draw the bars, then their whiskers, then their labels.
 pub fn draw<X>(c: &mut Rows<'_, '_, X>, bars: &[Bar], style: &Style) -> Result<(), String>

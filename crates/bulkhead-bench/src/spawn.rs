@@ -670,16 +670,7 @@ pub fn chart(r: &Report, path: &Path) -> Result<(), String> {
         .build_cartesian_2d((min..max).log_scale(), (0..n).into_segmented())
         .map_err(|e| e.to_string())?;
     let labels: Vec<String> = r.peers.iter().map(|p| p.name.clone()).collect();
-    c.configure_mesh()
-        .disable_y_mesh()
-        .y_labels(n)
-        .y_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
-            _ => String::new(),
-        })
-        .x_desc("ms")
-        .draw()
-        .map_err(|e| e.to_string())?;
+    crate::hbars::label_rows(&mut c, &labels, "ms")?;
     let color = |g: &str| match g {
         "bulkhead" => BLUE,
         "systemd-nspawn" => RED,

@@ -92,16 +92,7 @@ fn axes<'a, 'b>(
         .y_label_area_size(230)
         .build_cartesian_2d(0f64..max, (0..n).into_segmented())
         .map_err(|e| e.to_string())?;
-    c.configure_mesh()
-        .disable_y_mesh()
-        .y_labels(n)
-        .y_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
-            _ => String::new(),
-        })
-        .x_desc("throughput / 4K throughput, same round")
-        .draw()
-        .map_err(|e| e.to_string())?;
+    crate::hbars::label_rows(&mut c, labels, "throughput / 4K throughput, same round")?;
     Ok(c)
 }
 
