@@ -216,24 +216,9 @@ impl Postgres {
     fn psql(&self, sql: &str) -> Result<String, String> {
         output(
             Command::new(self.bin.join("psql"))
-                .args([
-                    "-X",
-                    "-q",
-                    "-h",
-                    "127.0.0.1",
-                    "-U",
-                    "postgres",
-                    "-d",
-                    "postgres",
-                ])
-                .args([
-                    "-p",
-                    &self.port.to_string(),
-                    "-v",
-                    "ON_ERROR_STOP=1",
-                    "-c",
-                    sql,
-                ]),
+                .args(["-X", "-q", "-d", "postgres"])
+                .args(over_tcp(self.port))
+                .args(["-v", "ON_ERROR_STOP=1", "-c", sql]),
             &format!("psql -c '{sql}'"),
         )
     }
@@ -243,14 +228,7 @@ impl Postgres {
         output(
             Command::new(self.bin.join("pgbench"))
                 .args(["-i", "-q", "-s", &scale.max(1).to_string()])
-                .args([
-                    "-h",
-                    "127.0.0.1",
-                    "-U",
-                    "postgres",
-                    "-p",
-                    &self.port.to_string(),
-                ])
+                .args(over_tcp(self.port))
                 .arg("postgres"),
             "pgbench -i",
         )?;
@@ -343,6 +321,12 @@ pub fn fold(
     crate::loadgen::summarize(&st, clients, rate, window.as_secs_f64(), window)
 }
 
+/// psql's and pgbench's connection options: the server over TCP on the loopback, as the
+/// postgres role.
+fn over_tcp(port: u16) -> [String; 6] {
+    ["-h", "127.0.0.1", "-U", "postgres", "-p", &port.to_string()].map(String::from)
+}
+
 /// Run pgbench for warm-up plus window and report the window.
 pub fn run_load(l: &PgLoad) -> Result<LoadResult, String> {
     std::fs::create_dir_all(&l.log_dir).map_err(|e| format!("{}: {e}", l.log_dir.display()))?;
@@ -352,14 +336,7 @@ pub fn run_load(l: &PgLoad) -> Result<LoadResult, String> {
     cmd.args(["-n", "-b", l.script.name()])
         .args(["-c", &l.clients.to_string(), "-j", "1"])
         .args(["-T", &total.as_secs().max(1).to_string()])
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-p",
-            &l.port.to_string(),
-        ])
+        .args(over_tcp(l.port))
         .arg("-l")
         .arg(format!("--log-prefix={}", prefix.display()));
     if let Some(r) = l.rate {
