@@ -20,6 +20,27 @@ pub struct Bar {
     pub text_at: f64,
 }
 
+impl Bar {
+    /// A bar to `value` with a whisker over `whisker` (low, high), and `text` at `text_at`.
+    pub fn new(
+        value: f64,
+        whisker: (f64, f64),
+        color: RGBColor,
+        text: String,
+        text_at: f64,
+    ) -> Bar {
+        let (low, high) = whisker;
+        Bar {
+            value,
+            low,
+            high,
+            color,
+            text,
+            text_at,
+        }
+    }
+}
+
 /// How the bars look: where they start, their margin above and below, the label's size.
 pub struct Style {
     pub base: f64,

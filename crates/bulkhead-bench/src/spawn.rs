@@ -679,13 +679,11 @@ pub fn chart(r: &Report, path: &Path) -> Result<(), String> {
     let bars: Vec<crate::hbars::Bar> = r
         .peers
         .iter()
-        .map(|p| crate::hbars::Bar {
-            value: p.median_ms,
-            low: p.p10_ms,
-            high: p.p90_ms,
-            color: color(&p.group),
-            text: format!("{:.2} ms", p.median_ms),
-            text_at: p.p90_ms.max(p.median_ms) * 1.15,
+        .map(|p| {
+            let text = format!("{:.2} ms", p.median_ms);
+            let at = p.p90_ms.max(p.median_ms) * 1.15;
+            let whisker = (p.p10_ms, p.p90_ms);
+            crate::hbars::Bar::new(p.median_ms, whisker, color(&p.group), text, at)
         })
         .collect();
     let style = crate::hbars::Style {

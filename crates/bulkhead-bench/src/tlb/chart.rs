@@ -107,13 +107,10 @@ fn draw(c: &mut Chart<'_, '_>, bars: &[Bar], max: f64) -> Result<(), String> {
     };
     let shown: Vec<crate::hbars::Bar> = bars
         .iter()
-        .map(|b| crate::hbars::Bar {
-            value: b.median,
-            low: b.min,
-            high: b.max,
-            color: color(&b.group),
-            text: format!("x{:.2}", b.median),
-            text_at: b.max.max(b.median) + max * 0.01,
+        .map(|b| {
+            let text = format!("x{:.2}", b.median);
+            let at = b.max.max(b.median) + max * 0.01;
+            crate::hbars::Bar::new(b.median, (b.min, b.max), color(&b.group), text, at)
         })
         .collect();
     let style = crate::hbars::Style {
