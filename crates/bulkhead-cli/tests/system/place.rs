@@ -593,11 +593,36 @@ fn services_are_attached_by_slice_drop_ins_on_systemd() {
         format!("/system.slice/system-pgdemo.slice/{unit}")
     );
 
+    // move --tree through systemd: a shell and its two children, into one scope of the slice.
+    let o = c.sh("setsid sh -c 'sleep 60 & sleep 60 & wait' >/dev/null 2>&1 & echo $!");
+    let root = out(&o).trim().to_string();
+    let kids = || {
+        out(&c.sh(&format!("pgrep -P {root}")))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let end = Instant::now() + Duration::from_secs(10);
+    while kids().len() < 2 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = c.bulkhead(&["move", "--tree", "--slice", "db-helper", &root]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(
+        out(&o).contains(&format!("moved {root} and 2 descendant(s)")),
+        "{}",
+        out(&o)
+    );
+    for pid in std::iter::once(root.clone()).chain(kids()) {
+        let cg = out(&c.sh(&format!("cat /proc/{pid}/cgroup")));
+        assert!(cg.contains("/db.slice/db-helper.slice/"), "{pid}: {cg}");
+    }
+
     // destroy removes the drop-ins of the slices it removes.
     let o = c.bulkhead(&["-c", "/tmp/svc.toml", "-q", "apply"]);
     assert!(o.status.success(), "{}", err(&o));
     assert!(c.path(&drop_in).exists());
-    let o = c.bulkhead(&["-c", "/tmp/svc.toml", "destroy"]);
+    let o = c.bulkhead(&["-c", "/tmp/svc.toml", "destroy", "--kill"]);
     assert!(o.status.success(), "{}", err(&o));
     assert!(!c.path(&drop_in).exists());
     assert_eq!(c.show(unit, "DropInPaths"), "");
