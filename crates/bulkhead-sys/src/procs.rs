@@ -175,7 +175,7 @@ pub fn cgroup(pid: i32) -> Option<String> {
 }
 
 /// The arguments of a /proc/PID/cmdline, NUL-separated, joined by spaces. A process that
-/// rewrote its arguments (PostgreSQL's "postgres: 15/main: backup [local] idle") may have
+/// rewrote its arguments (PostgreSQL's "postgres: 15/main: backup \[local\] idle") may have
 /// one long argument padded with NULs: trailing empty ones are dropped.
 pub fn join_cmdline(raw: &[u8]) -> String {
     let text = String::from_utf8_lossy(raw);

@@ -47,7 +47,7 @@ pub struct PlaceRule {
     /// the command name (`comm`).
     pub exe: Vec<String>,
     /// Patterns for the command line, arguments joined by spaces (after a process rewrote
-    /// it, as PostgreSQL's backends do: "postgres: 15/main: backup [local] idle").
+    /// it, as PostgreSQL's backends do: "postgres: 15/main: backup \[local\] idle").
     pub cmdline: Vec<String>,
     /// Patterns for the parent's executable, as `exe`.
     pub parent: Vec<String>,

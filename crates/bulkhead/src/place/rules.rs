@@ -1,7 +1,7 @@
 //! The placement rules at work: each scan of /proc reads the processes it has not decided
 //! on yet, matches them against the rules and says which to move where. A process is
 //! decided on once, except a young one: PostgreSQL sets a backend's title ("postgres:
-//! 15/main: backup [local] idle") only after the fork, and `sh -c 'pg_dump ...'` becomes
+//! 15/main: backup \[local\] idle") only after the fork, and `sh -c 'pg_dump ...'` becomes
 //! pg_dump only when it execs, so a process younger than `recheck` is read again on each
 //! scan until it matches or grows old.
 //! Bounded: at most [`MAX_WATCHED`] young processes are watched, at most [`MAX_PER_SCAN`]
