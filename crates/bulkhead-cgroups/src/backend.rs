@@ -120,9 +120,14 @@ pub trait Placement {
     fn name(&self) -> &'static str;
     /// Slices bulkhead created that exist now, parents first.
     fn slices(&self) -> Vec<SliceName>;
-    /// Whether a slice exists (and is bulkhead's).
+    /// Whether a slice exists (and is bulkhead's, or may be: see [`Placement::unverified`]).
     fn slice_exists(&self, slice: &SliceName) -> bool {
         self.slices().contains(slice)
+    }
+    /// Why this process cannot tell bulkhead's slices from others (it may not read the
+    /// marks): then `slices` and `slice_exists` count what may be bulkhead's.
+    fn unverified(&self) -> Option<String> {
+        None
     }
     /// Move the calling process into a slice (`run`: join, then exec; `spawn`: join, then
     /// start the sandbox), as `who` (the name and settings of a scope, where the backend

@@ -224,6 +224,9 @@ impl Placement for Chosen {
     fn slice_exists(&self, slice: &SliceName) -> bool {
         self.placement().slice_exists(slice)
     }
+    fn unverified(&self) -> Option<String> {
+        self.placement().unverified()
+    }
     fn join(&self, slice: &SliceName, who: &Joiner) -> std::result::Result<(), PlaceError> {
         self.placement().join(slice, who)
     }

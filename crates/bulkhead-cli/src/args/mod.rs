@@ -329,8 +329,14 @@ pub struct RunArgs {
     /// (clone3 CLONE_INTO_CGROUP, pure cgroup v2), or joined and exec'd in place
     #[arg(long, short = 'v')]
     pub verbose: bool,
-    /// The command and its arguments
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// The command and its arguments, after run's options (as systemd-run and cgexec take
+    /// them; everything from the command on is the command's, `--` before it is optional)
+    #[arg(
+        trailing_var_arg = true,
+        required = true,
+        num_args = 1..,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<OsString>,
 }
 
@@ -504,3 +510,6 @@ pub struct BenchArgs {
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0.., value_name = "ARGS")]
     pub args: Vec<OsString>,
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,6 +13,7 @@ mod image;
 mod iocost;
 mod moves;
 mod plan;
+mod privilege;
 mod run;
 mod serve;
 mod sibling;
@@ -25,6 +26,11 @@ use crate::args::{Cli, Command, PlanCmd};
 use bulkhead::error::{Diagnostic, Result};
 
 pub fn dispatch(cli: &Cli) -> Result<i32> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some((d, code)) = privilege::refusal(cli, &args, bulkhead::sys::process::is_root()) {
+        report(&[d]);
+        return Ok(code);
+    }
     match &cli.command {
         Command::Plan(PlanCmd::Show(a)) => plan::show(cli, a),
         Command::Apply(a) => apply::apply(cli, a),
