@@ -743,3 +743,36 @@ fn iocost_is_shown_and_refused_where_the_kernel_lacks_it() {
     assert!(t.cgroups().is_empty(), "made {:?}", t.cgroups());
     assert!(!state.exists());
 }
+
+#[test]
+fn a_missing_plan_file_is_the_same_error_for_every_command() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let t = TestRoot::new();
+    let missing = t.plan_dir.join("no-such-plan.toml");
+    let m = missing.to_str().unwrap();
+    for args in [
+        &["status"][..],
+        &["status", "--format", "prometheus"],
+        &["apply"],
+        &["plan", "show"],
+        &["destroy"],
+        &["move", "--slice", "db-helper", "1"],
+        &["run", "--slice", "db-helper", "true"],
+        &["hugepages", "status"],
+    ] {
+        let mut line = vec!["-c", m];
+        line.extend_from_slice(args);
+        let o = t.run(&line);
+        let err = stderr(&o);
+        // `run`'s own code for "bulkhead could not start the command".
+        let code = if args[0] == "run" { 125 } else { 2 };
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("{m}: cannot read the plan file: ")),
+            "{args:?}: {err}"
+        );
+    }
+}
