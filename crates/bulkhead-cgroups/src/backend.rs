@@ -142,6 +142,10 @@ pub trait Placement {
     }
     /// Move one whole process into a slice; on failure it is left where it was.
     fn move_pid(&self, slice: &SliceName, pid: i32) -> std::result::Result<(), String>;
+    /// Move a running process out of every slice, back to the cgroup root (`move --slice /`).
+    fn move_pid_out(&self, _pid: i32) -> std::result::Result<(), String> {
+        Err("on systemd every process belongs to a unit: move it into another slice (bulkhead move --slice SLICE PID), stop it, or remove the slices with destroy --kill".into())
+    }
 }
 
 /// A backend: slices from a resolved plan, as operations that are data.
@@ -172,10 +176,12 @@ pub fn removal_order(slices: &[SliceName], existing: Vec<SliceName>) -> Vec<Slic
     names
 }
 
-/// "slices still have processes: ..." with the hint both backends give.
-pub fn busy_error(busy: &[String]) -> Diagnostic {
-    Diagnostic::error(format!("slices still have processes: {}", busy.join("; ")))
-        .hint("stop them, move them out with `bulkhead move`, or pass --kill to kill them")
+/// "slices still have processes: ..." with what to do: `move_out` is the command that moves
+/// them out on this backend.
+pub fn busy_error(busy: &[String], move_out: &str) -> Diagnostic {
+    Diagnostic::error(format!("slices still have processes: {}", busy.join("; "))).hint(format!(
+        "stop them, move them out ({move_out}), or pass --kill to kill them"
+    ))
 }
 
 /// A note for a slice an earlier apply made that the plan no longer has.

@@ -236,6 +236,9 @@ impl Placement for Chosen {
     fn move_pid(&self, slice: &SliceName, pid: i32) -> std::result::Result<(), String> {
         self.placement().move_pid(slice, pid)
     }
+    fn move_pid_out(&self, pid: i32) -> std::result::Result<(), String> {
+        self.placement().move_pid_out(pid)
+    }
 }
 
 impl Backend for Chosen {

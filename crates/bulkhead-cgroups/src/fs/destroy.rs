@@ -48,7 +48,7 @@ impl CgroupFs {
             }
         }
         if !busy.is_empty() && !kill {
-            errors.push(busy_error(&busy));
+            errors.push(busy_error(&busy, "bulkhead move --slice / PID..."));
         }
         if !errors.is_empty() {
             return Err(Error::Invalid(errors));

@@ -205,6 +205,10 @@ impl Placement for CgroupFs {
     fn move_pid(&self, slice: &SliceName, pid: i32) -> std::result::Result<(), String> {
         self.move_pid_fs(slice, pid)
     }
+
+    fn move_pid_out(&self, pid: i32) -> std::result::Result<(), String> {
+        self.move_pid_out_fs(pid)
+    }
 }
 
 impl Backend for CgroupFs {

@@ -342,7 +342,8 @@ pub struct RunArgs {
 
 #[derive(Args)]
 pub struct MoveArgs {
-    /// The slice to move into
+    /// The slice to move into; `/` moves them out of every slice, back to the cgroup root
+    /// (cgroupfs)
     #[arg(long, short = 's', value_name = "SLICE")]
     pub slice: String,
     /// Process IDs
