@@ -27,10 +27,27 @@ use std::path::PathBuf;
 (cgroups nested like systemd's: db-server is inside db) with systemd's resource directives; \
 `apply` creates them, `run` and `move` put processes into them, and `status` shows what each \
 slice uses and how much it stalls.",
-    after_help = "Exit status: 0 on success, 1 when acting on the system failed, 2 for bad \
-input (plan, arguments). `run` exits with the command's own status (125: bulkhead could not \
+    after_help = AFTER_HELP,
+    after_long_help = concat!(
+        "Global options (every command takes them, before or after its name):\n",
+        "  -c, --config FILE     the plan [env BULKHEAD_CONFIG]; without it \
+/etc/bulkhead/bulkhead.toml,\n",
+        "                        else the embedded default plan (`bulkhead plan show` prints it)\n",
+        "  --cgroup-root PATH    the cgroup slices live under [env BULKHEAD_CGROUP_ROOT; default /]:\n",
+        "                        a delegated subtree, or a test root\n",
+        "  --backend BACKEND     who creates slices [env BULKHEAD_BACKEND; default auto]:\n",
+        "                          auto      systemd where PID 1 is systemd on D-Bus, else cgroupfs\n",
+        "                          systemd   transient systemd units over D-Bus (persistent ones \
+with\n",
+        "                                    apply --persist)\n",
+        "                          cgroupfs  bulkhead writes cgroupfs itself (v2, v1 or hybrid)\n",
+        "  -q, --quiet           only print errors\n\n",
+        "Exit status: 0 on success, 1 when acting on the system failed, 2 for bad \
+input (plan, arguments; a -c file that cannot be read), 4 for a command that changes the \
+system run without root. `run` exits with the command's own status (125: bulkhead could not \
 start it, 126: not executable, 127: not found).\n\nFiles: /etc/bulkhead/bulkhead.toml (the \
 plan; an embedded default is used when it is missing), /run/bulkhead (runtime state)."
+    )
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -40,42 +57,57 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The options every command takes (`cli.config` etc. reach them through Deref).
+/// The short help's epilogue (`-h`); `--help` of `bulkhead` itself adds the global options.
+const AFTER_HELP: &str = "Exit status: 0 success, 1 failure, 2 bad input, 4 needs root; \
+`run`: the command's own (125-127: bulkhead could not start it). Global options: see `bulkhead \
+--help`.";
+
+/// The options every command takes (`cli.config` etc. reach them through Deref). One short
+/// line each under "Global options" in every command's help; the long text is once, in
+/// `bulkhead --help` (after_long_help above).
 #[derive(Args)]
 pub struct Globals {
-    /// The plan file [default: /etc/bulkhead/bulkhead.toml, else the embedded default plan]
+    /// The plan file (see bulkhead --help)
     #[arg(
         short = 'c',
         long = "config",
         global = true,
         env = "BULKHEAD_CONFIG",
-        value_name = "FILE"
+        hide_env = true,
+        value_name = "FILE",
+        help_heading = "Global options"
     )]
     pub config: Option<PathBuf>,
 
-    /// The cgroup under which slices live (a delegated subtree, or a test root)
+    /// The cgroup slices live under [default: /]
     #[arg(
         long,
         global = true,
         env = "BULKHEAD_CGROUP_ROOT",
+        hide_env = true,
         default_value = "/",
-        value_name = "PATH"
+        hide_default_value = true,
+        value_name = "PATH",
+        help_heading = "Global options"
     )]
     pub cgroup_root: String,
 
     /// Only print errors
-    #[arg(short, long, global = true)]
+    #[arg(short, long, global = true, help_heading = "Global options")]
     pub quiet: bool,
 
-    /// Who creates slices: systemd over D-Bus, or bulkhead writing cgroupfs [auto: systemd
-    /// when PID 1 is systemd and answers on D-Bus, else cgroupfs]
+    /// auto, systemd or cgroupfs [default: auto] (see bulkhead --help)
     #[arg(
         long,
         global = true,
         env = "BULKHEAD_BACKEND",
+        hide_env = true,
         value_enum,
         default_value_t = BackendArg::Auto,
-        value_name = "BACKEND"
+        hide_default_value = true,
+        hide_possible_values = true,
+        value_name = "BACKEND",
+        help_heading = "Global options"
     )]
     pub backend: BackendArg,
 }

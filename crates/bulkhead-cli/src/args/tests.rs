@@ -46,3 +46,26 @@ fn run_takes_the_command_with_or_without_a_double_dash() {
         .collect();
     assert!(try_parse_from(args).is_err(), "a command is required");
 }
+
+#[test]
+fn global_options_are_one_short_block_in_commands_and_explained_once() {
+    use clap::CommandFactory;
+    let mut top = super::Cli::command();
+    top.build();
+    let long = top.render_long_help().to_string();
+    assert!(
+        long.contains("transient systemd units over D-Bus"),
+        "{long}"
+    );
+    for name in ["status", "apply", "run", "guard"] {
+        let sub = top.find_subcommand_mut(name).unwrap();
+        let help = sub.render_long_help().to_string();
+        assert!(help.contains("Global options:"), "{name}: {help}");
+        assert!(
+            help.contains("auto, systemd or cgroupfs [default: auto]"),
+            "{name}: {help}"
+        );
+        assert!(!help.contains("Possible values"), "{name}: {help}");
+        assert!(!help.contains("over D-Bus"), "{name}: {help}");
+    }
+}
