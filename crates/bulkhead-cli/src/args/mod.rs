@@ -22,7 +22,8 @@ use std::path::PathBuf;
 #[command(
     name = "bulkhead",
     version,
-    about,
+    about = "Isolate the workloads of a database host: slices (cgroups) for the server and its \
+helpers, without Docker",
     long_about = "bulkhead isolates the workloads of a database host. A plan file names slices \
 (cgroups nested like systemd's: db-server is inside db) with systemd's resource directives; \
 `apply` creates them, `run` and `move` put processes into them, and `status` shows what each \
@@ -286,6 +287,9 @@ pub struct PlanShowArgs {
     /// Print JSON
     #[arg(long)]
     pub json: bool,
+    /// Print the plan's slice names, one a line (for shell completion)
+    #[arg(long, hide = true, conflicts_with_all = ["json", "memory", "cpus"])]
+    pub names: bool,
     /// Resolve for a host with this much RAM (e.g. 64G) instead of this one
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,

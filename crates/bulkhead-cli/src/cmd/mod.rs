@@ -5,6 +5,7 @@ mod apply;
 mod bench;
 mod completions;
 mod destroy;
+mod examples;
 mod export;
 mod exporter;
 mod guard;
