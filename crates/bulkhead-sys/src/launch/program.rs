@@ -173,8 +173,8 @@ impl Program {
     /// One line per operation, in order, for `spawn --dry-run`.
     pub fn describe(&self) -> Vec<String> {
         let mut out = vec![format!(
-            "clone3 flags={} (new {})",
-            self.clone_flags,
+            "clone3 {} (new {} namespaces)",
+            clone_flag_names(self.clone_flags),
             ns_names(self.clone_flags)
         )];
         out.push(if self.pty.is_some() {
@@ -205,8 +205,8 @@ impl Program {
             Target::InRoot {
                 display, create, ..
             } => format!(
-                "{}{display}{}",
-                lossy(&self.root),
+                "{}{}",
+                in_root(&lossy(&self.root), display),
                 match create {
                     Create::No => "",
                     Create::Dir => " (created as a directory if missing)",
@@ -313,6 +313,43 @@ impl Program {
     }
 }
 
+/// `display` (a path in the root, with or without its leading `/`) under `root`.
+fn in_root(root: &str, display: &str) -> String {
+    format!(
+        "{}/{}",
+        root.trim_end_matches('/'),
+        display.trim_start_matches('/')
+    )
+}
+
+/// The clone flags by name, as in the kernel's headers (`CLONE_NEWNS|CLONE_NEWPID`); bits
+/// without a name here in hex.
+fn clone_flag_names(flags: u64) -> String {
+    let mut left = flags;
+    let mut v: Vec<String> = Vec::new();
+    for (f, n) in [
+        (libc::CLONE_NEWNS, "CLONE_NEWNS"),
+        (libc::CLONE_NEWCGROUP, "CLONE_NEWCGROUP"),
+        (libc::CLONE_NEWUTS, "CLONE_NEWUTS"),
+        (libc::CLONE_NEWIPC, "CLONE_NEWIPC"),
+        (libc::CLONE_NEWUSER, "CLONE_NEWUSER"),
+        (libc::CLONE_NEWPID, "CLONE_NEWPID"),
+        (libc::CLONE_NEWNET, "CLONE_NEWNET"),
+        (libc::CLONE_PIDFD, "CLONE_PIDFD"),
+        (libc::CLONE_VFORK, "CLONE_VFORK"),
+    ] {
+        let f = f as u64;
+        if flags & f != 0 {
+            v.push(n.into());
+            left &= !f;
+        }
+    }
+    if left != 0 || v.is_empty() {
+        v.push(format!("{left:#x}"));
+    }
+    v.join("|")
+}
+
 fn ns_names(flags: u64) -> String {
     let mut v = Vec::new();
     for (f, n) in [
@@ -351,5 +388,26 @@ fn mount_flags(f: libc::c_ulong) -> String {
         "defaults".into()
     } else {
         v.join(",")
+    }
+}
+
+#[cfg(test)]
+mod describe_tests {
+    use super::{clone_flag_names, in_root};
+
+    #[test]
+    fn clone_flags_are_named_and_paths_joined() {
+        let flags = (libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWNET) as u64;
+        assert_eq!(
+            clone_flag_names(flags),
+            "CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWNET"
+        );
+        assert_eq!(clone_flag_names(1 << 40 | flags).split('|').count(), 4);
+        assert_eq!(clone_flag_names(0), "0x0");
+        assert_eq!(in_root("/run/x/.overlay", "proc"), "/run/x/.overlay/proc");
+        assert_eq!(
+            in_root("/run/x/.overlay/", "/dev/pts"),
+            "/run/x/.overlay/dev/pts"
+        );
     }
 }
