@@ -156,6 +156,10 @@ impl CgroupFs {
         let dir = self.dir(h, name);
         if !dir.is_dir() {
             p.mkdir(&dir);
+        } else if mark::owner(&dir) == mark::Owner::Unknown {
+            p.errors
+                .push(mark::cannot_tell(name.as_str(), &dir, "adopt"));
+            return vec![];
         } else if !mark::is_ours(&dir) {
             p.errors.push(
                 Diagnostic::error(format!(

@@ -74,6 +74,10 @@ impl CgroupFs {
             if !d.is_dir() {
                 continue;
             }
+            if mark::owner(&d) == mark::Owner::Unknown {
+                errors.push(mark::cannot_tell(name.as_str(), &d, "delete"));
+                continue;
+            }
             if !mark::is_ours(&d) {
                 errors.push(
                     Diagnostic::error(format!(

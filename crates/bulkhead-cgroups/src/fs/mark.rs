@@ -76,6 +76,16 @@ pub fn may_be_ours(dir: &Path) -> bool {
     owner(dir) != Owner::Other
 }
 
+/// The refusal to `verb` (adopt, delete) a slice whose mark this process cannot read: the
+/// real reason, never "not created by bulkhead".
+pub fn cannot_tell(name: &str, dir: &Path, verb: &str) -> bulkhead_sys::error::Diagnostic {
+    bulkhead_sys::error::Diagnostic::error(format!(
+        "cannot tell whether slice '{name}' was created by bulkhead: reading its trusted.bulkhead mark needs CAP_SYS_ADMIN, which this process lacks; refusing to {verb} it"
+    ))
+    .at(dir.display().to_string())
+    .hint("run bulkhead as root with CAP_SYS_ADMIN (a container or a service with CapabilityBoundingSet= may drop it)")
+}
+
 /// Why ownership cannot be verified here, when it cannot.
 pub fn unverified() -> Option<String> {
     (!readable()).then(|| {

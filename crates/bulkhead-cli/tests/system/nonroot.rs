@@ -96,6 +96,30 @@ fn without_root_reads_say_what_they_could_not_verify_and_changes_say_root() {
         assert_refused(&as_nobody(&t, &line), what, 4);
     }
 
+    // Root without CAP_SYS_ADMIN (a container may drop it) cannot read the marks either:
+    // apply and destroy say that, not "not created by bulkhead".
+    if bulkhead_testkit::prereq::require(
+        (!bulkhead_testkit::prereq::on_path("setpriv"))
+            .then_some("setpriv (util-linux) is missing"),
+    ) {
+        for verb in ["apply", "destroy"] {
+            let o = std::process::Command::new("setpriv")
+                .args(["--bounding-set=-sys_admin", "--inh-caps=-sys_admin", "--"])
+                .arg(bulkhead_testkit::bins::this_build())
+                .args(["-c", p, verb])
+                .env("BULKHEAD_CGROUP_ROOT", &t.cgroup)
+                .output()
+                .unwrap();
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{verb}: {err}");
+            assert!(
+                err.contains("cannot tell whether slice 'db") && err.contains("CAP_SYS_ADMIN"),
+                "{verb}: {err}"
+            );
+            assert!(!err.contains("not created by bulkhead"), "{verb}: {err}");
+        }
+    }
+
     // Nothing changed: root still finds the plan applied, and removes it.
     let o = t.run(&["-c", p, "apply"]);
     assert!(
