@@ -110,7 +110,7 @@ impl Throttle {
 
 /// A period as systemd writes CPUQuotaPeriodSec: `20ms`, `1.5ms`.
 fn period_text(us: u64) -> String {
-    if us % 1000 == 0 {
+    if us.is_multiple_of(1000) {
         format!("{}ms", us / 1000)
     } else {
         format!("{}ms", us as f64 / 1000.0)

@@ -322,50 +322,40 @@ fn in_root(root: &str, display: &str) -> String {
     )
 }
 
+/// The clone flags bulkhead sets: the kernel's name, and the namespace's short name.
+const CLONE_FLAGS: [(libc::c_int, &str, Option<&str>); 9] = [
+    (libc::CLONE_NEWNS, "CLONE_NEWNS", Some("mount")),
+    (libc::CLONE_NEWCGROUP, "CLONE_NEWCGROUP", Some("cgroup")),
+    (libc::CLONE_NEWUTS, "CLONE_NEWUTS", Some("uts")),
+    (libc::CLONE_NEWIPC, "CLONE_NEWIPC", Some("ipc")),
+    (libc::CLONE_NEWUSER, "CLONE_NEWUSER", Some("user")),
+    (libc::CLONE_NEWPID, "CLONE_NEWPID", Some("pid")),
+    (libc::CLONE_NEWNET, "CLONE_NEWNET", Some("net")),
+    (libc::CLONE_PIDFD, "CLONE_PIDFD", None),
+    (libc::CLONE_VFORK, "CLONE_VFORK", None),
+];
+
 /// The clone flags by name, as in the kernel's headers (`CLONE_NEWNS|CLONE_NEWPID`); bits
 /// without a name here in hex.
 fn clone_flag_names(flags: u64) -> String {
-    let mut left = flags;
-    let mut v: Vec<String> = Vec::new();
-    for (f, n) in [
-        (libc::CLONE_NEWNS, "CLONE_NEWNS"),
-        (libc::CLONE_NEWCGROUP, "CLONE_NEWCGROUP"),
-        (libc::CLONE_NEWUTS, "CLONE_NEWUTS"),
-        (libc::CLONE_NEWIPC, "CLONE_NEWIPC"),
-        (libc::CLONE_NEWUSER, "CLONE_NEWUSER"),
-        (libc::CLONE_NEWPID, "CLONE_NEWPID"),
-        (libc::CLONE_NEWNET, "CLONE_NEWNET"),
-        (libc::CLONE_PIDFD, "CLONE_PIDFD"),
-        (libc::CLONE_VFORK, "CLONE_VFORK"),
-    ] {
-        let f = f as u64;
-        if flags & f != 0 {
-            v.push(n.into());
-            left &= !f;
-        }
-    }
+    let set = CLONE_FLAGS.iter().filter(|(f, ..)| flags & *f as u64 != 0);
+    let named: u64 = set.clone().fold(0, |acc, (f, ..)| acc | *f as u64);
+    let mut v: Vec<String> = set.map(|(_, n, _)| n.to_string()).collect();
+    let left = flags & !named;
     if left != 0 || v.is_empty() {
         v.push(format!("{left:#x}"));
     }
     v.join("|")
 }
 
+/// The namespaces the flags make, by short name (`mount, pid, net`).
 fn ns_names(flags: u64) -> String {
-    let mut v = Vec::new();
-    for (f, n) in [
-        (libc::CLONE_NEWNS, "mount"),
-        (libc::CLONE_NEWPID, "pid"),
-        (libc::CLONE_NEWUTS, "uts"),
-        (libc::CLONE_NEWIPC, "ipc"),
-        (libc::CLONE_NEWCGROUP, "cgroup"),
-        (libc::CLONE_NEWNET, "net"),
-        (libc::CLONE_NEWUSER, "user"),
-    ] {
-        if flags & f as u64 != 0 {
-            v.push(n);
-        }
-    }
-    v.join(", ")
+    CLONE_FLAGS
+        .iter()
+        .filter(|(f, ..)| flags & *f as u64 != 0)
+        .filter_map(|(_, _, short)| *short)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn mount_flags(f: libc::c_ulong) -> String {
