@@ -41,9 +41,10 @@ impl CgroupFs {
         if !p.errors.is_empty() {
             return Err(Error::Invalid(p.errors));
         }
-        // Slices from an earlier apply that the plan no longer has.
+        // Slices from an earlier apply that the plan no longer has (marked: not ones whose
+        // mark this process cannot read).
         for existing in self.slices_on_system() {
-            if plan.slice(&existing).is_none() {
+            if plan.slice(&existing).is_none() && !self.existing_dirs(&existing).is_empty() {
                 warnings.push(left_over_note(&existing));
             }
         }
