@@ -1,17 +1,14 @@
 //! The command line: every argument type, and the one parse. The commands themselves live
 //! in the `cmd` module; this one only describes what they take.
 
-mod backend;
 pub mod guard;
 pub mod hugepages;
 pub mod image;
 pub mod iocost;
 mod spawn;
 
-pub use backend::BackendArg;
 pub use spawn::SpawnArgs;
 
-use bulkhead::actions::Context;
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -63,55 +60,10 @@ const AFTER_HELP: &str = "Exit status: 0 success, 1 failure, 2 bad input, 4 need
 `run`: the command's own (125-127: bulkhead could not start it). Global options: see `bulkhead \
 --help`.";
 
-/// The options every command takes (`cli.config` etc. reach them through Deref). One short
-/// line each under "Global options" in every command's help; the long text is once, in
-/// `bulkhead --help` (after_long_help above).
-#[derive(Args)]
-pub struct Globals {
-    /// The plan file (see bulkhead --help)
-    #[arg(
-        short = 'c',
-        long = "config",
-        global = true,
-        env = "BULKHEAD_CONFIG",
-        hide_env = true,
-        value_name = "FILE",
-        help_heading = "Global options"
-    )]
-    pub config: Option<PathBuf>,
-
-    /// The cgroup slices live under [default: /]
-    #[arg(
-        long,
-        global = true,
-        env = "BULKHEAD_CGROUP_ROOT",
-        hide_env = true,
-        default_value = "/",
-        hide_default_value = true,
-        value_name = "PATH",
-        help_heading = "Global options"
-    )]
-    pub cgroup_root: String,
-
-    /// Only print errors
-    #[arg(short, long, global = true, help_heading = "Global options")]
-    pub quiet: bool,
-
-    /// auto, systemd or cgroupfs [default: auto] (see bulkhead --help)
-    #[arg(
-        long,
-        global = true,
-        env = "BULKHEAD_BACKEND",
-        hide_env = true,
-        value_enum,
-        default_value_t = BackendArg::Auto,
-        hide_default_value = true,
-        hide_possible_values = true,
-        value_name = "BACKEND",
-        help_heading = "Global options"
-    )]
-    pub backend: BackendArg,
-}
+// The options every command takes (`cli.config` etc. reach them through Deref): one
+// definition with the bench's, in bulkhead-args. One short line each under "Global options"
+// in every command's help; the long text is once, in `bulkhead --help` (after_long_help above).
+pub use bulkhead_args::Globals;
 
 impl std::ops::Deref for Cli {
     type Target = Globals;
@@ -445,17 +397,6 @@ pub struct ImportArgs {
     /// Write the plan here instead of standard output
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
-}
-
-impl Globals {
-    /// The library's view of the global options.
-    pub fn context(&self) -> Context {
-        Context {
-            config: self.config.clone(),
-            cgroup_root: self.cgroup_root.clone(),
-            backend: self.backend.into(),
-        }
-    }
 }
 
 #[derive(Args)]
