@@ -41,9 +41,10 @@ impl CgroupFs {
         if !p.errors.is_empty() {
             return Err(Error::Invalid(p.errors));
         }
-        // Slices from an earlier apply that the plan no longer has.
+        // Slices from an earlier apply that the plan no longer has (marked: not ones whose
+        // mark this process cannot read).
         for existing in self.slices_on_system() {
-            if plan.slice(&existing).is_none() {
+            if plan.slice(&existing).is_none() && !self.existing_dirs(&existing).is_empty() {
                 warnings.push(left_over_note(&existing));
             }
         }
@@ -156,6 +157,10 @@ impl CgroupFs {
         let dir = self.dir(h, name);
         if !dir.is_dir() {
             p.mkdir(&dir);
+        } else if mark::owner(&dir) == mark::Owner::Unknown {
+            p.errors
+                .push(mark::cannot_tell(name.as_str(), &dir, "adopt"));
+            return vec![];
         } else if !mark::is_ours(&dir) {
             p.errors.push(
                 Diagnostic::error(format!(

@@ -19,7 +19,7 @@ pub fn move_pids(cli: &Cli, a: &MoveArgs) -> Result<i32> {
             json(&serde_json::json!({"slice": slice, "dry_run": a.dry_run, "results": results}))
         );
     } else {
-        let unit = slice.unit();
+        let unit = slice.to_string();
         for r in &results {
             print_one(r, &unit, a.dry_run, cli.quiet);
         }

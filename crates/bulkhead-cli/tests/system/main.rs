@@ -16,6 +16,7 @@ mod guard;
 mod hosts;
 mod hugepages;
 mod metrics;
+mod nonroot;
 mod package;
 mod place;
 mod postgres;

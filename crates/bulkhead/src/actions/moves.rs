@@ -1,5 +1,5 @@
-//! `move`: running processes, with all their threads, into a slice; with `tree`, each with
-//! all its descendants.
+//! `move`: running processes, with all their threads, into a slice (or back to the cgroup
+//! root); with `tree`, each with all its descendants.
 
 use super::slices::{parse_slice, require_slice};
 use super::Context;
@@ -69,12 +69,47 @@ impl Moved {
     }
 }
 
+/// Where `move` puts processes: a slice, or back to the cgroup root (`--slice /`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(untagged)]
+pub enum Target {
+    Slice(SliceName),
+    #[serde(serialize_with = "root_text")]
+    Root,
+}
+
+fn root_text<S: serde::Serializer>(s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str("/")
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Slice(s) => f.write_str(&s.unit()),
+            Target::Root => f.write_str("the cgroup root (out of every slice)"),
+        }
+    }
+}
+
+/// `--slice`'s text: `/` (or systemd's name of the root slice, `-.slice`) is the root.
+fn target(slice: &str) -> Result<Target> {
+    match slice {
+        "/" | "-" | "-.slice" => Ok(Target::Root),
+        s => parse_slice(s).map(Target::Slice),
+    }
+}
+
 /// Move each PID (or tree); a failure for one does not stop the others.
-pub fn move_pids(cx: &Context, req: &MoveRequest) -> Result<(SliceName, Vec<Moved>)> {
+pub fn move_pids(cx: &Context, req: &MoveRequest) -> Result<(Target, Vec<Moved>)> {
     let chosen = cx.choose()?;
-    let slice = parse_slice(&req.slice)?;
-    require_slice(cx, &chosen, &slice)?;
-    let sched = crate::tasks::recorded(&slice);
+    let to = target(&req.slice)?;
+    if let Target::Slice(s) = &to {
+        require_slice(cx, &chosen, s)?;
+    }
+    let sched = match &to {
+        Target::Slice(s) => crate::tasks::recorded(s),
+        Target::Root => None,
+    };
     let mv = |pid: i32| -> std::result::Result<(), String> {
         if pid <= 0 {
             return Err("is not a process ID".to_string());
@@ -86,7 +121,10 @@ pub fn move_pids(cx: &Context, req: &MoveRequest) -> Result<(SliceName, Vec<Move
                 Some(false) => Ok(()),
             };
         }
-        chosen.move_pid(&slice, pid)?;
+        match &to {
+            Target::Slice(s) => chosen.move_pid(s, pid)?,
+            Target::Root => chosen.move_pid_out(pid)?,
+        }
         if let Some(ns) = sched {
             crate::tasks::set_on_pids(&[pid], ns);
         }
@@ -113,7 +151,7 @@ pub fn move_pids(cx: &Context, req: &MoveRequest) -> Result<(SliceName, Vec<Move
             (true, false) => whole_tree(pid, mv),
         })
         .collect();
-    Ok((slice, results))
+    Ok((to, results))
 }
 
 fn single(pid: i32, r: std::result::Result<(), String>, dry_run: bool) -> Moved {

@@ -54,6 +54,7 @@ impl Reader {
         let mut st = stats::status(self.chosen.reader(), &names, self.interval);
         st.backend = self.chosen.name().into();
         st.layout = self.chosen.layout_line();
+        st.unverified = self.chosen.unverified();
         Report {
             slices: st,
             sockets: crate::activate::state::read_all(),
