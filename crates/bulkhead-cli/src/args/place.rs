@@ -10,11 +10,9 @@ every --interval; a new process is read again for --recheck, since some (Postgre
 change their command line after they start. As root the plan file must be root's and writable \
 only by root.";
 
-pub const PLACE_AFTER: &str = "Examples:\n  \
-bulkhead place --dry-run          what the rules would move now\n  \
-bulkhead place --once             move what matches now, then exit\n  \
-bulkhead place                    keep placing (run it as a service)\n\n\
-Exit status: 0 when every match moved, 1 when a move failed, 2 for a bad plan or arguments.";
+pub const PLACE_AFTER: &str =
+    "Exit status: 0 when every match moved, 1 when a move failed, 2 for a bad plan or arguments, \
+4 without root. Examples: `man bulkhead-place`; docs/PLACEMENT.md.";
 
 #[derive(Args)]
 pub struct PlaceArgs {
