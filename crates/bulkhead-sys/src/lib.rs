@@ -23,6 +23,7 @@ pub mod mountinfo;
 pub mod notify;
 pub mod paths;
 pub mod process;
+pub mod proclist;
 pub mod psi;
 pub mod pty;
 pub mod remove;
