@@ -73,7 +73,10 @@ mod tests {
     fn reads_processes_and_leaves_out_kernel_threads() {
         let d = std::env::temp_dir().join(format!("bulkhead-proclist-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
-        for (pid, comm, cmdline) in [("7", "redis-server\n", "redis-server\0"), ("2", "kthreadd\n", "")] {
+        for (pid, comm, cmdline) in [
+            ("7", "redis-server\n", "redis-server\0"),
+            ("2", "kthreadd\n", ""),
+        ] {
             let p = d.join(pid);
             fs::create_dir_all(&p).unwrap();
             fs::write(p.join("comm"), comm).unwrap();

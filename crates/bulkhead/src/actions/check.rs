@@ -44,7 +44,10 @@ pub fn check(cx: &Context) -> Report {
         findings.push(Finding::new(
             Area::Access,
             Level::Unknown,
-            format!("more than {} processes: the rest were not checked", proclist::MAX_PROCESSES),
+            format!(
+                "more than {} processes: the rest were not checked",
+                proclist::MAX_PROCESSES
+            ),
         ));
     }
     let dirs = slice_dirs(&chosen, &roles);
@@ -55,8 +58,18 @@ pub fn check(cx: &Context) -> Report {
     let placements = placement::expected(&scan.procs, &roles, &dirs, by);
     findings.extend(placement::findings(&placements));
     let facts = facts(&chosen, &placements);
-    findings.extend(host::findings(&facts, &wants(&plan, &resolved, &roles), &placements));
-    Report::new(source, chosen.name().into(), findings, placements, facts.disks)
+    findings.extend(host::findings(
+        &facts,
+        &wants(&plan, &resolved, &roles),
+        &placements,
+    ));
+    Report::new(
+        source,
+        chosen.name().into(),
+        findings,
+        placements,
+        facts.disks,
+    )
 }
 
 fn cannot(what: &str, e: &bulkhead_sys::error::Error) -> Report {
@@ -96,15 +109,22 @@ fn planned(p: &ApplyPlan) -> Planned {
         .flat_map(|m| [format!("/{}", m.cgroup_path().display()), m.unit()])
         .collect();
     let of_missing = |text: &str| {
-        marks
-            .iter()
-            .any(|m| text.contains(&format!("{m}/")) || text.contains(&format!("{m} ")) || text.ends_with(m.as_str()))
+        marks.iter().any(|m| {
+            text.contains(&format!("{m}/"))
+                || text.contains(&format!("{m} "))
+                || text.ends_with(m.as_str())
+        })
     };
     let changes = p
         .changes
         .ops
         .iter()
-        .filter(|op| !matches!(op, ChosenOp::Cgroupfs(bulkhead_cgroups::fs::Op::Mkdir { .. })))
+        .filter(|op| {
+            !matches!(
+                op,
+                ChosenOp::Cgroupfs(bulkhead_cgroups::fs::Op::Mkdir { .. })
+            )
+        })
         .map(|op| op.to_string())
         .filter(|t| !of_missing(t))
         .collect();
@@ -164,7 +184,10 @@ fn wants(plan: &Plan, resolved: &ResolvedPlan, roles: &Roles) -> Wants {
                 .any(|s| s.name() == n && s.memory_swap_max == Some(Limit::Bytes(0)))
         });
     Wants {
-        plan_sets_thp: plan.hugepages.as_ref().is_some_and(|h| h.thp_enabled.is_some()),
+        plan_sets_thp: plan
+            .hugepages
+            .as_ref()
+            .is_some_and(|h| h.thp_enabled.is_some()),
         io_weights,
         server_no_swap,
     }

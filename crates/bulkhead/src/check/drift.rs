@@ -59,9 +59,24 @@ pub fn findings(p: &Planned) -> Vec<Finding> {
         })
         .collect();
     let fix = "bulkhead apply puts it back (bulkhead apply --dry-run shows it)";
-    out.extend(listed(Area::Drift, "differs from the plan", &p.changes, fix));
-    out.extend(listed(Area::Hugepages, "huge pages not as planned", &p.hugepages, fix));
-    out.extend(listed(Area::Hugepages, "io.cost not as planned", &p.iocost, fix));
+    out.extend(listed(
+        Area::Drift,
+        "differs from the plan",
+        &p.changes,
+        fix,
+    ));
+    out.extend(listed(
+        Area::Hugepages,
+        "huge pages not as planned",
+        &p.hugepages,
+        fix,
+    ));
+    out.extend(listed(
+        Area::Hugepages,
+        "io.cost not as planned",
+        &p.iocost,
+        fix,
+    ));
     for d in p.notes.iter().filter(|d| d.severity == Severity::Warning) {
         let mut f = Finding::new(Area::NoEffect, Level::Warning, located(d));
         f.hint = d.hint.clone();
@@ -143,8 +158,10 @@ mod tests {
 
     #[test]
     fn a_refusal_is_critical_with_the_reason() {
-        let d = Diagnostic::error("slice 'db' exists but was not created by bulkhead; refusing to adopt it")
-            .hint("rename the slice");
+        let d = Diagnostic::error(
+            "slice 'db' exists but was not created by bulkhead; refusing to adopt it",
+        )
+        .hint("rename the slice");
         let d = Diagnostic {
             location: Some("/sys/fs/cgroup/cpu/db.slice".into()),
             ..d

@@ -8,7 +8,14 @@ use super::verdict::{Area, Finding, Level};
 /// Databases whose vendors advise against THP `always` (latency stalls from fault-time
 /// compaction and khugepaged; Redis warns at start, PostgreSQL, MongoDB before 8.0 and MySQL
 /// document it).
-const THP_AVERSE: &[&str] = &["postgres", "redis-server", "valkey-server", "mongod", "mysqld", "mariadbd"];
+const THP_AVERSE: &[&str] = &[
+    "postgres",
+    "redis-server",
+    "valkey-server",
+    "mongod",
+    "mysqld",
+    "mariadbd",
+];
 
 /// One disk a database server keeps its working directory on.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -73,7 +80,11 @@ fn thp(f: &Facts, w: &Wants, items: &[Expected]) -> Option<Finding> {
         return None;
     }
     if mode != "always" {
-        return Some(Finding::new(Area::Thp, Level::Ok, format!("transparent huge pages are '{mode}'")));
+        return Some(Finding::new(
+            Area::Thp,
+            Level::Ok,
+            format!("transparent huge pages are '{mode}'"),
+        ));
     }
     Some(
         Finding::new(
@@ -91,7 +102,11 @@ fn thp(f: &Facts, w: &Wants, items: &[Expected]) -> Option<Finding> {
 fn swap(f: &Facts, w: &Wants, items: &[Expected]) -> Option<Finding> {
     servers_running(items).next()?;
     if f.swap_total == 0 {
-        return Some(Finding::new(Area::Swap, Level::Ok, "no swap: the database's memory cannot be swapped out"));
+        return Some(Finding::new(
+            Area::Swap,
+            Level::Ok,
+            "no swap: the database's memory cannot be swapped out",
+        ));
     }
     if w.server_no_swap {
         return Some(Finding::new(
@@ -181,7 +196,10 @@ mod tests {
             plan_sets_thp: true,
             ..Default::default()
         };
-        assert_eq!(levels(&findings(&f, &w, &running("redis-server"))), [(Area::Swap, Level::Ok)]);
+        assert_eq!(
+            levels(&findings(&f, &w, &running("redis-server"))),
+            [(Area::Swap, Level::Ok)]
+        );
     }
 
     #[test]
@@ -197,7 +215,10 @@ mod tests {
             server_no_swap: true,
             ..Default::default()
         };
-        assert_eq!(levels(&findings(&f, &w, &running("postgres"))), [(Area::Swap, Level::Ok)]);
+        assert_eq!(
+            levels(&findings(&f, &w, &running("postgres"))),
+            [(Area::Swap, Level::Ok)]
+        );
     }
 
     #[test]
@@ -214,7 +235,11 @@ mod tests {
             ..Default::default()
         };
         let f = Facts {
-            disks: vec![disk("none", false), disk("bfq", false), disk("mq-deadline", true)],
+            disks: vec![
+                disk("none", false),
+                disk("bfq", false),
+                disk("mq-deadline", true),
+            ],
             ..Default::default()
         };
         let got: Vec<Level> = io(&f, &w).iter().map(|x| x.level).collect();

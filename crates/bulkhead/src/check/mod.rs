@@ -42,9 +42,8 @@ impl Report {
     ) -> Report {
         let state = verdict::verdict(&findings);
         let placed: usize = placements.iter().map(|e| e.inside.len()).sum();
-        let ok_line = format!(
-            "the plan is in force, {placed} known database process(es) in their slices"
-        );
+        let ok_line =
+            format!("the plan is in force, {placed} known database process(es) in their slices");
         Report {
             state,
             exit_code: state.exit_code(),

@@ -137,9 +137,9 @@ fn within(path: &str, slice: &str) -> bool {
 /// Whether a process is in this slice (or below it) in every hierarchy the slice exists in.
 fn in_slice(cgroup: &str, s: &SliceDirs) -> bool {
     !s.dirs.is_empty()
-        && s.dirs.iter().all(|(h, path)| {
-            original_path(cgroup, h).is_some_and(|p| within(&p, path))
-        })
+        && s.dirs
+            .iter()
+            .all(|(h, path)| original_path(cgroup, h).is_some_and(|p| within(&p, path)))
 }
 
 /// The expected placements of the known servers and helpers that run, from one scan.
@@ -289,8 +289,11 @@ mod tests {
         let layout = Layout::from_mountinfo(MOUNTS, Path::new("/sys/fs/cgroup"));
         let name = |s: &str| SliceName::parse(s).unwrap();
         let dirs = |path: &str| {
-            let mut v: Vec<(Hierarchy, String)> =
-                layout.v1.iter().map(|h| (h.clone(), path.to_string())).collect();
+            let mut v: Vec<(Hierarchy, String)> = layout
+                .v1
+                .iter()
+                .map(|h| (h.clone(), path.to_string()))
+                .collect();
             v.extend(layout.unified.iter().map(|h| (h.clone(), path.to_string())));
             v
         };
@@ -339,7 +342,11 @@ mod tests {
         let e = expected(&procs, &roles, &slices, layout.hierarchy("cpu"));
         let f = findings(&e);
         assert!(f.iter().all(|x| x.level == Level::Critical), "{f:?}");
-        assert!(f[0].message.contains("10 in /user.slice"), "{}", f[0].message);
+        assert!(
+            f[0].message.contains("10 in /user.slice"),
+            "{}",
+            f[0].message
+        );
         assert!(f[0].hint.as_deref().unwrap().contains("--slice db-server"));
     }
 
@@ -365,7 +372,10 @@ mod tests {
             [
                 ("helper pg_dump".to_string(), Level::Ok),
                 ("helper rsync outside db-helper".to_string(), Level::Warning),
-                ("helper postgres_exporter outside db-helper".to_string(), Level::Warning),
+                (
+                    "helper postgres_exporter outside db-helper".to_string(),
+                    Level::Warning
+                ),
             ]
         );
     }
@@ -380,7 +390,11 @@ mod tests {
         assert_eq!(f[0].level, Level::Critical);
         let f = findings(&expected(&procs, &Roles::default(), &slices, None));
         assert_eq!(f[0].level, Level::Unknown);
-        assert!(f[0].message.contains("names no server slice"), "{}", f[0].message);
+        assert!(
+            f[0].message.contains("names no server slice"),
+            "{}",
+            f[0].message
+        );
     }
 
     #[test]

@@ -205,10 +205,20 @@ mod tests {
     fn the_worst_finding_decides_and_critical_beats_unknown() {
         assert_eq!(verdict(&[]), State::Protected);
         assert_eq!(verdict(&[f(Level::Ok, "a")]), State::Protected);
-        assert_eq!(verdict(&[f(Level::Ok, "a"), f(Level::Warning, "b")]), State::Degraded);
-        assert_eq!(verdict(&[f(Level::Warning, "b"), f(Level::Unknown, "c")]), State::Unknown);
         assert_eq!(
-            verdict(&[f(Level::Unknown, "c"), f(Level::Critical, "d"), f(Level::Warning, "b")]),
+            verdict(&[f(Level::Ok, "a"), f(Level::Warning, "b")]),
+            State::Degraded
+        );
+        assert_eq!(
+            verdict(&[f(Level::Warning, "b"), f(Level::Unknown, "c")]),
+            State::Unknown
+        );
+        assert_eq!(
+            verdict(&[
+                f(Level::Unknown, "c"),
+                f(Level::Critical, "d"),
+                f(Level::Warning, "b")
+            ]),
             State::NotProtected
         );
     }
@@ -237,6 +247,9 @@ mod tests {
             "bulkhead check: PROTECTED: 2 slices as planned"
         );
         let w = [f(Level::Warning, "THP is always")];
-        assert_eq!(summary(verdict(&w), &w, ""), "bulkhead check: DEGRADED: THP is always");
+        assert_eq!(
+            summary(verdict(&w), &w, ""),
+            "bulkhead check: DEGRADED: THP is always"
+        );
     }
 }
