@@ -2,7 +2,8 @@
 //! (a copy of `sleep` named `scylla`: a name no other test runs): protected while it is in
 //! the server slice, degraded when a directive is changed behind bulkhead's back, not
 //! protected when it is moved out; the verdict in JSON, as exit codes, in the exporter's
-//! gauge, and as a non-root user (unknown, never protected).
+//! gauge, and as a non-root user (unknown, never protected). `status` shows the planned
+//! limits beside the kernel's values.
 
 use crate::common::{prerequisites, stderr, stdout, TestRoot};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -171,9 +172,39 @@ fn check_protected_drift_moved_out_exporter_and_non_root() {
             .contains("CPUWeight=1000"),
         "{v:#}"
     );
+    // `status` shows the plan's value beside the kernel's, in JSON and in the table.
+    let o = t.run(&["-c", p, "status", "--json", "--interval", "0.1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let st = json(&o);
+    let server = st["limits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["slice"] == "db-server")
+        .unwrap_or_else(|| panic!("{st:#}"));
+    let cpu = server["directives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["directive"] == "CPUWeight=1000")
+        .unwrap_or_else(|| panic!("{server:#}"));
+    assert_eq!(cpu["kernel"], value, "{cpu:#}");
+    assert_ne!(cpu["planned"], value, "{cpu:#}");
+    assert!(cpu["file"].as_str().unwrap().ends_with(file), "{cpu:#}");
+    let o = t.run(&["-c", p, "status", "--interval", "0.1"]);
+    let table = stdout(&o);
+    assert!(
+        table.lines().any(|l| l.starts_with("db-server")
+            && l.contains("CPUWeight=1000")
+            && l.contains(&format!("{value}  <- differs"))),
+        "{table}"
+    );
+
     let o = t.run(&["-c", p, "apply", "-q"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(check(&t, p).0, 0);
+    let o = t.run(&["-c", p, "status", "--interval", "0.1"]);
+    assert!(!stdout(&o).contains("differs"), "{}", stdout(&o));
 
     // As a non-root user: the placement is seen, drift is not: unknown, exit 3.
     std::fs::set_permissions(
