@@ -176,18 +176,18 @@ fn check_protected_drift_moved_out_exporter_and_non_root() {
     let o = t.run(&["-c", p, "status", "--json", "--interval", "0.1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let st = json(&o);
-    let server = st["limits"]
+    let limits = st["limits"]
         .as_array()
         .unwrap()
         .iter()
         .find(|l| l["slice"] == "db-server")
         .unwrap_or_else(|| panic!("{st:#}"));
-    let cpu = server["directives"]
+    let cpu = limits["directives"]
         .as_array()
         .unwrap()
         .iter()
         .find(|d| d["directive"] == "CPUWeight=1000")
-        .unwrap_or_else(|| panic!("{server:#}"));
+        .unwrap_or_else(|| panic!("{limits:#}"));
     assert_eq!(cpu["kernel"], value, "{cpu:#}");
     assert_ne!(cpu["planned"], value, "{cpu:#}");
     assert!(cpu["file"].as_str().unwrap().ends_with(file), "{cpu:#}");

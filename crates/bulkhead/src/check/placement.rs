@@ -341,13 +341,18 @@ mod tests {
         ];
         let e = expected(&procs, &roles, &slices, layout.hierarchy("cpu"));
         let f = findings(&e);
+        assert_eq!(f.len(), 2, "{f:?}");
         assert!(f.iter().all(|x| x.level == Level::Critical), "{f:?}");
+        assert!(f[0]
+            .message
+            .contains("postgres outside db-server: 1 process(es) (11 in"));
         assert!(
-            f[0].message.contains("10 in /user.slice"),
+            f[1].message
+                .contains("redis-server outside db-server: 1 process(es) (10 in /user.slice)"),
             "{}",
-            f[0].message
+            f[1].message
         );
-        assert!(f[0].hint.as_deref().unwrap().contains("--slice db-server"));
+        assert!(f[1].hint.as_deref().unwrap().contains("--slice db-server"));
     }
 
     #[test]
