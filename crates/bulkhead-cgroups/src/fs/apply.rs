@@ -169,23 +169,35 @@ impl CgroupFs {
                 }
             }
         }
-        let mut m = Mapper {
-            slice: s,
-            caps: &host.caps,
-            inherited_cpuset: inherited.clone(),
-            swappiness: host.swappiness,
-            page_sizes: plan.host.hugepage_sizes.clone(),
-            wants: vec![],
-            warnings: vec![],
-        };
-        for c in ctrls {
-            m.map(c, h.version);
-        }
+        let m = map_slice(plan, host, s, inherited, (h, ctrls));
         for w in m.wants {
             p.want(&dir, w);
         }
         m.warnings
     }
+}
+
+/// A slice's directives mapped to the control files of one hierarchy's controllers.
+pub(super) fn map_slice<'a>(
+    plan: &ResolvedPlan,
+    host: &'a HostCtx,
+    s: &'a ResolvedSlice,
+    inherited: &(IdSet, IdSet),
+    (h, ctrls): (&Hierarchy, &[&'static str]),
+) -> Mapper<'a> {
+    let mut m = Mapper {
+        slice: s,
+        caps: &host.caps,
+        inherited_cpuset: inherited.clone(),
+        swappiness: host.swappiness,
+        page_sizes: plan.host.hugepage_sizes.clone(),
+        wants: vec![],
+        warnings: vec![],
+    };
+    for c in ctrls {
+        m.map(c, h.version);
+    }
+    m
 }
 
 /// What the mapping needs to know about the kernel, read once per apply.

@@ -1,8 +1,8 @@
 //! What the kernel holds for each planned directive: the same mapping `apply` plans with
 //! (directive -> control file and value), read back instead of compared, for `status`.
 
-use super::apply::{host_ctx, inherited_cpuset};
-use super::map::{Mapper, Want};
+use super::apply::{host_ctx, inherited_cpuset, map_slice};
+use super::map::Want;
 use super::CgroupFs;
 use bulkhead_plan::{ResolvedPlan, ResolvedSlice};
 use std::fs;
@@ -45,18 +45,8 @@ impl CgroupFs {
             let mut held = Vec::new();
             for (h, ctrls) in &hs {
                 let dir = self.dir(h, s.name());
-                let mut m = Mapper {
-                    slice: s,
-                    caps: &host.caps,
-                    inherited_cpuset: inherited_cpuset(plan, s, &root_sets),
-                    swappiness: host.swappiness,
-                    page_sizes: plan.host.hugepage_sizes.clone(),
-                    wants: vec![],
-                    warnings: vec![],
-                };
-                for c in ctrls {
-                    m.map(c, h.version);
-                }
+                let inherited = inherited_cpuset(plan, s, &root_sets);
+                let m = map_slice(plan, &host, s, &inherited, (h, ctrls));
                 let hier = h
                     .mount
                     .file_name()

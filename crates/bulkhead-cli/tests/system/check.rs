@@ -6,8 +6,8 @@
 //! limits beside the kernel's values.
 
 use crate::common::{prerequisites, stderr, stdout, TestRoot};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -72,18 +72,8 @@ fn scrape(t: &TestRoot, plan: &str) -> String {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let addr = crate::common::exporter::address(&mut child);
     let _exporter = Killed(child);
-    let addr: SocketAddr = line
-        .trim()
-        .strip_prefix("listening on http://")
-        .and_then(|r| r.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("first line {line:?}"))
-        .parse()
-        .unwrap();
     let mut c = TcpStream::connect(addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
