@@ -6,12 +6,12 @@ use super::apply::{self, ApplyPlan, ApplyRequest};
 use super::Context;
 use crate::check::drift::{self, Planned};
 use crate::check::host::{self, DataDisk, Facts, Wants};
-use crate::check::placement::{self, Expected, Roles, SliceDirs};
+use crate::check::placement::{self, Claim, Expected, Roles, SliceDirs};
 use crate::check::verdict::{Area, Finding, Level};
 pub use crate::check::verdict::{Area as CheckArea, Level as CheckLevel, State};
 pub use crate::check::Report;
 use bulkhead_cgroups::{iocost, Chosen, ChosenOp, Placement};
-use bulkhead_plan::{Plan, ResolvedPlan};
+use bulkhead_plan::{Plan, ResolvedPlan, SliceName};
 use bulkhead_sys::host::{self as hostfacts, DevNum, Host};
 use bulkhead_sys::proclist;
 use bulkhead_sys::units::Limit;
@@ -50,12 +50,19 @@ pub fn check(cx: &Context) -> Report {
             ),
         ));
     }
-    let dirs = slice_dirs(&chosen, &roles);
     let by = {
         let l = &chosen.reader().layout;
         l.hierarchy("cpu").or_else(|| l.primary())
     };
-    let placements = placement::expected(&scan.procs, &roles, &dirs, by);
+    // The plan's own placements (services, rules) become claims here as the plan gains them.
+    let claims: Vec<Claim> = vec![];
+    let named = roles
+        .server
+        .iter()
+        .chain(&roles.helper)
+        .chain(claims.iter().flat_map(|c| &c.slices));
+    let dirs = slice_dirs(&chosen, named);
+    let placements = placement::expected(&scan.procs, &claims, &roles, &dirs, by);
     findings.extend(placement::findings(&placements));
     let facts = facts(&chosen, &placements);
     findings.extend(host::findings(
@@ -149,13 +156,10 @@ fn planned(p: &ApplyPlan) -> Planned {
 
 /// Where the server and helper slices are, in every hierarchy they exist in. A directory is
 /// enough here (no mark): a process inside one is there, whoever made it.
-fn slice_dirs(chosen: &Chosen, roles: &Roles) -> Vec<SliceDirs> {
+fn slice_dirs<'a>(chosen: &Chosen, names: impl Iterator<Item = &'a SliceName>) -> Vec<SliceDirs> {
     let fs = chosen.reader();
     let layout = &fs.layout;
-    roles
-        .server
-        .iter()
-        .chain(&roles.helper)
+    names
         .map(|name| SliceDirs {
             name: name.clone(),
             dirs: layout

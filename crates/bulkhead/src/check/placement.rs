@@ -1,7 +1,8 @@
 //! Expected placements: which processes belong in which slices, and where they are. Each
-//! item is (what, the slices it belongs in, the processes found inside and outside); the
-//! known database servers and helpers give the items today, and a plan's own placements can
-//! add more. Pure: it judges a scan of /proc against the slices' cgroup paths.
+//! item is (what, the slices it belongs in, the processes found inside and outside): the
+//! plan's own placements ([`Claim`]: services by name, placement rules) first, then the known
+//! database servers and helpers among the processes no claim matched. Pure: it judges a scan
+//! of /proc against the slices' cgroup paths.
 
 use super::verdict::{Area, Finding, Level};
 use bulkhead_cgroups::fs::original_path;
@@ -142,54 +143,92 @@ fn in_slice(cgroup: &str, s: &SliceDirs) -> bool {
             .all(|(h, path)| original_path(cgroup, h).is_some_and(|p| within(&p, path)))
 }
 
-/// The expected placements of the known servers and helpers that run, from one scan.
-/// `by`: the hierarchy a process's cgroup is named in.
+/// A placement the plan makes itself (a service by name, a placement rule): the processes
+/// it matched belong in its slices. Claimed processes are judged by their claim only, never
+/// again by their name (a PostgreSQL backend a rule sends to the helper slice is not a
+/// server outside the server slice).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// `service postgresql@15-main`, `rule backup-role`.
+    pub what: String,
+    /// How bad it is when its processes are elsewhere.
+    pub role: Role,
+    pub slices: Vec<SliceName>,
+    pub pids: Vec<u32>,
+}
+
+/// The expected placements: first each claim, then the known servers and helpers among the
+/// processes no claim matched, from one scan. `slices` holds every slice named by a role or
+/// a claim; `by`: the hierarchy a process's cgroup is named in.
 pub fn expected(
     procs: &[ProcEntry],
+    claims: &[Claim],
     roles: &Roles,
     slices: &[SliceDirs],
     by: Option<&Hierarchy>,
 ) -> Vec<Expected> {
+    let mut out = Vec::new();
+    for c in claims {
+        let hits: Vec<&ProcEntry> = procs.iter().filter(|p| c.pids.contains(&p.pid)).collect();
+        out.push(judge(c.what.clone(), c.role, &c.slices, &hits, slices, by));
+    }
+    let free: Vec<&ProcEntry> = procs
+        .iter()
+        .filter(|p| !claims.iter().any(|c| c.pids.contains(&p.pid)))
+        .collect();
     let known = SERVERS
         .iter()
         .map(|n| (*n, Role::Server))
         .chain(HELPERS.iter().map(|n| (*n, Role::Helper)));
-    let mut out = Vec::new();
     for (name, role) in known {
-        let hits: Vec<&ProcEntry> = procs.iter().filter(|p| p.comm == comm_of(name)).collect();
+        let hits: Vec<&ProcEntry> = free
+            .iter()
+            .copied()
+            .filter(|p| p.comm == comm_of(name))
+            .collect();
         if hits.is_empty() {
             continue;
         }
-        let wanted: Vec<&SliceDirs> = slices
-            .iter()
-            .filter(|s| roles.of_role(role).contains(&s.name))
-            .collect();
-        let mut e = Expected {
-            what: match role {
-                Role::Server => format!("database server {name}"),
-                Role::Helper => format!("helper {name}"),
-            },
-            role,
-            slices: roles.of_role(role).iter().map(|s| s.to_string()).collect(),
-            inside: vec![],
-            outside: vec![],
+        let what = match role {
+            Role::Server => format!("database server {name}"),
+            Role::Helper => format!("helper {name}"),
         };
-        for p in hits {
-            if wanted.iter().any(|s| in_slice(&p.cgroup, s)) {
-                e.inside.push(p.pid);
-            } else {
-                e.outside.push(Found {
-                    pid: p.pid,
-                    comm: p.comm.clone(),
-                    cgroup: by
-                        .and_then(|h| original_path(&p.cgroup, h))
-                        .unwrap_or_else(|| "?".into()),
-                });
-            }
-        }
-        out.push(e);
+        out.push(judge(what, role, roles.of_role(role), &hits, slices, by));
     }
     out
+}
+
+/// Which of `hits` are in one of `names` (or below it).
+fn judge(
+    what: String,
+    role: Role,
+    names: &[SliceName],
+    hits: &[&ProcEntry],
+    slices: &[SliceDirs],
+    by: Option<&Hierarchy>,
+) -> Expected {
+    let wanted: Vec<&SliceDirs> = slices.iter().filter(|s| names.contains(&s.name)).collect();
+    let mut e = Expected {
+        what,
+        role,
+        slices: names.iter().map(|s| s.to_string()).collect(),
+        inside: vec![],
+        outside: vec![],
+    };
+    for p in hits {
+        if wanted.iter().any(|s| in_slice(&p.cgroup, s)) {
+            e.inside.push(p.pid);
+        } else {
+            e.outside.push(Found {
+                pid: p.pid,
+                comm: p.comm.clone(),
+                cgroup: by
+                    .and_then(|h| original_path(&p.cgroup, h))
+                    .unwrap_or_else(|| "?".into()),
+            });
+        }
+    }
+    e
 }
 
 /// At most this many PIDs are named in one finding.
@@ -323,7 +362,7 @@ mod tests {
             proc(11, "postgres", &format!("{s}/child"), &format!("{s}/child")),
             proc(12, "bash", "/", "/"),
         ];
-        let e = expected(&procs, &roles, &slices, layout.hierarchy("cpu"));
+        let e = expected(&procs, &[], &roles, &slices, layout.hierarchy("cpu"));
         assert_eq!(e.len(), 2);
         assert!(e.iter().all(|x| x.outside.is_empty()), "{e:?}");
         assert!(findings(&e).iter().all(|f| f.level == Level::Ok));
@@ -339,7 +378,7 @@ mod tests {
             // a sibling whose name starts like the slice is not inside it
             proc(11, "postgres", &format!("{s}x"), &format!("{s}x")),
         ];
-        let e = expected(&procs, &roles, &slices, layout.hierarchy("cpu"));
+        let e = expected(&procs, &[], &roles, &slices, layout.hierarchy("cpu"));
         let f = findings(&e);
         assert_eq!(f.len(), 2, "{f:?}");
         assert!(f.iter().all(|x| x.level == Level::Critical), "{f:?}");
@@ -366,7 +405,7 @@ mod tests {
             // comm holds 15 bytes of postgres_exporter
             proc(22, "postgres_export", "/", "/"),
         ];
-        let e = expected(&procs, &roles, &slices, layout.hierarchy("cpu"));
+        let e = expected(&procs, &[], &roles, &slices, layout.hierarchy("cpu"));
         let f = findings(&e);
         let levels: Vec<(String, Level)> = f
             .iter()
@@ -391,12 +430,73 @@ mod tests {
         slices[0].dirs.clear();
         let s = "/t/db.slice/db-server.slice";
         let procs = [proc(10, "mongod", s, s)];
-        let f = findings(&expected(&procs, &roles, &slices, layout.hierarchy("cpu")));
+        let f = findings(&expected(
+            &procs,
+            &[],
+            &roles,
+            &slices,
+            layout.hierarchy("cpu"),
+        ));
         assert_eq!(f[0].level, Level::Critical);
-        let f = findings(&expected(&procs, &Roles::default(), &slices, None));
+        let f = findings(&expected(&procs, &[], &Roles::default(), &slices, None));
         assert_eq!(f[0].level, Level::Unknown);
         assert!(
             f[0].message.contains("names no server slice"),
+            "{}",
+            f[0].message
+        );
+    }
+
+    #[test]
+    fn a_claimed_process_is_judged_by_its_claim_only() {
+        let (layout, roles, slices) = setup();
+        let s = "/t/db.slice/db-server.slice";
+        let h = "/t/db.slice/db-helper.slice";
+        // The postmaster in the server slice; the backend serving pg_dump in the helper
+        // slice, where a rule sent it.
+        let procs = [proc(30, "postgres", s, s), proc(31, "postgres", h, h)];
+        let claim = Claim {
+            what: "rule backup-role".into(),
+            role: Role::Helper,
+            slices: vec![SliceName::parse("db-helper").unwrap()],
+            pids: vec![31],
+        };
+        let e = expected(
+            &procs,
+            std::slice::from_ref(&claim),
+            &roles,
+            &slices,
+            layout.hierarchy("cpu"),
+        );
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert_eq!(
+            (e[0].what.as_str(), e[0].inside.as_slice()),
+            ("rule backup-role", &[31][..])
+        );
+        assert_eq!(e[1].inside, [30]);
+        assert!(findings(&e).iter().all(|f| f.level == Level::Ok));
+        // Without the claim the backend is a server outside the server slice.
+        let f = findings(&expected(
+            &procs,
+            &[],
+            &roles,
+            &slices,
+            layout.hierarchy("cpu"),
+        ));
+        assert_eq!(f[0].level, Level::Critical);
+        // A claimed process outside its claim's slices is said by the claim.
+        let moved = [proc(30, "postgres", s, s), proc(31, "postgres", s, s)];
+        let f = findings(&expected(
+            &moved,
+            &[claim],
+            &roles,
+            &slices,
+            layout.hierarchy("cpu"),
+        ));
+        assert_eq!(f[0].level, Level::Warning);
+        assert!(
+            f[0].message
+                .starts_with("rule backup-role outside db-helper"),
             "{}",
             f[0].message
         );
