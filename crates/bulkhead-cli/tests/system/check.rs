@@ -253,3 +253,37 @@ fn check_protected_drift_moved_out_exporter_and_non_root() {
         .status
         .success());
 }
+
+#[test]
+fn a_slice_bulkhead_did_not_create_is_not_protection() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let t = TestRoot::new();
+    let plan = t.plan(PLAN);
+    let p = plan.to_str().unwrap();
+    // Someone else's db.slice, where the plan's slices would go: apply refuses it, and so
+    // check cannot call the plan in force (whatever else runs on the machine, this comes
+    // first).
+    for d in &t.dirs {
+        std::fs::create_dir(d.join("db.slice")).unwrap();
+    }
+    let (code, v) = check(&t, p);
+    assert_eq!(code, 2, "{v:#}");
+    let summary = v["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("bulkhead check: NOT PROTECTED: apply refuses the plan: ")
+            && summary.contains("not created by bulkhead"),
+        "{summary}"
+    );
+    let refusal = &v["findings"][0];
+    assert_eq!(refusal["area"], "slices", "{v:#}");
+    assert!(
+        refusal["hint"]
+            .as_str()
+            .unwrap()
+            .contains("rename the slice"),
+        "{v:#}"
+    );
+}
