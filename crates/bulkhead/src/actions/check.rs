@@ -97,7 +97,7 @@ fn plan_findings(cx: &Context) -> Vec<Finding> {
         return vec![Finding::new(
             Area::Access,
             Level::Unknown,
-            "not root: drift, missing slices and directives without effect were not checked (bulkhead's mark on its cgroups is a trusted.* attribute only root can read), and processes hidden from this user were not seen",
+            "not root: drift, missing slices and directives without effect were not checked (bulkhead's mark on its cgroups is a trusted.* attribute only root can read), and processes this user may not see (hidepid) were not checked",
         )
         .hint("run it as root: sudo bulkhead check")];
     }
