@@ -102,7 +102,18 @@ fn plan_findings(cx: &Context) -> Vec<Finding> {
         .hint("run it as root: sudo bulkhead check")];
     }
     match apply::plan(cx, ApplyRequest::default()) {
-        Ok(p) => drift::findings(&planned(&p)),
+        Ok(p) => {
+            let mut f = drift::findings(&planned(&p));
+            let held: Vec<_> = p
+                .chosen
+                .reader()
+                .held(&p.resolved)
+                .into_iter()
+                .filter(|(s, _)| p.chosen.slices().iter().any(|e| e.as_str() == s))
+                .collect();
+            f.extend(drift::unenforced(&held));
+            f
+        }
         Err(e) => drift::refused(&e.diagnostics()),
     }
 }

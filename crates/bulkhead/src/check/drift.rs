@@ -2,6 +2,7 @@
 //! the changes apply would make, and its warnings). Pure: it takes the plan's parts as data.
 
 use super::verdict::{Area, Finding, Level};
+use bulkhead_cgroups::fs::Held;
 use bulkhead_sys::error::{Diagnostic, Severity};
 
 /// What `apply --dry-run` found, as `check` needs it.
@@ -82,7 +83,11 @@ pub fn findings(p: &Planned) -> Vec<Finding> {
         f.hint = d.hint.clone();
         out.push(f);
     }
-    if out.is_empty() {
+    let as_planned = p.missing.is_empty()
+        && p.changes.is_empty()
+        && p.hugepages.is_empty()
+        && p.iocost.is_empty();
+    if as_planned {
         out.push(Finding::new(
             Area::Drift,
             Level::Ok,
@@ -101,6 +106,28 @@ fn located(d: &Diagnostic) -> String {
         s.push_str(": ");
     }
     s + &d.message
+}
+
+/// Planned directives whose control file is not there in a slice that exists (status's
+/// `(missing)`): the kernel holds nothing for them, whatever the backend recorded (e.g.
+/// systemd in a container whose v1 hierarchies are read-only creates the slice on cgroup2
+/// only). `held`: each existing slice's directives as `CgroupFs::held` reads them.
+pub fn unenforced(held: &[(String, Vec<Held>)]) -> Vec<Finding> {
+    held.iter()
+        .flat_map(|(slice, ds)| {
+            ds.iter().filter(|d| d.kernel.is_none()).map(move |d| {
+                Finding::new(
+                    Area::NoEffect,
+                    Level::Warning,
+                    format!(
+                        "[slice.{slice}]: {} is not in force: the slice has no {} file",
+                        d.directive, d.file
+                    ),
+                )
+                .hint("bulkhead status shows what the kernel holds; the slice's cgroup is missing in that hierarchy (a read-only or undelegated controller) or the kernel lacks the file")
+            })
+        })
+        .collect()
 }
 
 /// `apply` could not even plan (a slice bulkhead did not create, a plan this host refuses):
@@ -154,6 +181,38 @@ mod tests {
         let none: Vec<&Finding> = f.iter().filter(|x| x.area == Area::NoEffect).collect();
         assert_eq!(none.len(), 1);
         assert_eq!(none[0].hint.as_deref(), Some("use bfq"));
+    }
+
+    #[test]
+    fn no_drift_is_said_beside_directives_without_effect() {
+        let p = Planned {
+            notes: vec![Diagnostic::warning(
+                "MemoryHigh is recorded but not enforced",
+            )],
+            ..Default::default()
+        };
+        let f = findings(&p);
+        let got: Vec<(Area, Level)> = f.iter().map(|x| (x.area, x.level)).collect();
+        assert_eq!(
+            got,
+            [(Area::NoEffect, Level::Warning), (Area::Drift, Level::Ok)]
+        );
+    }
+
+    #[test]
+    fn a_planned_file_that_is_not_there_is_not_in_force() {
+        let held = |kernel: Option<&str>| Held {
+            directive: "CPUWeight=1000".into(),
+            file: "cpu/cpu.shares".into(),
+            planned: "10240".into(),
+            kernel: kernel.map(String::from),
+        };
+        let f = unenforced(&[("db-server".into(), vec![held(Some("10240")), held(None)])]);
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            f[0].message,
+            "[slice.db-server]: CPUWeight=1000 is not in force: the slice has no cpu/cpu.shares file"
+        );
     }
 
     #[test]
