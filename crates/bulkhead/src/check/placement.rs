@@ -324,6 +324,23 @@ mod tests {
         }
     }
 
+    /// The findings for these processes, named by the cpu hierarchy.
+    fn found(
+        procs: &[ProcEntry],
+        claims: &[Claim],
+        roles: &Roles,
+        slices: &[SliceDirs],
+        layout: &Layout,
+    ) -> Vec<Finding> {
+        findings(&expected(
+            procs,
+            claims,
+            roles,
+            slices,
+            layout.hierarchy("cpu"),
+        ))
+    }
+
     fn setup() -> (Layout, Roles, Vec<SliceDirs>) {
         let layout = Layout::from_mountinfo(MOUNTS, Path::new("/sys/fs/cgroup"));
         let name = |s: &str| SliceName::parse(s).unwrap();
@@ -430,13 +447,7 @@ mod tests {
         slices[0].dirs.clear();
         let s = "/t/db.slice/db-server.slice";
         let procs = [proc(10, "mongod", s, s)];
-        let f = findings(&expected(
-            &procs,
-            &[],
-            &roles,
-            &slices,
-            layout.hierarchy("cpu"),
-        ));
+        let f = found(&procs, &[], &roles, &slices, &layout);
         assert_eq!(f[0].level, Level::Critical);
         let f = findings(&expected(&procs, &[], &Roles::default(), &slices, None));
         assert_eq!(f[0].level, Level::Unknown);
@@ -476,23 +487,11 @@ mod tests {
         assert_eq!(e[1].inside, [30]);
         assert!(findings(&e).iter().all(|f| f.level == Level::Ok));
         // Without the claim the backend is a server outside the server slice.
-        let f = findings(&expected(
-            &procs,
-            &[],
-            &roles,
-            &slices,
-            layout.hierarchy("cpu"),
-        ));
+        let f = found(&procs, &[], &roles, &slices, &layout);
         assert_eq!(f[0].level, Level::Critical);
         // A claimed process outside its claim's slices is said by the claim.
         let moved = [proc(30, "postgres", s, s), proc(31, "postgres", s, s)];
-        let f = findings(&expected(
-            &moved,
-            &[claim],
-            &roles,
-            &slices,
-            layout.hierarchy("cpu"),
-        ));
+        let f = found(&moved, &[claim], &roles, &slices, &layout);
         assert_eq!(f[0].level, Level::Warning);
         assert!(
             f[0].message
