@@ -7,6 +7,7 @@
 mod apply;
 mod destroy;
 pub mod foreign;
+mod held;
 pub mod map;
 pub mod mark;
 pub mod op;
@@ -14,6 +15,7 @@ mod place;
 mod planner;
 mod throttle;
 
+pub use held::Held;
 pub use op::{remove_trees, Op};
 pub use place::original_path;
 

@@ -3,6 +3,7 @@
 mod agent;
 mod apply;
 mod bench;
+mod check;
 mod completions;
 mod destroy;
 mod examples;
@@ -50,6 +51,7 @@ pub fn dispatch(cli: &Cli) -> Result<i32> {
         Command::Move(a) => moves::move_pids(cli, a),
         Command::Place(a) => place::place(cli, a),
         Command::Status(a) => status::status(cli, a),
+        Command::Check(a) => Ok(check::check(cli, a)),
         Command::Exporter(a) => exporter::exporter(cli, a),
         Command::Serve(a) => serve::serve(cli, a),
         Command::Destroy(a) => destroy::destroy(cli, a),

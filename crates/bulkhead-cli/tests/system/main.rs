@@ -11,6 +11,7 @@
 mod common;
 
 mod activate;
+mod check;
 mod escape;
 mod guard;
 mod hosts;
