@@ -490,7 +490,26 @@ cmdline = \"* -p {port} *\"
             );
         }
     }
+    // check judges the plan's own placements: with the postmaster moved out of db-server,
+    // the service's claim is broken and the verdict is "not protected" (exit 2).
+    let o = t.run(&["-c", p, "--backend", "cgroupfs", "check"]);
+    assert!(
+        stdout(&o)
+            .contains("placement service postgresql@15-main.service: 6 process(es) in db-server"),
+        "{}",
+        stdout(&o)
+    );
     let o = placer.stop();
+    let out_of = t.run(&["-c", p, "move", "--slice", "/", &pm.to_string()]);
+    assert!(out_of.status.success(), "{}", stderr(&out_of));
+    let c = t.run(&["-c", p, "--backend", "cgroupfs", "check"]);
+    println!("{}{}", stdout(&c), stderr(&c));
+    assert_eq!(c.status.code(), Some(2), "{}{}", stdout(&c), stderr(&c));
+    assert!(
+        stdout(&c).contains("postgresql@15-main.service"),
+        "{}",
+        stdout(&c)
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let lines = stdout(&o);
     println!("{}", lines.trim());

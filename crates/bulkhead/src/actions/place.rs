@@ -5,7 +5,7 @@
 use super::slices::require_slice;
 use super::Context;
 use crate::place::pidfiles::{Pidfiles, ServiceMove};
-use crate::place::rules::{Compiled, Decision, Engine};
+use crate::place::rules::{Decision, Engine};
 use crate::place::tree;
 use bulkhead_cgroups::Placement;
 use bulkhead_plan::place::Expected;
@@ -97,7 +97,7 @@ pub fn place(
     for e in bulkhead_plan::place::expected(&plan) {
         require_slice(cx, &chosen, &e.slice)?;
     }
-    let mut engine = Engine::new(compile(&plan)?, req.recheck);
+    let mut engine = Engine::new(crate::place::rules::compile(&plan)?, req.recheck);
     let mut sum = PlaceSummary::default();
     let one_scan = req.once || req.dry_run;
     if !one_scan {
@@ -183,36 +183,6 @@ fn carry_out_service(chosen: &impl Placement, m: ServiceMove, dry_run: bool) -> 
         Err(e) => p.error = Some(e),
     }
     p
-}
-
-/// The rules with their users as UIDs; a user this host does not know is an error.
-fn compile(plan: &Plan) -> Result<Vec<Compiled>> {
-    let mut out = Vec::new();
-    for r in plan.place.values() {
-        let mut uids = Vec::new();
-        for u in &r.user {
-            let uid = u
-                .parse::<u32>()
-                .ok()
-                .or_else(|| bulkhead_sys::users::user_by_name(u).map(|x| x.uid));
-            match uid {
-                Some(id) => uids.push(id),
-                None => {
-                    return Err(Error::invalid(
-                        Diagnostic::error(format!("no user '{u}' on this host"))
-                            .at(plan.source.at(r.loc))
-                            .context(format!("[place.{}] user", r.name))
-                            .hint("name a user of /etc/passwd, or give the UID"),
-                    ))
-                }
-            }
-        }
-        out.push(Compiled {
-            rule: r.clone(),
-            uids,
-        });
-    }
-    Ok(out)
 }
 
 /// As root, rules decide where every process of the host goes: the plan must be a file

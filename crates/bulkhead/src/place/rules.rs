@@ -128,20 +128,7 @@ impl Engine {
 
     /// The first rule the process matches, unless it is in that rule's slice already.
     fn decide(&self, p: &Proc, parent: Option<&Proc>) -> Option<Decision> {
-        let unit = unit_of(&p.cgroup);
-        let facts = Facts {
-            uid: p.uid,
-            exe: p.exe.as_deref(),
-            comm: &p.comm,
-            cmdline: &p.cmdline,
-            parent_exe: parent.and_then(|q| q.exe.as_deref()),
-            parent_comm: parent.map_or("", |q| q.comm.as_str()),
-            unit: unit.as_deref(),
-        };
-        let hit = self
-            .rules
-            .iter()
-            .find(|c| c.rule.matches(&facts, &c.uids))?;
+        let hit = first_match(&self.rules, p, parent)?;
         if in_slice(&p.cgroup, &hit.rule.slice) {
             return None;
         }
@@ -153,6 +140,55 @@ impl Engine {
             slice: hit.rule.slice.clone(),
         })
     }
+}
+
+/// The first of `rules` the process (with its parent) matches.
+pub(crate) fn first_match<'a>(
+    rules: &'a [Compiled],
+    p: &Proc,
+    parent: Option<&Proc>,
+) -> Option<&'a Compiled> {
+    let unit = unit_of(&p.cgroup);
+    let facts = Facts {
+        uid: p.uid,
+        exe: p.exe.as_deref(),
+        comm: &p.comm,
+        cmdline: &p.cmdline,
+        parent_exe: parent.and_then(|q| q.exe.as_deref()),
+        parent_comm: parent.map_or("", |q| q.comm.as_str()),
+        unit: unit.as_deref(),
+    };
+    rules.iter().find(|c| c.rule.matches(&facts, &c.uids))
+}
+
+/// The plan's rules with their users as UIDs of this host; a user it does not know is an
+/// error at the rule.
+pub(crate) fn compile(plan: &bulkhead_plan::Plan) -> bulkhead_sys::error::Result<Vec<Compiled>> {
+    use bulkhead_sys::error::{Diagnostic, Error};
+    let mut out = Vec::new();
+    for r in plan.place.values() {
+        let mut uids = Vec::new();
+        for u in &r.user {
+            let uid = u
+                .parse::<u32>()
+                .ok()
+                .or_else(|| bulkhead_sys::users::user_by_name(u).map(|x| x.uid));
+            let Some(id) = uid else {
+                return Err(Error::invalid(
+                    Diagnostic::error(format!("no user '{u}' on this host"))
+                        .at(plan.source.at(r.loc))
+                        .context(format!("[place.{}] user", r.name))
+                        .hint("name a user of /etc/passwd, or give the UID"),
+                ));
+            };
+            uids.push(id);
+        }
+        out.push(Compiled {
+            rule: r.clone(),
+            uids,
+        });
+    }
+    Ok(out)
 }
 
 /// Whether a /proc/PID/cgroup text puts the process in the slice (its unit is a component
