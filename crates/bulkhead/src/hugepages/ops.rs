@@ -7,7 +7,7 @@
 //! kernel command line that reserves the pages at boot.
 
 use super::state::{Saved, SavedMount};
-use bulkhead_plan::hugepages::Resolved;
+use bulkhead_plan::hugepages::{MountTarget, Resolved};
 use bulkhead_sys::cgroupfs::write_file;
 use bulkhead_sys::error::{errno_text, Diagnostic, Error, Result};
 use bulkhead_sys::host::hugepages::{self as sysfs, Choice, Facts, Paths};
@@ -129,6 +129,25 @@ fn missing_dirs(path: &Path) -> Vec<PathBuf> {
 /// What `apply` must do so the machine matches the section. Reads the system, changes nothing.
 pub fn plan_apply(r: &Resolved, facts: &Facts, paths: &Paths) -> Result<Vec<HpOp>> {
     let mut errors = Vec::new();
+    let mut ops = pool_ops(r, paths, &mut errors);
+    ops.extend(thp_ops(r, paths));
+    for m in &r.mounts {
+        match mount_op(m, facts) {
+            Ok(Some(op)) => ops.push(op),
+            Ok(None) => {}
+            Err(d) => errors.push(d),
+        }
+    }
+    if errors.is_empty() {
+        Ok(ops)
+    } else {
+        Err(Error::Invalid(errors))
+    }
+}
+
+/// The pool writes: shrinking ones first, then growing ones with the largest pages first (a 1G
+/// page needs 1G of contiguous memory, easiest to find before the smaller pools take theirs).
+fn pool_ops(r: &Resolved, paths: &Paths, errors: &mut Vec<Diagnostic>) -> Vec<HpOp> {
     let mut shrink = Vec::new();
     let mut grow = Vec::new();
     for t in &r.pools {
@@ -157,11 +176,15 @@ pub fn plan_apply(r: &Resolved, facts: &Facts, paths: &Paths) -> Result<Vec<HpOp
             grow.push((t.size, op));
         }
     }
-    // Largest pages first: a 1G page needs 1G of contiguous memory, easiest to find before
-    // the smaller pools take theirs.
     grow.sort_by_key(|(size, _)| std::cmp::Reverse(*size));
     let mut ops = shrink;
     ops.extend(grow.into_iter().map(|(_, op)| op));
+    ops
+}
+
+/// The transparent huge page switches that differ from the plan.
+fn thp_ops(r: &Resolved, paths: &Paths) -> Vec<HpOp> {
+    let mut ops = Vec::new();
     for t in &r.thp {
         let file = paths.thp_dir().join(&t.file);
         let was = Choice::read(&file).map(|c| c.active).unwrap_or_default();
@@ -174,62 +197,52 @@ pub fn plan_apply(r: &Resolved, facts: &Facts, paths: &Paths) -> Result<Vec<HpOp
             });
         }
     }
-    for m in &r.mounts {
-        let why = format!("[hugepages] mount {}", m.path.display());
-        if let Some(existing) = facts.mounts.iter().rev().find(|x| x.path == m.path) {
-            if mount_at(&m.path).as_deref() == Some("hugetlbfs") {
-                if existing.pagesize == m.pagesize {
-                    continue;
-                }
-                errors.push(
-                    Diagnostic::error(format!(
-                        "{} is already a hugetlbfs of {} pages, the plan wants {}",
-                        m.path.display(),
-                        human_bytes(existing.pagesize),
-                        human_bytes(m.pagesize)
-                    ))
-                    .context(why.clone())
-                    .hint(format!(
-                        "unmount it first (umount {}) or pick another path",
-                        m.path.display()
-                    )),
-                );
-                continue;
+    ops
+}
+
+/// The mount a hugetlbfs of the plan needs: none when it is mounted as planned, an error when
+/// something else is there.
+fn mount_op(m: &MountTarget, facts: &Facts) -> std::result::Result<Option<HpOp>, Diagnostic> {
+    let why = format!("[hugepages] mount {}", m.path.display());
+    if let Some(existing) = facts.mounts.iter().rev().find(|x| x.path == m.path) {
+        if mount_at(&m.path).as_deref() == Some("hugetlbfs") {
+            if existing.pagesize == m.pagesize {
+                return Ok(None);
             }
+            return Err(Diagnostic::error(format!(
+                "{} is already a hugetlbfs of {} pages, the plan wants {}",
+                m.path.display(),
+                human_bytes(existing.pagesize),
+                human_bytes(m.pagesize)
+            ))
+            .context(why)
+            .hint(format!(
+                "unmount it first (umount {}) or pick another path",
+                m.path.display()
+            )));
         }
-        if let Some(fstype) = mount_at(&m.path) {
-            errors.push(
-                Diagnostic::error(format!(
-                    "{} is already a mount point ({fstype})",
-                    m.path.display()
-                ))
-                .context(why.clone())
-                .hint("pick another path for the hugetlbfs"),
-            );
-            continue;
-        }
-        if m.path.exists() && !m.path.is_dir() {
-            errors.push(
-                Diagnostic::error(format!(
-                    "{} exists and is not a directory",
-                    m.path.display()
-                ))
-                .context(why.clone()),
-            );
-            continue;
-        }
-        ops.push(HpOp::Mount {
-            path: m.path.clone(),
-            options: m.options.clone(),
-            mkdirs: missing_dirs(&m.path),
-            why,
-        });
     }
-    if errors.is_empty() {
-        Ok(ops)
-    } else {
-        Err(Error::Invalid(errors))
+    if let Some(fstype) = mount_at(&m.path) {
+        return Err(Diagnostic::error(format!(
+            "{} is already a mount point ({fstype})",
+            m.path.display()
+        ))
+        .context(why)
+        .hint("pick another path for the hugetlbfs"));
     }
+    if m.path.exists() && !m.path.is_dir() {
+        return Err(Diagnostic::error(format!(
+            "{} exists and is not a directory",
+            m.path.display()
+        ))
+        .context(why));
+    }
+    Ok(Some(HpOp::Mount {
+        path: m.path.clone(),
+        options: m.options.clone(),
+        mkdirs: missing_dirs(&m.path),
+        why,
+    }))
 }
 
 /// A pool write read back.
