@@ -460,27 +460,45 @@ pub fn execute(ops: &[HpOp], paths: &Paths, state: &Path) -> Result<Applied> {
     };
     for op in ops {
         // Record first: a kill right after the write still leaves the original known.
-        match op {
-            HpOp::Pool { file, was, .. } => {
-                if saved.remember(file, &was.to_string()) {
-                    saved.save(state)?;
-                }
-            }
-            HpOp::Switch { file, was, .. } => {
-                if saved.remember(file, was) {
-                    saved.save(state)?;
-                }
-            }
-            HpOp::Mount { path, mkdirs, .. } => {
-                saved.mounts.push(SavedMount {
-                    path: path.clone(),
-                    created: mkdirs.clone(),
-                });
+        record(&mut saved, op, state)?;
+        match applied.run(op) {
+            Ok(()) => applied.done += 1,
+            Err(e) => return Err(applied.roll_back(e)),
+        }
+    }
+    Ok(applied)
+}
+
+/// Write what `op` is about to change into the record, when it is not there yet.
+fn record(saved: &mut Saved, op: &HpOp, state: &Path) -> Result<()> {
+    match op {
+        HpOp::Pool { file, was, .. } => {
+            if saved.remember(file, &was.to_string()) {
                 saved.save(state)?;
             }
-            HpOp::Umount { .. } => {}
         }
-        let result: Result<()> = match op {
+        HpOp::Switch { file, was, .. } => {
+            if saved.remember(file, was) {
+                saved.save(state)?;
+            }
+        }
+        HpOp::Mount { path, mkdirs, .. } => {
+            saved.mounts.push(SavedMount {
+                path: path.clone(),
+                created: mkdirs.clone(),
+            });
+            saved.save(state)?;
+        }
+        HpOp::Umount { .. } => {}
+    }
+    Ok(())
+}
+
+impl Applied {
+    /// Carry out one op with its read-back check; a change made is in the undo log even when
+    /// its check fails.
+    fn run(&mut self, op: &HpOp) -> Result<()> {
+        match op {
             HpOp::Pool {
                 size,
                 node,
@@ -488,97 +506,95 @@ pub fn execute(ops: &[HpOp], paths: &Paths, state: &Path) -> Result<Applied> {
                 why,
                 file,
                 ..
-            } => match set_pool(paths, *size, *node, *pages) {
-                Ok(r) => {
-                    applied.undo.push(undo_of(op));
-                    applied.pools.push((why.clone(), r));
-                    if r.got < *pages {
-                        let mut hint = boot_hint(*size, *node, *pages);
-                        if *size <= 2 << 20 {
-                            hint.push_str("; or free memory first (page cache: sync; echo 3 > /proc/sys/vm/drop_caches) and apply again");
-                        }
-                        Err(Error::failed_with(
-                            Diagnostic::error(format!(
-                                "{why}: the kernel gave only {} of {pages} {} pages{}",
-                                r.got,
-                                human_bytes(*size),
-                                if r.compacted {
-                                    ", also after compacting memory"
-                                } else {
-                                    ""
-                                }
-                            ))
-                            .at(file.display().to_string())
-                            .hint(hint),
-                        ))
-                    } else {
-                        Ok(())
-                    }
+            } => {
+                let r = set_pool(&self.paths, *size, *node, *pages)?;
+                self.undo.push(undo_of(op));
+                self.pools.push((why.clone(), r));
+                match r.got < *pages {
+                    true => Err(pool_short(file, *size, *node, why, r)),
+                    false => Ok(()),
                 }
-                Err(e) => Err(e),
-            },
+            }
             HpOp::Switch {
                 file, value, why, ..
-            } => match write_file(file, value) {
-                Ok(()) => {
-                    applied.undo.push(undo_of(op));
-                    let now = Choice::read(file).map(|c| c.active).unwrap_or_default();
-                    if &now == value {
-                        Ok(())
-                    } else {
-                        Err(Error::failed_with(
-                            Diagnostic::error(format!("{why}: the kernel reads back '{now}'"))
-                                .at(file.display().to_string()),
-                        ))
-                    }
+            } => {
+                write_file(file, value).map_err(|e| {
+                    Error::failed_with(
+                        Diagnostic::error(format!("{why}: {}", errno_text(&e)))
+                            .at(file.display().to_string()),
+                    )
+                })?;
+                self.undo.push(undo_of(op));
+                let now = Choice::read(file).map(|c| c.active).unwrap_or_default();
+                match &now == value {
+                    true => Ok(()),
+                    false => Err(Error::failed_with(
+                        Diagnostic::error(format!("{why}: the kernel reads back '{now}'"))
+                            .at(file.display().to_string()),
+                    )),
                 }
-                Err(e) => Err(Error::failed_with(
-                    Diagnostic::error(format!("{why}: {}", errno_text(&e)))
-                        .at(file.display().to_string()),
-                )),
-            },
+            }
             HpOp::Mount {
                 path,
                 options,
                 mkdirs,
                 why,
-            } => match mount(path, options, mkdirs) {
-                Ok(()) => {
-                    applied.undo.push(undo_of(op));
-                    Ok(())
-                }
-                Err(e) => Err(Error::failed_with(
-                    Diagnostic::error(e).context(why.clone()),
-                )),
-            },
-            HpOp::Umount { .. } => run_plain(op, paths).map_err(Error::failed),
-        };
-        match result {
-            Ok(()) => applied.done += 1,
-            Err(e) => {
-                let failed = undo_all(&applied.undo, paths);
-                let _ = applied.saved_before.save(state);
-                let mut d = e.diagnostics().remove(0);
-                let undone = if failed.is_empty() {
-                    format!(
-                        "nothing was left changed: the {} huge page change(s) made were undone",
-                        applied.undo.len()
-                    )
-                } else {
-                    format!(
-                        "undoing the earlier changes failed too, check by hand: {}",
-                        failed.join("; ")
-                    )
-                };
-                d.hint = Some(match d.hint {
-                    Some(h) => format!("{h}\n  {undone}"),
-                    None => undone,
-                });
-                return Err(Error::failed_with(d));
+            } => {
+                mount(path, options, mkdirs)
+                    .map_err(|e| Error::failed_with(Diagnostic::error(e).context(why.clone())))?;
+                self.undo.push(undo_of(op));
+                Ok(())
             }
+            HpOp::Umount { .. } => run_plain(op, &self.paths).map_err(Error::failed),
         }
     }
-    Ok(applied)
+
+    /// After a failed op: undo every change made, put the record back, and say so in the
+    /// failure's hint.
+    fn roll_back(self, e: Error) -> Error {
+        let failed = undo_all(&self.undo, &self.paths);
+        let _ = self.saved_before.save(&self.state);
+        let mut d = e.diagnostics().remove(0);
+        let undone = if failed.is_empty() {
+            format!(
+                "nothing was left changed: the {} huge page change(s) made were undone",
+                self.undo.len()
+            )
+        } else {
+            format!(
+                "undoing the earlier changes failed too, check by hand: {}",
+                failed.join("; ")
+            )
+        };
+        d.hint = Some(match d.hint {
+            Some(h) => format!("{h}\n  {undone}"),
+            None => undone,
+        });
+        Error::failed_with(d)
+    }
+}
+
+/// A pool the kernel filled only in part.
+fn pool_short(file: &Path, size: u64, node: Option<u32>, why: &str, r: PoolSet) -> Error {
+    let mut hint = boot_hint(size, node, r.asked);
+    if size <= 2 << 20 {
+        hint.push_str("; or free memory first (page cache: sync; echo 3 > /proc/sys/vm/drop_caches) and apply again");
+    }
+    Error::failed_with(
+        Diagnostic::error(format!(
+            "{why}: the kernel gave only {} of {} {} pages{}",
+            r.got,
+            r.asked,
+            human_bytes(size),
+            if r.compacted {
+                ", also after compacting memory"
+            } else {
+                ""
+            }
+        ))
+        .at(file.display().to_string())
+        .hint(hint),
+    )
 }
 
 /// What `reset` must do to put back what the record holds.
