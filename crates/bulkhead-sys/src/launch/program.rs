@@ -2,7 +2,7 @@
 //! built by the caller before the clone. [`super::run`] executes it; [`Program::describe`]
 //! prints it for `--dry-run`.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 /// A user namespace: IDs 0..size inside are base..base+size outside.
@@ -160,13 +160,14 @@ pub struct Program {
 }
 
 /// A C string for a person.
-fn lossy(c: &CString) -> String {
+/// A C string for messages.
+pub(super) fn lossy(c: &CStr) -> String {
     c.to_string_lossy().to_string()
 }
 
 /// An optional C string for a person, `none` when absent.
 fn or_none(c: &Option<CString>) -> String {
-    c.as_ref().map(lossy).unwrap_or_else(|| "none".into())
+    c.as_deref().map(lossy).unwrap_or_else(|| "none".into())
 }
 
 impl Program {
@@ -225,28 +226,14 @@ impl Program {
                 fstype,
                 flags,
                 data,
-            } => format!(
-                "mount {} on {} type {} flags {} {}",
-                or_none(src),
-                t(target),
-                or_none(fstype),
-                mount_flags(*flags),
-                data.as_ref().map(lossy).unwrap_or_default()
-            ),
+            } => describe_mount(src, &t(target), fstype, *flags, data, ""),
             Op::MountIfExists {
                 src,
                 target,
                 fstype,
                 flags,
                 data,
-            } => format!(
-                "mount {} on {} type {} flags {} {} (if it exists)",
-                or_none(src),
-                lossy(target),
-                or_none(fstype),
-                mount_flags(*flags),
-                data.as_ref().map(lossy).unwrap_or_default()
-            ),
+            } => describe_mount(src, &lossy(target), fstype, *flags, data, " (if it exists)"),
             Op::BindTree {
                 src,
                 target,
@@ -303,19 +290,52 @@ impl Program {
         }
         out.push(format!(
             "execve {} (tried: {})",
-            self.argv.iter().map(lossy).collect::<Vec<_>>().join(" "),
+            self.argv
+                .iter()
+                .map(|c| lossy(c))
+                .collect::<Vec<_>>()
+                .join(" "),
             self.candidates
                 .iter()
-                .map(lossy)
+                .map(|c| lossy(c))
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
     }
 }
 
+/// `mount SRC on TARGET type FSTYPE flags FLAGS DATA`, and what follows.
+fn describe_mount(
+    src: &Option<CString>,
+    target: &str,
+    fstype: &Option<CString>,
+    flags: libc::c_ulong,
+    data: &Option<CString>,
+    tail: &str,
+) -> String {
+    format!(
+        "mount {} on {target} type {} flags {} {}{tail}",
+        or_none(src),
+        or_none(fstype),
+        mount_flags(flags),
+        data.as_deref().map(lossy).unwrap_or_default()
+    )
+}
+
+/// The names of the bits of `flags` that `table` names, in its order.
+fn flag_names<T>(flags: T, table: &[(T, &'static str)]) -> Vec<&'static str>
+where
+    T: Copy + std::ops::BitAnd<Output = T> + PartialEq + Default,
+{
+    table
+        .iter()
+        .filter(|(bit, _)| flags & *bit != T::default())
+        .map(|(_, name)| *name)
+        .collect()
+}
+
 fn ns_names(flags: u64) -> String {
-    let mut v = Vec::new();
-    for (f, n) in [
+    let table = [
         (libc::CLONE_NEWNS, "mount"),
         (libc::CLONE_NEWPID, "pid"),
         (libc::CLONE_NEWUTS, "uts"),
@@ -323,17 +343,13 @@ fn ns_names(flags: u64) -> String {
         (libc::CLONE_NEWCGROUP, "cgroup"),
         (libc::CLONE_NEWNET, "net"),
         (libc::CLONE_NEWUSER, "user"),
-    ] {
-        if flags & f as u64 != 0 {
-            v.push(n);
-        }
-    }
-    v.join(", ")
+    ]
+    .map(|(f, n)| (f as u64, n));
+    flag_names(flags, &table).join(", ")
 }
 
 fn mount_flags(f: libc::c_ulong) -> String {
-    let mut v = Vec::new();
-    for (b, n) in [
+    let table = [
         (libc::MS_RDONLY, "ro"),
         (libc::MS_NOSUID, "nosuid"),
         (libc::MS_NODEV, "nodev"),
@@ -342,11 +358,8 @@ fn mount_flags(f: libc::c_ulong) -> String {
         (libc::MS_REC, "rec"),
         (libc::MS_REMOUNT, "remount"),
         (libc::MS_STRICTATIME, "strictatime"),
-    ] {
-        if f & b != 0 {
-            v.push(n);
-        }
-    }
+    ];
+    let v = flag_names(f, &table);
     if v.is_empty() {
         "defaults".into()
     } else {
