@@ -20,6 +20,7 @@ pub mod inroot;
 pub mod launch;
 pub mod listenfds;
 pub mod mountinfo;
+pub mod net;
 pub mod notify;
 pub mod paths;
 pub mod process;

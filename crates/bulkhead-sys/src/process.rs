@@ -428,9 +428,19 @@ pub fn lock_memory() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Run `f` with the process's umask set to `mask`, then put the old one back. The umask is
+/// process-wide: call it before threads that make files start.
+pub fn with_umask<R>(mask: u32, f: impl FnOnce() -> R) -> R {
+    use rustix::fs::Mode;
+    let old = rustix::process::umask(Mode::from_raw_mode(mask & 0o777));
+    let r = f();
+    rustix::process::umask(old);
+    r
+}
+
 /// Take an exclusive flock(2) on a file: without `wait`, `Ok(false)` when another process
 /// holds it. The lock lasts as long as the file stays open.
-pub fn lock_file(f: &std::fs::File, wait: bool) -> std::io::Result<bool> {
+pub fn lock_file(f: impl std::os::fd::AsFd, wait: bool) -> std::io::Result<bool> {
     use rustix::fs::{flock, FlockOperation};
     let op = if wait {
         FlockOperation::LockExclusive
