@@ -32,8 +32,11 @@ fn per_node(pools: &[Pool], f: impl Fn(&NodePool) -> u64) -> Vec<Sample> {
     out
 }
 
-/// The families per page size: name, help, the pool's figure.
-const PER_SIZE: [(&str, &str, fn(&Pool) -> u64); 4] = [
+/// A family of a table: its name, its help, and the figure of each pool (or node).
+type Family<T> = (&'static str, &'static str, fn(&T) -> u64);
+
+/// The families per page size.
+const PER_SIZE: [Family<Pool>; 4] = [
     (
         "bulkhead_hugepages_pool_pages",
         "Pages in the persistent pool (nr_hugepages).",
@@ -57,7 +60,7 @@ const PER_SIZE: [(&str, &str, fn(&Pool) -> u64); 4] = [
 ];
 
 /// The families per page size and NUMA node.
-const PER_NODE: [(&str, &str, fn(&NodePool) -> u64); 3] = [
+const PER_NODE: [Family<NodePool>; 3] = [
     (
         "bulkhead_hugepages_node_pool_pages",
         "Pages in the persistent pool, per NUMA node.",

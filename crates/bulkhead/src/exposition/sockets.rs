@@ -79,8 +79,16 @@ fn start_latency(sockets: &[SocketStatus]) -> Vec<HistogramSample> {
         .collect()
 }
 
-/// The families of counts, in the order they are written: name, kind, help, the samples.
-const COUNTS: [(&str, Kind, &str, fn(&[SocketStatus]) -> Vec<Sample>); 8] = [
+/// A family of the table: its name, kind, help, and its samples from the sockets.
+type Family = (
+    &'static str,
+    Kind,
+    &'static str,
+    fn(&[SocketStatus]) -> Vec<Sample>,
+);
+
+/// The families of counts, in the order they are written.
+const COUNTS: [Family; 8] = [
     (
         "bulkhead_socket_state",
         Kind::Gauge,
