@@ -253,8 +253,7 @@ impl Drop for Undo {
 fn allocate(file: &Path, size: u64, undo: &mut Undo) -> Result<()> {
     let f = statefile::create_new(file, 0o600).map_err(|e| io_failed("cannot create", file, e))?;
     undo.file = Some(file.to_path_buf());
-    if let Err(e) = rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, size) {
-        let e = io::Error::from(e);
+    if let Err(e) = bulkhead_sys::fd::allocate(&f, size) {
         if e.raw_os_error() == Some(libc::ENOSPC) {
             return Err(Error::failed(format!(
                 "the file system holding {} has no room for {}",

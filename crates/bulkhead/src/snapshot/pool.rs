@@ -83,7 +83,7 @@ impl PoolKey {
         let dir = open_trusted_dir(&self.parent).map_err(|e| io::Error::other(e.to_string()))?;
         let dir = reopen_dir(dir.as_fd())?;
         let src = open_subdir(dir.as_fd(), &self.name)?;
-        if rustix::fs::flock(&src, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        if !bulkhead_sys::process::lock_file(&src, false).unwrap_or(false) {
             return Ok(());
         }
         let (treeid, flags, ctransid) = subvol_info(src.as_raw_fd())?;
