@@ -10,23 +10,27 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// Send `buf` on a connected socket without SIGPIPE (EPIPE instead); the bytes sent.
+#[inline]
 pub fn send_nosignal(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
     rustix::net::send(fd, buf, SendFlags::NOSIGNAL).map_err(Into::into)
 }
 
 /// What has arrived, copied into `buf` and left in the socket; 0 at EOF.
+#[inline]
 pub fn peek(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     let (n, _) = rustix::net::recv(fd, buf, RecvFlags::PEEK)?;
     Ok(n)
 }
 
 /// Read what has arrived into `buf` without waiting (EWOULDBLOCK when nothing has).
+#[inline]
 pub fn recv_nowait(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     let (n, _) = rustix::net::recv(fd, buf, RecvFlags::DONTWAIT)?;
     Ok(n)
 }
 
 /// Shut down the sending side of a connection (the other direction goes on).
+#[inline]
 pub fn shutdown_write(fd: BorrowedFd<'_>) -> io::Result<()> {
     rustix::net::shutdown(fd, rustix::net::Shutdown::Write).map_err(Into::into)
 }
@@ -43,6 +47,7 @@ pub fn splice_pipe(size: Option<u64>) -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Move up to `len` bytes from `from` to `to` (one of them a pipe) without waiting.
+#[inline]
 pub fn splice(from: BorrowedFd<'_>, to: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
     let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
     rustix::pipe::splice(from, None, to, None, len, flags).map_err(Into::into)
@@ -62,6 +67,7 @@ pub struct Credentials {
 
 /// The next datagram into `buf`, without waiting: its length and its sender's credentials
 /// (None unless SO_PASSCRED is on). Descriptors passed with it are closed.
+#[inline]
 pub fn recv_with_credentials(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],
@@ -89,6 +95,7 @@ pub fn recv_with_credentials(
 
 /// A non-blocking, close-on-exec socket of the calling thread's network namespace
 /// (`domain`, `ty`: AF_* and SOCK_* as the socket(2) call takes them).
+#[inline]
 pub fn socket_nonblocking(domain: libc::c_int, ty: libc::c_int) -> io::Result<OwnedFd> {
     use rustix::net::{AddressFamily, SocketFlags, SocketType};
     let domain =
