@@ -2,6 +2,7 @@
 
 use bulkhead::Choice;
 use bulkhead_agent::machine::Machine;
+use bulkhead_args::BackendArg;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,13 +25,6 @@ struct Cli {
     quiet: bool,
     #[command(subcommand)]
     cmd: Cmd,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum BackendArg {
-    Auto,
-    Systemd,
-    Cgroupfs,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

@@ -18,8 +18,7 @@
 
 pub mod stub;
 
-use bulkhead::cgroup::Layout;
-use bulkhead::host::Host;
+use bulkhead::actions::host::Host;
 use bulkhead::plan::ResolvedSlice;
 use bulkhead::plan::{CpuWeight, Plan};
 use bulkhead::units::Limit;
@@ -113,9 +112,10 @@ pub enum Cgroups {
 
 impl Cgroups {
     pub fn detect() -> Cgroups {
-        match Layout::detect() {
-            Ok(l) if l.v1.is_empty() && l.unified.is_some() => Cgroups::V2,
-            _ => Cgroups::V1,
+        if bulkhead::actions::host::pure_v2() {
+            Cgroups::V2
+        } else {
+            Cgroups::V1
         }
     }
 }
@@ -127,7 +127,7 @@ impl Cgroups {
 /// its QoS class) is marked too. The kubelet never writes either file, so nothing fights.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
-    /// The controller by its v2 name (`io` for v1's blkio), as `Layout::hierarchy` takes it.
+    /// The controller by its v2 name (`io` for v1's blkio), as the layout's hierarchies are looked up.
     pub controller: &'static str,
     pub file: &'static str,
     pub value: String,

@@ -17,7 +17,6 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -119,25 +118,6 @@ impl Drop for Setup {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// A port below the ephemeral range (ip_local_port_range starts at 32768), so that no
-/// outgoing connection takes it as its source port between this check and the bind.
-fn free_port() -> Result<u16, String> {
-    use std::sync::atomic::AtomicU32;
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    for _ in 0..1000 {
-        let n = NEXT.fetch_add(1, Ordering::SeqCst);
-        let port = 20000
-            + (std::process::id()
-                .wrapping_mul(7919)
-                .wrapping_add(n.wrapping_mul(104729))
-                % 12000) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return Ok(port);
-        }
-    }
-    Err("no free port between 20000 and 32000".into())
 }
 
 const SMALL: &[u8] = b"HTTP/1.0 200 OK\r\nContent-Length: 13\r\n\r\nhello, world\n";
@@ -362,13 +342,13 @@ fn start(spec: &Spec) -> Result<Rig, String> {
     };
     let root = busybox_root(&dir)?;
     let ports = Ports {
-        backend: free_port()?,
-        sandbox: free_port()?,
-        plain: free_port()?,
-        warm: free_port()?,
-        pass: free_port()?,
-        proxyd: free_port()?,
-        plain_backend: free_port()?,
+        backend: crate::redis::free_port()?,
+        sandbox: crate::redis::free_port()?,
+        plain: crate::redis::free_port()?,
+        warm: crate::redis::free_port()?,
+        pass: crate::redis::free_port()?,
+        proxyd: crate::redis::free_port()?,
+        plain_backend: crate::redis::free_port()?,
     };
     // The one backend server every warm peer reaches (pass mode starts its own copy).
     setup.children.push(
@@ -730,6 +710,35 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
     })
 }
 
+/// Peers against the first (the direct connection): a header (what, the count, three
+/// figure columns, "vs direct"), then per peer its name, count, the three figures
+/// (`figures`: decimals and how to pick them) and its median over the first's (`ratio`
+/// spells it).
+fn against_direct(
+    s: &mut String,
+    head: [&str; 5],
+    ds: &[Dist],
+    figures: (usize, fn(&Dist) -> [f64; 3]),
+    ratio: fn(f64) -> String,
+) {
+    let [what, count, a, b, c] = head;
+    s.push_str(&format!(
+        "\n{what:<28} {count:>8} {a:>10} {b:>10} {c:>10} {:>9}\n",
+        "vs direct"
+    ));
+    let (prec, pick) = figures;
+    let first = ds.first().map_or(f64::NAN, |d| d.median);
+    for d in ds {
+        let [x, y, z] = pick(d);
+        s.push_str(&format!(
+            "{:<28} {:>8} {x:>10.prec$} {y:>10.prec$} {z:>10.prec$} {}\n",
+            d.name,
+            d.n,
+            ratio(d.median / first)
+        ));
+    }
+}
+
 pub fn text(r: &Report) -> String {
     let mut s = format!("bench activation\nmachine: {}\n\n", r.machine);
     s.push_str(&format!(
@@ -753,43 +762,20 @@ pub fn text(r: &Report) -> String {
         b.other,
         b.slowest_ms.iter().map(|v| format!("{v:.1}")).collect::<Vec<_>>().join(" ")
     ));
-    s.push_str(&format!(
-        "\n{:<28} {:>8} {:>10} {:>10} {:>10} {:>9}\n",
-        "warm request (µs)", "requests", "median", "p90", "p99", "vs direct"
-    ));
-    let d0 = r.warm_us[0].median;
-    for d in &r.warm_us {
-        s.push_str(&format!(
-            "{:<28} {:>8} {:>10.1} {:>10.1} {:>10.1} {:>8.2}x\n",
-            d.name,
-            d.n,
-            d.median,
-            d.p90,
-            d.p99,
-            d.median / d0
-        ));
-    }
-    s.push_str(&format!(
-        "\n{:<28} {:>8} {:>10} {:>10} {:>10} {:>9}\n",
-        format!("bulk {} MB (GB/s)", r.bulk_bytes >> 20),
-        "rounds",
-        "median",
-        "min",
-        "max",
-        "vs direct"
-    ));
-    let t0 = r.bulk_gbps[0].median;
-    for d in &r.bulk_gbps {
-        s.push_str(&format!(
-            "{:<28} {:>8} {:>10.2} {:>10.2} {:>10.2} {:>9.3}\n",
-            d.name,
-            d.n,
-            d.median,
-            d.samples.first().copied().unwrap_or(f64::NAN),
-            d.samples.last().copied().unwrap_or(f64::NAN),
-            d.median / t0
-        ));
-    }
+    let warm = |d: &Dist| [d.median, d.p90, d.p99];
+    let head = ["warm request (µs)", "requests", "median", "p90", "p99"];
+    against_direct(&mut s, head, &r.warm_us, (1, warm), |x| {
+        format!("{x:>8.2}x")
+    });
+    let bulk = |d: &Dist| {
+        let end = |v: Option<&f64>| v.copied().unwrap_or(f64::NAN);
+        [d.median, end(d.samples.first()), end(d.samples.last())]
+    };
+    let title = format!("bulk {} MB (GB/s)", r.bulk_bytes >> 20);
+    let head = [title.as_str(), "rounds", "median", "min", "max"];
+    against_direct(&mut s, head, &r.bulk_gbps, (2, bulk), |x| {
+        format!("{x:>9.3}")
+    });
     s.push('\n');
     s.push_str(&crate::report::checks_text(&r.checks, &r.skipped));
     s

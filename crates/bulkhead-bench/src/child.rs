@@ -1,4 +1,5 @@
-//! Stopping the processes a benchmark started: a signal, a grace period, then SIGKILL.
+//! Stopping the processes a benchmark started: a signal, a grace period, then SIGKILL; a
+//! server owned that way.
 
 use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
@@ -15,6 +16,45 @@ pub fn stop(c: &mut Child, sig: i32, grace: Duration) -> Option<ExitStatus> {
     }
     let _ = c.kill();
     c.wait().ok()
+}
+
+/// A server a benchmark started and owns: stopped with its own signal and grace on
+/// [`Server::stop`] or when dropped.
+pub struct Server {
+    child: Option<Child>,
+    signal: i32,
+    grace: Duration,
+}
+
+impl Server {
+    /// Own `child`; stopping sends `signal`, then SIGKILL after `grace`.
+    pub fn new(child: Child, signal: i32, grace: Duration) -> Server {
+        Server {
+            child: Some(child),
+            signal,
+            grace,
+        }
+    }
+
+    /// `Some(status)` when the server has exited (crashed or was killed).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Stop it (once; later calls do nothing).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            stop(&mut c, self.signal, self.grace);
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 #[cfg(test)]

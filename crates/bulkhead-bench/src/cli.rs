@@ -1,9 +1,8 @@
 //! `bulkhead bench ...`: measurements side by side with the tools people use today.
 
 use crate::{bulkhead_bin, report, Cli};
-use bulkhead::cgroup::{Backend, CgroupFs, Layout};
+use bulkhead::actions::groups::Groups;
 use bulkhead::error::{Diagnostic, Error, Result};
-use bulkhead::host::Host;
 use bulkhead::plan::Plan;
 use bulkhead_bench::stats;
 use clap::{Args, Subcommand};
@@ -798,7 +797,7 @@ fn isolation_spec(cli: &Cli, a: &IsolationBench) -> Result<bulkhead_bench::isola
         Some(_) => Plan::load(cli.config.as_deref())?,
         None => Plan::parse(bulkhead::plan::EMBEDDED_DEFAULT, None)?,
     };
-    let plan = plan.resolve(&Host::detect_for(plan.device_paths()))?;
+    let plan = bulkhead::actions::host::resolve(&plan)?;
     let parse = |s: &str, flag: &str| SliceName::parse(s).map_err(|e| bad(format!("{flag}: {e}")));
     let db = match a.db.trim() {
         "redis" => DbKind::Redis,
@@ -972,13 +971,13 @@ type RunPeer = (&'static str, Box<dyn Fn() -> Command>);
 
 /// `/bin/true` alone, behind an empty wrapper, under `bulkhead run`, under the by-hand join
 /// (`echo $$ > cgroup.procs`), and under `cgexec` where cgroup-tools is installed.
-fn run_peers(cli: &Cli, fs: &CgroupFs, slice: &bulkhead::plan::SliceName) -> Result<Vec<RunPeer>> {
+fn run_peers(cli: &Cli, fs: &Groups, slice: &bulkhead::plan::SliceName) -> Result<Vec<RunPeer>> {
     let exe = bulkhead_bin()?;
     let truth = which("true").ok_or_else(|| Error::failed("no `true` binary in PATH"))?;
     let procs: Vec<String> = fs
-        .existing_dirs(slice)
+        .procs_files(slice)
         .iter()
-        .map(|(_, d)| d.join("cgroup.procs").display().to_string())
+        .map(|f| f.display().to_string())
         .collect();
     let join_script = format!(
         "for f in {}; do echo $$ > $f; done; exec {}",
@@ -1017,10 +1016,10 @@ fn run_peers(cli: &Cli, fs: &CgroupFs, slice: &bulkhead::plan::SliceName) -> Res
     ];
     if let Some(cg) = which("cgexec") {
         let controllers: Vec<String> = fs
-            .existing_dirs(slice)
+            .slice_dirs(slice)
             .iter()
-            .filter(|(h, _)| h.version == bulkhead::cgroup::Version::V1)
-            .map(|(h, _)| h.controllers.join(","))
+            .filter(|d| d.v1)
+            .map(|d| d.controllers.join(","))
             .collect();
         let path = slice.cgroup_path().display().to_string();
         peers.push((
@@ -1095,13 +1094,12 @@ fn run_overhead(cli: &Cli, a: &RunBench) -> Result<i32> {
             "--runs must be at least 1",
         )));
     }
-    let layout = Layout::detect().map_err(|e| Error::failed(e.to_string()))?;
-    let fs = CgroupFs::new(layout, &cli.cgroup_root)?;
+    let fs = Groups::open(&cli.cgroup_root)?;
     let name = format!("bulkhead_bench_run_{}", std::process::id());
     let plan = Plan::parse(&format!("[slice.{name}]\nCPUWeight = 100\n"), None)?
-        .resolve(&Host::detect())?;
+        .resolve(&bulkhead::actions::host::Host::detect())?;
     let slice = plan.slices[0].name().clone();
-    fs.execute(&fs.plan_apply(&plan, Default::default())?)?;
+    fs.apply(&plan)?;
     // Everything below must remove the slice again, whatever happens.
     let result = (|| -> Result<serde_json::Value> {
         let peers = run_peers(cli, &fs, &slice)?;
@@ -1110,13 +1108,11 @@ fn run_overhead(cli: &Cli, a: &RunBench) -> Result<i32> {
         Ok(serde_json::json!({
             "benchmark": "run",
             "runs": a.runs,
-            "host": {"cpus": Host::detect().cpu_count(), "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(), "layout": fs.layout.describe()},
+            "host": {"cpus": bulkhead::actions::host::cpu_count(), "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(), "layout": fs.describe()},
             "results": rows,
         }))
     })();
-    let cleanup = fs
-        .plan_destroy(std::slice::from_ref(&slice), true)
-        .and_then(|c| fs.execute(&c));
+    let cleanup = fs.destroy(std::slice::from_ref(&slice));
     if let Err(e) = &cleanup {
         report(&e.diagnostics());
     }

@@ -3,7 +3,8 @@
 //! removed at the end, on Ctrl-C, on failure, and by the next run when the last one was
 //! killed with SIGKILL.
 
-use bulkhead::cgroup::Layout;
+use bulkhead::actions::groups::{self, Hierarchies};
+use bulkhead::actions::hugepages;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -60,7 +61,7 @@ pub struct Env {
     pub dir: PathBuf,
     /// `/bulkhead-bench-PID`, the cgroup path given to the slice backend.
     pub cgroup_root: String,
-    pub layout: Layout,
+    pub layout: Hierarchies,
 }
 
 fn alive(pid: u32) -> bool {
@@ -74,13 +75,7 @@ pub fn iocost_record(dir: &Path) -> PathBuf {
 
 /// Put back the io.cost lines a bench run changed, from its record.
 fn reset_iocost(dir: &Path) {
-    use bulkhead::cgroup::iocost;
-    let path = iocost_record(dir);
-    if let Ok(rec) = iocost::record::Record::load(&path) {
-        if !rec.is_empty() {
-            let _ = iocost::reset(&iocost::plan_reset(&rec), &path);
-        }
-    }
+    groups::reset_iocost(&iocost_record(dir));
 }
 
 /// Remove everything a state records. Safe to call twice.
@@ -95,7 +90,7 @@ pub fn tear_down(s: &State, dir: &Path) {
     for d in &s.dirs {
         let _ = std::fs::remove_dir_all(d);
     }
-    let _ = bulkhead::cgroup::fs::remove_trees(&s.cgroup_dirs);
+    let _ = groups::remove_trees(&s.cgroup_dirs);
     for l in s.loops.iter().rev() {
         if let Some(m) = &l.mount {
             unmount(m);
@@ -161,7 +156,7 @@ fn run(cmd: &mut Command) -> Result<String, String> {
 impl Env {
     /// Create the bench's cgroup root (`/bulkhead-bench-PID`) in every hierarchy.
     pub fn create() -> Result<Env, String> {
-        let layout = Layout::detect().map_err(|e| format!("cannot read mountinfo: {e}"))?;
+        let layout = Hierarchies::detect().map_err(|e| format!("cannot read mountinfo: {e}"))?;
         let pid = std::process::id();
         let dir = PathBuf::from(STATE_ROOT).join(pid.to_string());
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -175,14 +170,8 @@ impl Env {
             cgroup_root: format!("/{name}"),
             layout,
         };
-        let mounts: Vec<(PathBuf, bool)> = env
-            .layout
-            .v1
-            .iter()
-            .chain(env.layout.unified.iter())
-            .map(|h| (h.mount.clone(), h.has("cpuset")))
-            .collect();
-        for (mount, cpuset) in mounts {
+        for m in env.layout.mounts() {
+            let (mount, cpuset) = (m.path, m.cpuset);
             let d = mount.join(&name);
             // Recorded before it exists, so a kill at any moment leaves nothing unrecorded.
             env.state.cgroup_dirs.push(d.clone());
@@ -197,7 +186,7 @@ impl Env {
 
     /// Only the state directory, no cgroups: for benches that change other things (pools).
     pub fn create_bare() -> Result<Env, String> {
-        let layout = Layout::detect().map_err(|e| format!("cannot read mountinfo: {e}"))?;
+        let layout = Hierarchies::detect().map_err(|e| format!("cannot read mountinfo: {e}"))?;
         let pid = std::process::id();
         let dir = PathBuf::from(STATE_ROOT).join(pid.to_string());
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -217,20 +206,15 @@ impl Env {
     /// Grow or shrink a hugetlb pool (read back, compaction when short), recording its size
     /// before the first change so that the end of the bench, or the next run after a kill,
     /// puts it back.
-    pub fn set_pool(
-        &mut self,
-        size: u64,
-        pages: u64,
-    ) -> Result<bulkhead::hugepages::ops::PoolSet, String> {
-        let paths = bulkhead::hugepages::Paths::default();
-        let file = paths.pool_file(size, None);
+    pub fn set_pool(&mut self, size: u64, pages: u64) -> Result<hugepages::PoolSet, String> {
+        let file = hugepages::pool_file(size);
         if !self.state.pools.iter().any(|(f, _)| f == &file) {
-            let was = bulkhead::host::hugepages::pool_pages(&paths, size, None)
+            let was = hugepages::pool_pages(size)
                 .ok_or_else(|| format!("{}: no such pool", file.display()))?;
             self.state.pools.push((file, was));
             self.save();
         }
-        bulkhead::hugepages::ops::set_pool(&paths, size, None, pages).map_err(|e| e.to_string())
+        hugepages::set_pool(size, pages).map_err(|e| e.to_string())
     }
 
     pub fn save(&self) {
@@ -259,21 +243,16 @@ impl Env {
 
     /// Limit the whole bench (the "small host") to `bytes` of memory, or lift the limit.
     pub fn limit_memory(&self, bytes: Option<u64>) -> Result<(), String> {
-        let Some(h) = self.layout.hierarchy("memory") else {
+        let Some(limit) = self.layout.memory_limit(bytes) else {
             return Err("no memory controller on this host".into());
         };
         let d = self
             .state
             .cgroup_dirs
             .iter()
-            .find(|d| d.starts_with(&h.mount))
+            .find(|d| d.starts_with(&limit.mount))
             .ok_or("the bench root is missing in the memory hierarchy")?;
-        let (file, value) = match (h.version, bytes) {
-            (bulkhead::cgroup::Version::V1, Some(b)) => ("memory.limit_in_bytes", b.to_string()),
-            (bulkhead::cgroup::Version::V1, None) => ("memory.limit_in_bytes", "-1".into()),
-            (_, Some(b)) => ("memory.max", b.to_string()),
-            (_, None) => ("memory.max", "max".into()),
-        };
+        let (file, value) = (limit.file, limit.value);
         std::fs::write(d.join(file), value).map_err(|e| format!("{}: {e}", d.join(file).display()))
     }
 
@@ -374,9 +353,7 @@ impl Env {
     /// Switch a disk's I/O scheduler for the bench; the one before comes back at the end.
     pub fn set_scheduler(&mut self, disk: &str, scheduler: &str) -> Result<(), String> {
         let file = PathBuf::from(format!("/sys/block/{disk}/queue/scheduler"));
-        let before = std::fs::read_to_string(&file)
-            .ok()
-            .and_then(|s| bulkhead::sys::host::active_scheduler(&s))
+        let before = bulkhead::actions::host::io_scheduler(disk)
             .ok_or_else(|| format!("{}: no I/O scheduler to set", file.display()))?;
         if !self.state.schedulers.iter().any(|(f, _)| f == &file) {
             self.state.schedulers.push((file.clone(), before));

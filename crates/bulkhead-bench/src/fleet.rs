@@ -331,7 +331,7 @@ struct ControllersRecord(String);
 impl Drop for ControllersRecord {
     fn drop(&mut self) {
         let root = self.0.as_str();
-        bulkhead::cgroup::fs::foreign::forget(|dir, _| dir.to_string_lossy().contains(root));
+        bulkhead::actions::groups::forget_enabled_controllers(root);
     }
 }
 

@@ -61,6 +61,7 @@ pub mod activation;
 pub mod child;
 pub mod env;
 pub mod fleet;
+pub mod hbars;
 pub mod hog;
 pub mod isolation;
 pub mod metrics;

@@ -7,46 +7,41 @@
 mod cli;
 
 use bulkhead::error::{Diagnostic, Error, Result};
-use clap::{Parser, ValueEnum};
+use bulkhead_args::{BackendArg, Globals};
+use clap::Parser;
 use std::path::PathBuf;
 
 /// Benchmarks that measure bulkhead against what people use today
 #[derive(Parser)]
 #[command(name = "bulkhead-bench", bin_name = "bulkhead bench", version)]
+#[command(mut_arg("backend", |a| a.help(BACKEND_HELP).long_help(None).value_parser(backend_values())))]
 pub struct Cli {
-    /// The plan file [default: /etc/bulkhead/bulkhead.toml, else the embedded default plan]
-    #[arg(
-        short = 'c',
-        long = "config",
-        global = true,
-        env = "BULKHEAD_CONFIG",
-        value_name = "FILE"
-    )]
-    pub config: Option<PathBuf>,
-    /// The cgroup under which slices live (a delegated subtree, or a test root)
-    #[arg(
-        long,
-        global = true,
-        env = "BULKHEAD_CGROUP_ROOT",
-        default_value = "/",
-        value_name = "PATH"
-    )]
-    pub cgroup_root: String,
-    /// Only print errors
-    #[arg(short, long, global = true)]
-    pub quiet: bool,
-    /// Who creates slices (the benchmarks use cgroupfs; accepted for bulkhead's global options)
-    #[arg(long, global = true, env = "BULKHEAD_BACKEND", value_enum, default_value_t = BackendArg::Auto, value_name = "BACKEND")]
-    pub backend: BackendArg,
+    /// bulkhead's global options (`cli.config` etc. reach them through Deref).
+    #[command(flatten)]
+    pub globals: Globals,
     #[command(subcommand)]
     pub command: cli::BenchCmd,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BackendArg {
-    Auto,
-    Systemd,
-    Cgroupfs,
+/// What `--backend` means here: taken because `bulkhead bench` passes bulkhead's global
+/// options on, but every benchmark makes its own cgroups on cgroupfs.
+const BACKEND_HELP: &str =
+    "Who creates slices (the benchmarks use cgroupfs; accepted for bulkhead's global options)";
+
+/// `--backend`'s values without their descriptions (they describe bulkhead's slices, which
+/// the benchmarks do not make through the backend).
+fn backend_values() -> impl clap::builder::TypedValueParser<Value = BackendArg> {
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+    use clap::ValueEnum;
+    PossibleValuesParser::new(["auto", "systemd", "cgroupfs"])
+        .try_map(|v| BackendArg::from_str(&v, false))
+}
+
+impl std::ops::Deref for Cli {
+    type Target = Globals;
+    fn deref(&self) -> &Globals {
+        &self.globals
+    }
 }
 
 /// Print diagnostics to stderr, as bulkhead does.

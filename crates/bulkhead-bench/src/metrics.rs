@@ -5,9 +5,8 @@
 use crate::env::Env;
 use crate::stats;
 use bulkhead::actions::{metrics, Context};
-use bulkhead::cgroup::{Backend, CgroupFs, Choice};
-use bulkhead::host::Host;
 use bulkhead::plan::Plan;
+use bulkhead::Choice;
 use std::time::Instant;
 
 pub struct Spec {
@@ -45,11 +44,11 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
     let env = Env::create()?;
     let text = slices_plan(spec.slices);
     let plan = Plan::parse(&text, None)
-        .and_then(|p| p.resolve(&Host::detect_for(p.device_paths())))
+        .and_then(|p| bulkhead::actions::host::resolve(&p))
         .map_err(|e| e.to_string())?;
-    let fs = CgroupFs::new(env.layout.clone(), &env.cgroup_root).map_err(|e| e.to_string())?;
-    fs.plan_apply(&plan, Default::default())
-        .and_then(|ops| fs.execute(&ops))
+    env.layout
+        .groups(&env.cgroup_root)
+        .and_then(|g| g.apply(&plan))
         .map_err(|e| e.to_string())?;
     let scraper = metrics::scraper(&Context {
         config: None,

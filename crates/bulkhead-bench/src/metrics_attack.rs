@@ -8,8 +8,7 @@
 
 use crate::env::Env;
 use crate::stats;
-use bulkhead::cgroup::{Backend, CgroupFs, Placement};
-use bulkhead::host::Host;
+use bulkhead::actions::groups::Groups;
 use bulkhead::plan::{Plan, SliceName};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -166,7 +165,7 @@ impl Drop for Exporter {
 fn start_exporter(
     bin: &PathBuf,
     env: &Env,
-    jail: Option<(&CgroupFs, &SliceName)>,
+    jail: Option<(&Groups, &SliceName)>,
 ) -> Result<Exporter, String> {
     let mut child = Command::new(bin)
         .args(["--cgroup-root", &env.cgroup_root, "--backend", "cgroupfs"])
@@ -204,7 +203,7 @@ fn one(
     env: &Env,
     bin: &PathBuf,
     scenario: &str,
-    jail: Option<(&CgroupFs, &SliceName)>,
+    jail: Option<(&Groups, &SliceName)>,
 ) -> Result<(Vec<f64>, f64, f64, f64), String> {
     let e = start_exporter(bin, env, jail)?;
     if scrape(e.addr, Duration::from_secs(10)).is_none() {
@@ -278,12 +277,13 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
         ));
     }
     let plan = Plan::parse(&text, None)
-        .and_then(|p| p.resolve(&Host::detect()))
+        .and_then(|p| bulkhead::actions::host::resolve(&p))
         .map_err(|e| e.to_string())?;
-    let fs = CgroupFs::new(env.layout.clone(), &env.cgroup_root).map_err(|e| e.to_string())?;
-    fs.plan_apply(&plan, Default::default())
-        .and_then(|ops| fs.execute(&ops))
+    let fs = env
+        .layout
+        .groups(&env.cgroup_root)
         .map_err(|e| e.to_string())?;
+    fs.apply(&plan).map_err(|e| e.to_string())?;
     let jail_name = SliceName::parse("bexporter").map_err(|e| e.to_string())?;
     let jail = spec.quota.map(|_| (&fs, &jail_name));
     // (build, scenario) -> per round results.

@@ -4,10 +4,11 @@
 //! (`--rate`), every transaction logged (`-l`) and folded into the same per-second report as
 //! the RESP load generator's ([`crate::LoadResult`]).
 
+use crate::child::Server;
 use crate::loadgen::Stats;
 use crate::LoadResult;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The newest PostgreSQL's bin directory (`/usr/lib/postgresql/15/bin`).
@@ -68,7 +69,7 @@ impl Script {
 }
 
 pub struct Postgres {
-    child: Option<Child>,
+    server: Server,
     pub pid: u32,
     pub port: u16,
     bin: PathBuf,
@@ -173,11 +174,11 @@ impl Postgres {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = bulkhead::run::spawn_joined(&mut cmd, o.procs_files)
+        let child = bulkhead::actions::groups::spawn_joined(&mut cmd, o.procs_files)
             .map_err(|e| format!("cannot start postgres: {e}"))?;
         let mut pg = Postgres {
             pid: child.id(),
-            child: Some(child),
+            server: Server::new(child, libc::SIGINT, Duration::from_secs(10)),
             port: o.port,
             bin,
             sock,
@@ -215,24 +216,9 @@ impl Postgres {
     fn psql(&self, sql: &str) -> Result<String, String> {
         output(
             Command::new(self.bin.join("psql"))
-                .args([
-                    "-X",
-                    "-q",
-                    "-h",
-                    "127.0.0.1",
-                    "-U",
-                    "postgres",
-                    "-d",
-                    "postgres",
-                ])
-                .args([
-                    "-p",
-                    &self.port.to_string(),
-                    "-v",
-                    "ON_ERROR_STOP=1",
-                    "-c",
-                    sql,
-                ]),
+                .args(["-X", "-q", "-d", "postgres"])
+                .args(over_tcp(self.port))
+                .args(["-v", "ON_ERROR_STOP=1", "-c", sql]),
             &format!("psql -c '{sql}'"),
         )
     }
@@ -242,14 +228,7 @@ impl Postgres {
         output(
             Command::new(self.bin.join("pgbench"))
                 .args(["-i", "-q", "-s", &scale.max(1).to_string()])
-                .args([
-                    "-h",
-                    "127.0.0.1",
-                    "-U",
-                    "postgres",
-                    "-p",
-                    &self.port.to_string(),
-                ])
+                .args(over_tcp(self.port))
                 .arg("postgres"),
             "pgbench -i",
         )?;
@@ -271,22 +250,12 @@ impl Postgres {
     }
 
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
+        self.server.exited()
     }
 
-    /// A fast shutdown (SIGINT), then SIGKILL after 10 s.
+    /// A fast shutdown (SIGINT), then SIGKILL after 10 s (also when dropped).
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            crate::child::stop(&mut c, libc::SIGINT, Duration::from_secs(10));
-        }
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        self.stop();
+        self.server.stop();
     }
 }
 
@@ -352,6 +321,12 @@ pub fn fold(
     crate::loadgen::summarize(&st, clients, rate, window.as_secs_f64(), window)
 }
 
+/// psql's and pgbench's connection options: the server over TCP on the loopback, as the
+/// postgres role.
+fn over_tcp(port: u16) -> [String; 6] {
+    ["-h", "127.0.0.1", "-U", "postgres", "-p", &port.to_string()].map(String::from)
+}
+
 /// Run pgbench for warm-up plus window and report the window.
 pub fn run_load(l: &PgLoad) -> Result<LoadResult, String> {
     std::fs::create_dir_all(&l.log_dir).map_err(|e| format!("{}: {e}", l.log_dir.display()))?;
@@ -361,14 +336,7 @@ pub fn run_load(l: &PgLoad) -> Result<LoadResult, String> {
     cmd.args(["-n", "-b", l.script.name()])
         .args(["-c", &l.clients.to_string(), "-j", "1"])
         .args(["-T", &total.as_secs().max(1).to_string()])
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-p",
-            &l.port.to_string(),
-        ])
+        .args(over_tcp(l.port))
         .arg("-l")
         .arg(format!("--log-prefix={}", prefix.display()));
     if let Some(r) = l.rate {

@@ -1,12 +1,13 @@
 //! A real Redis server for the benchmarks, started inside a slice and always stopped.
 
+use crate::child::Server;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 pub struct Redis {
-    child: Option<Child>,
+    server: Server,
     pub addr: SocketAddr,
     pub pid: u32,
 }
@@ -21,9 +22,9 @@ pub fn find_server() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// A free TCP port on 127.0.0.1.
-pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// A free TCP port on 127.0.0.1 (below the ephemeral range: bulkhead's `sys::net`).
+pub fn free_port() -> Result<u16, String> {
+    bulkhead::sys::net::free_port().ok_or_else(|| "no free port between 20000 and 32000".into())
 }
 
 /// Whether something already listens on the port.
@@ -82,11 +83,11 @@ impl Redis {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-        let child = bulkhead::run::spawn_joined(&mut cmd, o.procs_files)
+        let child = bulkhead::actions::groups::spawn_joined(&mut cmd, o.procs_files)
             .map_err(|e| format!("cannot start redis-server: {e}"))?;
         let pid = child.id();
         let mut r = Redis {
-            child: Some(child),
+            server: Server::new(child, libc::SIGTERM, Duration::from_secs(3)),
             addr: SocketAddr::from(([127, 0, 0, 1], o.port)),
             pid,
         };
@@ -99,20 +100,11 @@ impl Redis {
 
     /// `Some(status)` when the server has exited (crashed or was killed).
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
+        self.server.exited()
     }
 
+    /// SIGTERM, then SIGKILL after 3 s (also when dropped).
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            crate::child::stop(&mut c, libc::SIGTERM, Duration::from_secs(3));
-        }
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.stop();
+        self.server.stop();
     }
 }

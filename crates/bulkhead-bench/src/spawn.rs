@@ -150,7 +150,7 @@ fn settle(fs: &Path) {
             .unwrap_or(0)
     };
     let want = if pooled() > 0 {
-        bulkhead::snapshot::POOL_SIZE
+        bulkhead::actions::spawn::SNAPSHOT_POOL_SIZE
     } else {
         0
     };
@@ -505,7 +505,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
 }
 
 fn fs_name(p: &Path) -> String {
-    let Some(magic) = bulkhead::sys::statfs::fs_magic(p) else {
+    let Some(magic) = bulkhead::actions::host::fs_magic(p) else {
         return "host fs".into();
     };
     match magic as u64 {
@@ -670,69 +670,28 @@ pub fn chart(r: &Report, path: &Path) -> Result<(), String> {
         .build_cartesian_2d((min..max).log_scale(), (0..n).into_segmented())
         .map_err(|e| e.to_string())?;
     let labels: Vec<String> = r.peers.iter().map(|p| p.name.clone()).collect();
-    c.configure_mesh()
-        .disable_y_mesh()
-        .y_labels(n)
-        .y_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
-            _ => String::new(),
-        })
-        .x_desc("ms")
-        .draw()
-        .map_err(|e| e.to_string())?;
+    crate::hbars::label_rows(&mut c, &labels, "ms")?;
     let color = |g: &str| match g {
         "bulkhead" => BLUE,
         "systemd-nspawn" => RED,
         _ => BLACK,
     };
-    c.draw_series(
-        r.peers
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.median_ms.is_finite())
-            .map(|(i, p)| {
-                let mut bar = Rectangle::new(
-                    [
-                        (min, SegmentValue::Exact(i)),
-                        (p.median_ms, SegmentValue::Exact(i + 1)),
-                    ],
-                    color(&p.group).mix(0.5).filled(),
-                );
-                bar.set_margin(6, 6, 0, 0);
-                bar
-            }),
-    )
-    .map_err(|e| e.to_string())?;
-    c.draw_series(
-        r.peers
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.median_ms.is_finite())
-            .map(|(i, p)| {
-                PathElement::new(
-                    vec![
-                        (p.p10_ms, SegmentValue::CenterOf(i)),
-                        (p.p90_ms, SegmentValue::CenterOf(i)),
-                    ],
-                    BLACK.stroke_width(2),
-                )
-            }),
-    )
-    .map_err(|e| e.to_string())?;
-    c.draw_series(
-        r.peers
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.median_ms.is_finite())
-            .map(|(i, p)| {
-                Text::new(
-                    format!("{:.2} ms", p.median_ms),
-                    (p.p90_ms.max(p.median_ms) * 1.15, SegmentValue::CenterOf(i)),
-                    ("sans-serif", 14),
-                )
-            }),
-    )
-    .map_err(|e| e.to_string())?;
+    let bars: Vec<crate::hbars::Bar> = r
+        .peers
+        .iter()
+        .map(|p| {
+            let text = format!("{:.2} ms", p.median_ms);
+            let at = p.p90_ms.max(p.median_ms) * 1.15;
+            let whisker = (p.p10_ms, p.p90_ms);
+            crate::hbars::Bar::new(p.median_ms, whisker, color(&p.group), text, at)
+        })
+        .collect();
+    let style = crate::hbars::Style {
+        base: min,
+        margin: 6,
+        font_size: 14,
+    };
+    crate::hbars::draw(&mut c, &bars, &style)?;
     root.present().map_err(|e| e.to_string())?;
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! Socket calls of socket activation below the async runtime: send without SIGPIPE, peek and
+//! Sockets: free loopback ports for the benchmarks' and the tests' servers, and the socket
+//! calls of socket activation below the async runtime: send without SIGPIPE, peek and
 //! consume, half-close, splice through a pipe (socket -> pipe -> socket, the data never in
 //! user space), datagrams with their sender's credentials (SO_PASSCRED), non-blocking sockets
 //! made in a network namespace a thread entered.
@@ -7,7 +8,28 @@ use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendFlag
 use rustix::pipe::{PipeFlags, SpliceFlags};
 use std::io;
 use std::mem::MaybeUninit;
+use std::net::TcpListener;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A free port on 127.0.0.1 below the ephemeral range (ip_local_port_range starts at
+/// 32768), so that no outgoing connection takes it as its source port between this check and
+/// the bind. Each call of a process tries a different place first, so parallel callers do
+/// not race for one. None when 1000 tries between 20000 and 32000 found none free.
+pub fn free_port() -> Option<u16> {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    (0..1000).find_map(|_| {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let port = 20000
+            + (std::process::id()
+                .wrapping_mul(7919)
+                .wrapping_add(n.wrapping_mul(104729))
+                % 12000) as u16;
+        TcpListener::bind(("127.0.0.1", port))
+            .is_ok()
+            .then_some(port)
+    })
+}
 
 /// Send `buf` on a connected socket without SIGPIPE (EPIPE instead); the bytes sent.
 #[inline]
@@ -185,5 +207,14 @@ mod tests {
         let fd = rustix::io::fcntl_getfd(&s).unwrap();
         assert!(fd.contains(rustix::io::FdFlags::CLOEXEC));
         assert!(socket_nonblocking(-1, libc::SOCK_STREAM).is_err());
+    }
+
+    #[test]
+    fn ports_are_free_below_the_ephemeral_range_and_differ() {
+        let a = super::free_port().unwrap();
+        let b = super::free_port().unwrap();
+        assert!((20000..32000).contains(&a) && (20000..32000).contains(&b));
+        assert_ne!(a, b);
+        std::net::TcpListener::bind(("127.0.0.1", a)).unwrap();
     }
 }

@@ -34,8 +34,8 @@ pub use bulkhead_sys::{Diagnostic, Error, Result};
 
 // Leaf wrappers of the OS a caller may use directly (docs/ARCHITECTURE.md, "Front door"):
 // processes (kill, alive, is_root, clock), signals. The rest of `sys`, `host` and `cgroup` stay
-// reachable only for the system tests and the bench until issue 27's test kit and bench
-// slices route them; scripts/check-architecture holds the list and lets it only shrink.
+// reachable only for the system tests' set-up (the CLI, the agent and the bench go through
+// `actions`; scripts/check-architecture fails on any other use in their sources).
 pub use bulkhead_cgroups as cgroup;
 pub use bulkhead_sys as sys;
 pub use bulkhead_sys::host;

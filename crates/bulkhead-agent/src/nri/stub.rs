@@ -5,8 +5,7 @@
 
 use super::{cgroup_dir, Answer, Cgroups, Policy, Request, Write};
 use crate::logging::log;
-use bulkhead::cgroup::Layout;
-use bulkhead::host::Host;
+use bulkhead::actions::host::{hierarchy_of, write_control, Host};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write as _};
 use std::path::PathBuf;
@@ -188,19 +187,16 @@ fn handle(
 fn write_all(cgroups_path: &str, writes: &[Write]) -> Result<(), String> {
     let rel = cgroup_dir(cgroups_path)
         .ok_or_else(|| format!("the runtime's cgroups path {cgroups_path:?} is not one I read"))?;
-    let layout = Layout::detect().map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
     let pod = rel.parent().filter(|p| !p.as_os_str().is_empty());
     for w in writes {
-        let h = layout
-            .hierarchy(w.controller)
-            .ok_or_else(|| format!("no {} hierarchy is mounted here", w.controller))?;
+        let mount = hierarchy_of(w.controller)?;
         let dir = match (w.pod, pod) {
             (false, _) => rel.as_path(),
             (true, Some(p)) => p,
             (true, None) => return Err(format!("{cgroups_path:?} has no pod cgroup above it")),
         };
-        let path = h.mount.join(dir).join(w.file);
-        bulkhead::sys::cgroupfs::write_file(&path, &w.value)
+        let path = mount.join(dir).join(w.file);
+        write_control(&path, &w.value)
             .map_err(|e| format!("write {} = {}: {e}", path.display(), w.value))?;
     }
     Ok(())

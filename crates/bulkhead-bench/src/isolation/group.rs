@@ -11,7 +11,7 @@ use super::hogs::unit;
 use super::{HogKind, Load, Sc, Setup, Spec, REFERENCE_LOAD};
 use crate::env::Env;
 use crate::redis;
-use bulkhead::cgroup::{Backend, CgroupFs, Version};
+use bulkhead::actions::groups::Groups;
 use bulkhead::plan::{Plan, ResolvedPlan, SliceName};
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 pub struct Bench<'a> {
     pub spec: &'a Spec,
     pub env: Env,
-    pub fs: CgroupFs,
+    pub fs: Groups,
     /// The user's plan with the load generator's slice (and a `[guard]` section).
     pub plan: ResolvedPlan,
     pub plan_file: PathBuf,
@@ -52,7 +52,7 @@ impl<'a> Bench<'a> {
         env: Env,
         bar: Option<indicatif::ProgressBar>,
     ) -> Result<Bench<'a>, String> {
-        let fs = CgroupFs::new(env.layout.clone(), &env.cgroup_root).map_err(msg)?;
+        let fs = env.layout.groups(&env.cgroup_root).map_err(msg)?;
         let port = match spec.port {
             Some(p) => p,
             None => redis::free_port().map_err(msg)?,
@@ -75,7 +75,7 @@ impl<'a> Bench<'a> {
         let plan_file = env.dir.join("plan.toml");
         std::fs::write(&plan_file, &text).map_err(|e| format!("{}: {e}", plan_file.display()))?;
         let plan = Plan::parse(&text, Some(&plan_file))
-            .and_then(|p| p.resolve(&bulkhead::host::Host::detect_for(p.device_paths())))
+            .and_then(|p| bulkhead::actions::host::resolve(&p))
             .map_err(msg)?;
         let free = env.plain_cgroup("free")?;
         let b = Bench {
@@ -100,17 +100,10 @@ impl<'a> Bench<'a> {
     pub fn apply(&self, plan: &ResolvedPlan) -> Result<(), String> {
         // The plan's [iocost] (io.cost on the database's disks), as `bulkhead apply` sets
         // it; the record in the bench's directory puts the lines back at the end.
-        if let Some(r) = &plan.iocost {
-            use bulkhead::cgroup::iocost;
-            let root = iocost::root(&self.fs.layout).map_err(|e| format!("[iocost]: {e}"))?;
-            let ops = iocost::plan_apply(r, &root).map_err(msg)?;
-            if !ops.is_empty() {
-                iocost::execute(&ops, &crate::env::iocost_record(&self.env.dir)).map_err(msg)?;
-            }
-        }
-        let changes = self.fs.plan_apply(plan, Default::default()).map_err(msg)?;
-        self.fs.execute(&changes).map_err(msg)?;
-        Ok(())
+        self.fs
+            .apply_iocost(plan, &crate::env::iocost_record(&self.env.dir))
+            .map_err(msg)?;
+        self.fs.apply(plan).map_err(msg)
     }
 
     pub fn say(&self, msg: String) {
@@ -195,28 +188,13 @@ impl<'a> Bench<'a> {
 
     /// The groups whose I/O the diagnosis follows: the server, the helper, the free cgroup.
     fn io_groups(&self) -> Vec<Group> {
-        let l = &self.fs.layout;
-        let io = l.hierarchy("io").or_else(|| l.hierarchy("blkio"));
-        let at = |rel: &Path| {
-            (
-                io.map(|h| {
-                    (
-                        h.mount.join(&self.fs.root).join(rel),
-                        h.version == Version::V2,
-                    )
-                }),
-                l.unified
-                    .as_ref()
-                    .map(|u| u.mount.join(&self.fs.root).join(rel)),
-            )
-        };
         let mut out = Vec::new();
         for (label, rel) in [
             ("server", self.spec.server.cgroup_path()),
             ("helper", self.spec.helper.cgroup_path()),
             ("free", PathBuf::from("free")),
         ] {
-            let (d, u) = at(&rel);
+            let (d, u) = self.fs.io_dirs(&rel);
             out.push(Group::new(label, d, u));
         }
         out

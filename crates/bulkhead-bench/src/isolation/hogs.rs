@@ -48,7 +48,7 @@ pub fn exit_text(st: std::process::ExitStatus) -> String {
 fn commands(exe: &Path, h: &HogSpec) -> Vec<Command> {
     let secs = format!("{:.1}", h.seconds);
     match h.kind {
-        HogKind::Cpu => (0..bulkhead::host::Host::detect().cpu_count())
+        HogKind::Cpu => (0..bulkhead::actions::host::cpu_count())
             .map(|cpu| {
                 let mut c = Command::new(exe);
                 c.args(["hog", "cpu", "--pin", &cpu.to_string(), "--seconds", &secs]);
@@ -122,7 +122,7 @@ impl Hogs {
             c.stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null());
-            let child = bulkhead::run::spawn_joined(&mut c, procs)
+            let child = bulkhead::actions::groups::spawn_joined(&mut c, procs)
                 .map_err(|e| format!("cannot start the {} hog: {e}", h.kind.name()))?;
             hogs.children.push(child);
         }

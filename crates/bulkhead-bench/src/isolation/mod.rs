@@ -395,7 +395,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
     let secs_per_run = (spec.warmup + spec.duration).as_secs() + 2;
     let total = runs_per_round(spec) * spec.repeat.max(1) as u64 * secs_per_run;
     let bar = spec.progress.then(|| progress_bar(total));
-    let host = bulkhead::host::Host::detect();
+    let host = bulkhead::actions::host::Host::detect();
     let mut g = group::Bench::new(spec, env, bar)?;
     let mut scenarios = Vec::new();
     let mut peaks = Vec::new();
@@ -425,7 +425,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
         machine: Machine {
             cpus: host.cpu_count(),
             memory: host.memory,
-            kernel: bulkhead::sys::host::kernel_release(),
+            kernel: bulkhead::actions::host::kernel_release(),
             cgroups: layout,
         },
         settings: serde_json::json!({

@@ -4,10 +4,9 @@
 //! figures come from the samples nearest to its start and end.
 
 use super::diag::{IoProbe, IoSnap, IoWindow};
-use bulkhead::cgroup::stats::cpu_usage_us;
-use bulkhead::cgroup::CgroupFs;
+use bulkhead::actions::groups::Groups;
+use bulkhead::actions::host::{cpu_times, CpuTimes};
 use bulkhead::plan::SliceName;
-use bulkhead::sys::host::{cpu_times, CpuTimes};
 use bulkhead::sys::sched;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -47,7 +46,7 @@ pub struct Window {
 }
 
 pub struct Sampler<'a> {
-    fs: &'a CgroupFs,
+    fs: &'a Groups,
     /// The database's main process; every process of the server slice is read.
     pid: u32,
     slices: [SliceName; 3],
@@ -57,23 +56,9 @@ pub struct Sampler<'a> {
     pub samples: Vec<Sample>,
 }
 
-/// CPU time of a plain cgroup directory: cpu.stat's usage_usec (v2), or cpuacct.usage.
-fn dir_usage_us(fs: &CgroupFs, rel: &std::path::Path) -> Option<u64> {
-    let l = &fs.layout;
-    if let Some(u) = &l.unified {
-        let t = std::fs::read_to_string(u.mount.join(&fs.root).join(rel).join("cpu.stat")).ok();
-        if let Some(v) = t.and_then(|t| bulkhead::cgroup::stats::flat_keyed(&t, "usage_usec")) {
-            return Some(v);
-        }
-    }
-    let h = l.cpuacct()?;
-    let t = std::fs::read_to_string(h.mount.join(&fs.root).join(rel).join("cpuacct.usage")).ok()?;
-    t.trim().parse::<u64>().ok().map(|ns| ns / 1000)
-}
-
 impl<'a> Sampler<'a> {
     /// `slices`: server, helper, load generator.
-    pub fn new(fs: &'a CgroupFs, pid: u32, slices: [SliceName; 3]) -> Sampler<'a> {
+    pub fn new(fs: &'a Groups, pid: u32, slices: [SliceName; 3]) -> Sampler<'a> {
         Sampler {
             fs,
             pid,
@@ -114,12 +99,12 @@ impl<'a> Sampler<'a> {
             at: Instant::now(),
             wait_ns,
             runs,
-            server_us: cpu_usage_us(self.fs, server),
+            server_us: self.fs.cpu_usage_us(server),
             helper_us: match &self.hog_dir {
-                Some(d) => dir_usage_us(self.fs, d),
-                None => cpu_usage_us(self.fs, helper),
+                Some(d) => self.fs.dir_cpu_usage_us(d),
+                None => self.fs.cpu_usage_us(helper),
             },
-            loadgen_us: cpu_usage_us(self.fs, loadgen),
+            loadgen_us: self.fs.cpu_usage_us(loadgen),
             cpu: cpu_times(),
             io: self.io.map(IoProbe::snap),
         });

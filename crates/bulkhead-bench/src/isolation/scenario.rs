@@ -111,7 +111,7 @@ impl Bench<'_> {
         sampler.take();
         let started = Instant::now();
         let started_unix = unix_now();
-        let mut child = bulkhead::run::spawn_joined(&mut lg, &files)
+        let mut child = bulkhead::actions::groups::spawn_joined(&mut lg, &files)
             .map_err(|e| format!("cannot start the load generator: {e}"))?;
         let waits = self.wait_sampler(warmup);
         let total = warmup + self.spec.duration;
@@ -308,7 +308,7 @@ impl Bench<'_> {
         db.before_run()?;
         let mut lg = self.loadgen_command(db, Some(rate), warm, cal + Duration::from_secs(2));
         let files = self.fs.procs_files(&self.loadgen);
-        let mut child = bulkhead::run::spawn_joined(&mut lg, &files)
+        let mut child = bulkhead::actions::groups::spawn_joined(&mut lg, &files)
             .map_err(|e| format!("cannot start the load generator: {e}"))?;
         std::thread::sleep(warm);
         let g = GuardProc::start(

@@ -1,7 +1,7 @@
 //! The report as a PNG chart.
 
 use super::report::Report;
-use plotters::coord::types::{RangedCoordf64, RangedCoordusize};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
@@ -15,11 +15,7 @@ struct Bar {
     max: f64,
 }
 
-type Chart<'a, 'b> = ChartContext<
-    'a,
-    BitMapBackend<'b>,
-    Cartesian2d<RangedCoordf64, plotters::coord::ranged1d::SegmentedCoord<RangedCoordusize>>,
->;
+type Chart<'a, 'b> = crate::hbars::Rows<'a, 'b, RangedCoordf64>;
 
 /// Every backing's ratio to 4K per row size and thread count, then Redis's; the first bar at
 /// the top.
@@ -96,16 +92,7 @@ fn axes<'a, 'b>(
         .y_label_area_size(230)
         .build_cartesian_2d(0f64..max, (0..n).into_segmented())
         .map_err(|e| e.to_string())?;
-    c.configure_mesh()
-        .disable_y_mesh()
-        .y_labels(n)
-        .y_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
-            _ => String::new(),
-        })
-        .x_desc("throughput / 4K throughput, same round")
-        .draw()
-        .map_err(|e| e.to_string())?;
+    crate::hbars::label_rows(&mut c, labels, "throughput / 4K throughput, same round")?;
     Ok(c)
 }
 
@@ -118,41 +105,20 @@ fn draw(c: &mut Chart<'_, '_>, bars: &[Bar], max: f64) -> Result<(), String> {
         "1G" => MAGENTA,
         _ => RED,
     };
-    c.draw_series(bars.iter().enumerate().map(|(i, b)| {
-        let mut bar = Rectangle::new(
-            [
-                (0.0, SegmentValue::Exact(i)),
-                (b.median, SegmentValue::Exact(i + 1)),
-            ],
-            color(&b.group).mix(0.5).filled(),
-        );
-        bar.set_margin(4, 4, 0, 0);
-        bar
-    }))
-    .map_err(|e| e.to_string())?;
-    c.draw_series(
-        bars.iter()
-            .enumerate()
-            .filter(|(_, b)| b.min.is_finite())
-            .map(|(i, b)| {
-                PathElement::new(
-                    vec![
-                        (b.min, SegmentValue::CenterOf(i)),
-                        (b.max, SegmentValue::CenterOf(i)),
-                    ],
-                    BLACK.stroke_width(2),
-                )
-            }),
-    )
-    .map_err(|e| e.to_string())?;
-    c.draw_series(bars.iter().enumerate().map(|(i, b)| {
-        Text::new(
-            format!("x{:.2}", b.median),
-            (b.max.max(b.median) + max * 0.01, SegmentValue::CenterOf(i)),
-            ("sans-serif", 13),
-        )
-    }))
-    .map_err(|e| e.to_string())?;
+    let shown: Vec<crate::hbars::Bar> = bars
+        .iter()
+        .map(|b| {
+            let text = format!("x{:.2}", b.median);
+            let at = b.max.max(b.median) + max * 0.01;
+            crate::hbars::Bar::new(b.median, (b.min, b.max), color(&b.group), text, at)
+        })
+        .collect();
+    let style = crate::hbars::Style {
+        base: 0.0,
+        margin: 4,
+        font_size: 13,
+    };
+    crate::hbars::draw(c, &shown, &style)?;
     c.draw_series(std::iter::once(PathElement::new(
         vec![(1.0, SegmentValue::Exact(0)), (1.0, SegmentValue::Exact(n))],
         BLACK.stroke_width(1),

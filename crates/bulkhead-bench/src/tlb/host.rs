@@ -2,9 +2,10 @@
 //! the run (through [`Env`], which gives them back).
 
 use crate::env::Env;
+use bulkhead::actions::hugepages;
 
 pub(super) fn machine() -> String {
-    let m = bulkhead::host::hugepages::meminfo(&bulkhead::hugepages::Paths::default());
+    let m = hugepages::meminfo();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     format!(
@@ -15,16 +16,12 @@ pub(super) fn machine() -> String {
 }
 
 pub(super) fn thp_mode() -> String {
-    bulkhead::host::hugepages::thp(&bulkhead::hugepages::Paths::default())
-        .enabled
-        .map(|c| c.active)
-        .unwrap_or_else(|| "unavailable".into())
+    hugepages::thp_mode().unwrap_or_else(|| "unavailable".into())
 }
 
 /// Grow a pool so `pages` are free for the bench; `Err` says why not.
 pub(super) fn reserve(env: &mut Env, size: u64, pages: u64) -> Result<u64, String> {
-    let paths = bulkhead::hugepages::Paths::default();
-    let pool = bulkhead::host::hugepages::pools(&paths)
+    let pool = hugepages::pools()
         .into_iter()
         .find(|p| p.size == size)
         .ok_or_else(|| {
@@ -51,7 +48,7 @@ pub(super) fn reserve(env: &mut Env, size: u64, pages: u64) -> Result<u64, Strin
             } else {
                 ""
             },
-            bulkhead::hugepages::ops::boot_hint(size, None, pool.total + pages - avail)
+            hugepages::boot_hint(size, pool.total + pages - avail)
         ));
     }
     Ok(want - pool.total)

@@ -154,7 +154,7 @@ pub fn validate(spec: &Spec) -> Result<(), String> {
     if spec.backings.is_empty() || !spec.backings.contains(&Backing::Base) {
         return Err("--backings must include 4K: every ratio is against it".into());
     }
-    let mem = bulkhead::host::hugepages::meminfo(&bulkhead::hugepages::Paths::default());
+    let mem = bulkhead::actions::hugepages::meminfo();
     // The table once, plus the pools the bench reserves next to it.
     let mut need = spec.size;
     if spec.backings.contains(&Backing::Huge2M) {

@@ -21,8 +21,7 @@ pub(super) struct RedisRun {
 }
 
 fn rollup_coverage(pid: u32) -> f64 {
-    let t = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    let r = bulkhead::hugepages::usage::parse_rollup(&t);
+    let r = bulkhead::actions::hugepages::rollup(pid);
     if r.anonymous == 0 {
         0.0
     } else {
@@ -80,7 +79,7 @@ impl RedisRun {
                 round + 1,
                 self.variants[vi].name
             ));
-            let port = redis::free_port().map_err(|e| format!("no free port: {e}"))?;
+            let port = redis::free_port()?;
             let o = redis::Options {
                 port,
                 dir: &self.dir,

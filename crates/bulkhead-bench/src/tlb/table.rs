@@ -68,8 +68,7 @@ impl Table {
 
     /// Share of the table on huge pages (THP or hugetlb), from /proc/self/smaps.
     pub(super) fn huge_coverage(&self) -> f64 {
-        let text = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
-        let vmas = bulkhead::hugepages::usage::parse_smaps(&text);
+        let vmas = bulkhead::actions::hugepages::own_vmas();
         let lo = self.words().as_ptr() as u64;
         let hi = lo + self.len as u64;
         let huge: u64 = vmas

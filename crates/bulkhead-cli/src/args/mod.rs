@@ -1,17 +1,14 @@
 //! The command line: every argument type, and the one parse. The commands themselves live
 //! in the `cmd` module; this one only describes what they take.
 
-mod backend;
 pub mod guard;
 pub mod hugepages;
 pub mod image;
 pub mod iocost;
 mod spawn;
 
-pub use backend::BackendArg;
 pub use spawn::SpawnArgs;
 
-use bulkhead::actions::Context;
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -40,45 +37,9 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The options every command takes (`cli.config` etc. reach them through Deref).
-#[derive(Args)]
-pub struct Globals {
-    /// The plan file [default: /etc/bulkhead/bulkhead.toml, else the embedded default plan]
-    #[arg(
-        short = 'c',
-        long = "config",
-        global = true,
-        env = "BULKHEAD_CONFIG",
-        value_name = "FILE"
-    )]
-    pub config: Option<PathBuf>,
-
-    /// The cgroup under which slices live (a delegated subtree, or a test root)
-    #[arg(
-        long,
-        global = true,
-        env = "BULKHEAD_CGROUP_ROOT",
-        default_value = "/",
-        value_name = "PATH"
-    )]
-    pub cgroup_root: String,
-
-    /// Only print errors
-    #[arg(short, long, global = true)]
-    pub quiet: bool,
-
-    /// Who creates slices: systemd over D-Bus, or bulkhead writing cgroupfs [auto: systemd
-    /// when PID 1 is systemd and answers on D-Bus, else cgroupfs]
-    #[arg(
-        long,
-        global = true,
-        env = "BULKHEAD_BACKEND",
-        value_enum,
-        default_value_t = BackendArg::Auto,
-        value_name = "BACKEND"
-    )]
-    pub backend: BackendArg,
-}
+// The options every command takes (`cli.config` etc. reach them through Deref): one
+// definition with the bench's, in bulkhead-args.
+pub use bulkhead_args::Globals;
 
 impl std::ops::Deref for Cli {
     type Target = Globals;
@@ -402,17 +363,6 @@ pub struct ImportArgs {
     /// Write the plan here instead of standard output
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
-}
-
-impl Globals {
-    /// The library's view of the global options.
-    pub fn context(&self) -> Context {
-        Context {
-            config: self.config.clone(),
-            cgroup_root: self.cgroup_root.clone(),
-            backend: self.backend.into(),
-        }
-    }
 }
 
 #[derive(Args)]

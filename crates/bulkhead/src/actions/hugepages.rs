@@ -10,9 +10,9 @@ use bulkhead_sys::error::{Error, Result};
 use std::path::PathBuf;
 
 pub use crate::hugepages::collapse::CollapseReport;
-pub use crate::hugepages::ops::{HpOp, ResetOutcome};
-pub use crate::hugepages::usage::{HugetlbCounter, ProcessUsage, Status};
-pub use bulkhead_sys::host::hugepages::Choice;
+pub use crate::hugepages::ops::{HpOp, PoolSet, ResetOutcome};
+pub use crate::hugepages::usage::{HugetlbCounter, ProcessUsage, Rollup, Status, Vma};
+pub use bulkhead_sys::host::hugepages::{Choice, Meminfo, Pool};
 /// The environment variable that points the record of changed settings elsewhere (the agent
 /// keeps it in its state directory).
 pub use state::STATE_ENV;
@@ -90,4 +90,55 @@ pub fn reset() -> Result<ResetOutcome> {
         return Ok(ResetOutcome::default());
     }
     plan.execute()
+}
+
+/// The machine's memory as /proc/meminfo counts it (total, available, huge pages).
+pub fn meminfo() -> Meminfo {
+    bulkhead_sys::host::hugepages::meminfo(&Paths::default())
+}
+
+/// THP's `enabled` mode (`always`, `madvise`, `never`); None without THP.
+pub fn thp_mode() -> Option<String> {
+    bulkhead_sys::host::hugepages::thp(&Paths::default())
+        .enabled
+        .map(|c| c.active)
+}
+
+/// The machine's hugetlb pools, one per page size.
+pub fn pools() -> Vec<Pool> {
+    bulkhead_sys::host::hugepages::pools(&Paths::default())
+}
+
+/// The `nr_hugepages` file of the pool of `size` byte pages.
+pub fn pool_file(size: u64) -> PathBuf {
+    Paths::default().pool_file(size, None)
+}
+
+/// The pages in the pool of `size` byte pages; None when the kernel has no such pool.
+pub fn pool_pages(size: u64) -> Option<u64> {
+    bulkhead_sys::host::hugepages::pool_pages(&Paths::default(), size, None)
+}
+
+/// Set the pool of `size` byte pages to `pages` and read back what the kernel gave
+/// (compacting memory once when short). The caller records the size before to put it back.
+pub fn set_pool(size: u64, pages: u64) -> Result<PoolSet> {
+    ops::set_pool(&Paths::default(), size, None, pages)
+}
+
+/// How to reserve `pages` of `size` at boot (the kernel command line), for a message.
+pub fn boot_hint(size: u64, pages: u64) -> String {
+    ops::boot_hint(size, None, pages)
+}
+
+/// A process's memory totals by page kind (/proc/PID/smaps_rollup; zeros when unreadable).
+pub fn rollup(pid: u32) -> Rollup {
+    let t = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    usage::parse_rollup(&t)
+}
+
+/// This process's own mappings with their huge page counters (/proc/self/smaps; none when
+/// unreadable).
+pub fn own_vmas() -> Vec<Vma> {
+    let text = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    usage::parse_smaps(&text)
 }

@@ -12,12 +12,14 @@
 //! - [`image`]: the image store and its images.
 //! - [`iocost`]: `iocost calibrate`.
 //! - [`host`]: the machine's facts a caller needs (where a controller is mounted).
+//! - [`groups`]: a caller's own cgroup tree on cgroupfs (the benchmarks'): apply, read, spawn into.
 //! - [`hugepages`]: `hugepages status|usage|collapse|reset`.
 //! - [`metrics`]: the Prometheus exposition of the slices, once or served over HTTP.
 
 pub mod apply;
 pub mod destroy;
 pub mod export;
+pub mod groups;
 pub mod guard;
 pub mod host;
 pub mod hugepages;

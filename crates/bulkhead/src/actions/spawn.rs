@@ -14,6 +14,8 @@ use bulkhead_plan::sandbox::{parse_private_users, PrivateUsers};
 use bulkhead_sys::error::{Diagnostic, Error};
 
 pub use crate::sandbox::SpawnRequest;
+/// How many ready snapshots an image's pool keeps for the next sandboxes.
+pub use crate::snapshot::POOL_SIZE as SNAPSHOT_POOL_SIZE;
 
 fn start(e: Error) -> RunError {
     RunError::with_code(EXIT_RUN_FAILED, e)

@@ -4,7 +4,7 @@
 //! requests in flight), its scheduler and writeback throttling setting, the ext4 journals on
 //! those devices (/proc/fs/jbd2/*/info) and the machine's dirty and writeback memory.
 
-use bulkhead::sys::host::DevNum;
+use bulkhead::actions::host::DevNum;
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

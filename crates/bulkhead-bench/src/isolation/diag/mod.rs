@@ -10,7 +10,7 @@ pub mod block;
 pub mod stacks;
 
 use block::{Device, DiskStat, DiskWindow, JournalStat};
-use bulkhead::sys::psi::{read_totals, Totals};
+use bulkhead::actions::host::{pressure_totals, PressureTotals};
 use serde::{Deserialize, Serialize};
 use stacks::Waits;
 use std::collections::BTreeMap;
@@ -56,7 +56,7 @@ pub struct IoSnap {
     at: Instant,
     disks: Vec<Option<DiskStat>>,
     journals: Vec<Option<JournalStat>>,
-    groups: Vec<(PerDev, Option<Totals>)>,
+    groups: Vec<(PerDev, Option<PressureTotals>)>,
     dirty: (u64, u64),
 }
 
@@ -193,7 +193,7 @@ impl IoProbe {
                             .as_ref()
                             .map(|(d, v2)| read_per_dev(d, *v2))
                             .unwrap_or_default(),
-                        g.pressure.as_deref().and_then(read_totals),
+                        g.pressure.as_deref().and_then(pressure_totals),
                     )
                 })
                 .collect(),
@@ -267,7 +267,7 @@ impl IoProbe {
                         )
                     })
                     .collect();
-                let share = |f: fn(&Totals) -> Option<u64>| match (pa, pb) {
+                let share = |f: fn(&PressureTotals) -> Option<u64>| match (pa, pb) {
                     (Some(x), Some(y)) => match (f(x), f(y)) {
                         (Some(x), Some(y)) => (y.saturating_sub(x) as f64 / 1e6 / secs).min(1.0),
                         _ => 0.0,
