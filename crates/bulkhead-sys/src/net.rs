@@ -132,6 +132,18 @@ pub fn socket_nonblocking(domain: libc::c_int, ty: libc::c_int) -> io::Result<Ow
     .map_err(Into::into)
 }
 
+/// Whether the socket open as `fd` is a unix socket (SO_DOMAIN).
+pub fn is_unix(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    Ok(rustix::net::sockopt::socket_domain(fd)? == rustix::net::AddressFamily::UNIX)
+}
+
+/// Make a socket's reads and writes wait again (FIONBIO off): for a program that uses plain
+/// blocking calls on it.
+#[inline]
+pub fn set_blocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    rustix::io::ioctl_fionbio(fd, false).map_err(Into::into)
+}
+
 /// Move the calling thread into the network namespace open as `ns` (setns(CLONE_NEWNET)):
 /// the sockets it makes afterwards belong to that namespace.
 pub fn enter_netns(ns: BorrowedFd<'_>) -> io::Result<()> {
@@ -197,6 +209,19 @@ mod tests {
             io::ErrorKind::WouldBlock,
             "nothing waiting: no wait"
         );
+    }
+
+    #[test]
+    fn a_unix_socket_is_told_from_tcp_and_made_blocking() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        assert!(is_unix(a.as_fd()).unwrap());
+        let s = socket_nonblocking(libc::AF_INET, libc::SOCK_STREAM).unwrap();
+        assert!(!is_unix(s.as_fd()).unwrap());
+        set_blocking(s.as_fd()).unwrap();
+        let fl = rustix::fs::fcntl_getfl(&s).unwrap();
+        assert!(!fl.contains(rustix::fs::OFlags::NONBLOCK));
+        let file = std::fs::File::open("/proc/self/stat").unwrap();
+        assert!(is_unix(file.as_fd()).is_err(), "not a socket");
     }
 
     #[test]
