@@ -9,42 +9,51 @@ use bulkhead::Choice;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
-/// The options every command takes.
+/// The options every command takes. Short in every command's help, under "Global options";
+/// `bulkhead --help` explains them once (its after_long_help).
 #[derive(Args, Debug, Clone)]
 pub struct Globals {
-    /// The plan file [default: /etc/bulkhead/bulkhead.toml, else the embedded default plan]
+    /// The plan file (see bulkhead --help)
     #[arg(
         short = 'c',
         long = "config",
         global = true,
         env = "BULKHEAD_CONFIG",
-        value_name = "FILE"
+        hide_env = true,
+        value_name = "FILE",
+        help_heading = "Global options"
     )]
     pub config: Option<PathBuf>,
 
-    /// The cgroup under which slices live (a delegated subtree, or a test root)
+    /// The cgroup slices live under [default: /]
     #[arg(
         long,
         global = true,
         env = "BULKHEAD_CGROUP_ROOT",
+        hide_env = true,
         default_value = "/",
-        value_name = "PATH"
+        hide_default_value = true,
+        value_name = "PATH",
+        help_heading = "Global options"
     )]
     pub cgroup_root: String,
 
     /// Only print errors
-    #[arg(short, long, global = true)]
+    #[arg(short, long, global = true, help_heading = "Global options")]
     pub quiet: bool,
 
-    /// Who creates slices: systemd over D-Bus, or bulkhead writing cgroupfs [auto: systemd
-    /// when PID 1 is systemd and answers on D-Bus, else cgroupfs]
+    /// auto, systemd or cgroupfs [default: auto] (see bulkhead --help)
     #[arg(
         long,
         global = true,
         env = "BULKHEAD_BACKEND",
+        hide_env = true,
         value_enum,
         default_value_t = BackendArg::Auto,
-        value_name = "BACKEND"
+        hide_default_value = true,
+        hide_possible_values = true,
+        value_name = "BACKEND",
+        help_heading = "Global options"
     )]
     pub backend: BackendArg,
 }

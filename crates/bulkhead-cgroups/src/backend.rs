@@ -120,9 +120,14 @@ pub trait Placement {
     fn name(&self) -> &'static str;
     /// Slices bulkhead created that exist now, parents first.
     fn slices(&self) -> Vec<SliceName>;
-    /// Whether a slice exists (and is bulkhead's).
+    /// Whether a slice exists (and is bulkhead's, or may be: see [`Placement::unverified`]).
     fn slice_exists(&self, slice: &SliceName) -> bool {
         self.slices().contains(slice)
+    }
+    /// Why this process cannot tell bulkhead's slices from others (it may not read the
+    /// marks): then `slices` and `slice_exists` count what may be bulkhead's.
+    fn unverified(&self) -> Option<String> {
+        None
     }
     /// Move the calling process into a slice (`run`: join, then exec; `spawn`: join, then
     /// start the sandbox), as `who` (the name and settings of a scope, where the backend
@@ -137,6 +142,10 @@ pub trait Placement {
     }
     /// Move one whole process into a slice; on failure it is left where it was.
     fn move_pid(&self, slice: &SliceName, pid: i32) -> std::result::Result<(), String>;
+    /// Move a running process out of every slice, back to the cgroup root (`move --slice /`).
+    fn move_pid_out(&self, _pid: i32) -> std::result::Result<(), String> {
+        Err("on systemd every process belongs to a unit: move it into another slice (bulkhead move --slice SLICE PID), stop it, or remove the slices with destroy --kill".into())
+    }
 }
 
 /// A backend: slices from a resolved plan, as operations that are data.
@@ -167,10 +176,12 @@ pub fn removal_order(slices: &[SliceName], existing: Vec<SliceName>) -> Vec<Slic
     names
 }
 
-/// "slices still have processes: ..." with the hint both backends give.
-pub fn busy_error(busy: &[String]) -> Diagnostic {
-    Diagnostic::error(format!("slices still have processes: {}", busy.join("; ")))
-        .hint("stop them, move them out with `bulkhead move`, or pass --kill to kill them")
+/// "slices still have processes: ..." with what to do: `move_out` is the command that moves
+/// them out on this backend.
+pub fn busy_error(busy: &[String], move_out: &str) -> Diagnostic {
+    Diagnostic::error(format!("slices still have processes: {}", busy.join("; "))).hint(format!(
+        "stop them, move them out ({move_out}), or pass --kill to kill them"
+    ))
 }
 
 /// A note for a slice an earlier apply made that the plan no longer has.

@@ -224,6 +224,9 @@ impl Placement for Chosen {
     fn slice_exists(&self, slice: &SliceName) -> bool {
         self.placement().slice_exists(slice)
     }
+    fn unverified(&self) -> Option<String> {
+        self.placement().unverified()
+    }
     fn join(&self, slice: &SliceName, who: &Joiner) -> std::result::Result<(), PlaceError> {
         self.placement().join(slice, who)
     }
@@ -232,6 +235,9 @@ impl Placement for Chosen {
     }
     fn move_pid(&self, slice: &SliceName, pid: i32) -> std::result::Result<(), String> {
         self.placement().move_pid(slice, pid)
+    }
+    fn move_pid_out(&self, pid: i32) -> std::result::Result<(), String> {
+        self.placement().move_pid_out(pid)
     }
 }
 

@@ -77,6 +77,9 @@ pub struct Status {
     pub layout: String,
     pub interval_seconds: f64,
     pub slices: Vec<SliceStatus>,
+    /// Why the slices' ownership could not be verified (not root), when it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unverified: Option<String>,
 }
 
 fn parse_u64(text: Option<String>) -> Option<u64> {
@@ -421,6 +424,7 @@ pub fn status(fs: &CgroupFs, names: &[SliceName], interval: Duration) -> Status 
         layout: fs.layout.describe(),
         interval_seconds: interval.as_secs_f64(),
         slices,
+        unverified: None,
     }
 }
 

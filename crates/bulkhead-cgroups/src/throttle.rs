@@ -41,18 +41,7 @@ impl Throttle {
     /// The slice as it should be with the throttle on: the plan's values, tightened.
     pub fn overlay(&self, plan: &ResolvedSlice, disks: &[DevNum]) -> ResolvedSlice {
         let mut s = plan.clone();
-        if let Some(cpus) = self.cpu {
-            // A quota below the kernel's 1 ms gets a longer period instead, so small shares
-            // stay what they say (5% of one CPU: 1 ms per 20 ms).
-            let mut period_us = self.period_us.clamp(MIN_QUOTA_US, 1_000_000);
-            if cpus > 0.0 && cpus * (period_us as f64) < MIN_QUOTA_US as f64 {
-                period_us = ((MIN_QUOTA_US as f64 / cpus).ceil() as u64).min(1_000_000);
-            }
-            let quota_us = ((cpus * period_us as f64) as u64).max(MIN_QUOTA_US);
-            let ours = CpuMax {
-                quota_us,
-                period_us,
-            };
+        if let Some(ours) = self.cpu_max() {
             s.cpu_max = Some(match plan.cpu_max {
                 // The plan's own quota stays when it is tighter.
                 Some(p) if share(p) <= share(ours) => p,
@@ -72,14 +61,31 @@ impl Throttle {
         s
     }
 
-    /// One line for people: `CPUQuota=25%, CPUWeight=idle, frozen, IO bandwidth 8M/s`.
+    /// The CPU quota and period the throttle writes (the one source of both, for the
+    /// writes and for [`Throttle::describe`]). A quota below the kernel's 1 ms gets a longer
+    /// period instead, so small shares stay what they say (5% of one CPU: 1 ms per 20 ms).
+    pub fn cpu_max(&self) -> Option<CpuMax> {
+        let cpus = self.cpu?;
+        let mut period_us = self.period_us.clamp(MIN_QUOTA_US, 1_000_000);
+        if cpus > 0.0 && cpus * (period_us as f64) < MIN_QUOTA_US as f64 {
+            period_us = ((MIN_QUOTA_US as f64 / cpus).ceil() as u64).min(1_000_000);
+        }
+        let quota_us = ((cpus * period_us as f64) as u64).max(MIN_QUOTA_US);
+        Some(CpuMax {
+            quota_us,
+            period_us,
+        })
+    }
+
+    /// One line for people: `CPUQuota=25% per 10ms, CPUWeight=idle, frozen, IO bandwidth
+    /// 8M/s`, with the period that is written.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
-        if let Some(c) = self.cpu {
+        if let (Some(c), Some(m)) = (self.cpu, self.cpu_max()) {
             parts.push(format!(
-                "CPUQuota={:.0}% per {}ms",
+                "CPUQuota={:.0}% per {}",
                 c * 100.0,
-                self.period_us / 1000
+                period_text(m.period_us)
             ));
         }
         if self.idle {
@@ -99,6 +105,15 @@ impl Throttle {
         } else {
             parts.join(", ")
         }
+    }
+}
+
+/// A period as systemd writes CPUQuotaPeriodSec: `20ms`, `1.5ms`.
+fn period_text(us: u64) -> String {
+    if us.is_multiple_of(1000) {
+        format!("{}ms", us / 1000)
+    } else {
+        format!("{}ms", us as f64 / 1000.0)
     }
 }
 
@@ -150,6 +165,13 @@ mod tests {
                 quota_us: 1000,
                 period_us: 20_000
             })
+        );
+        // ... and says the period it writes (issue 28: "per 10ms" beside cfs_period_us 20000).
+        assert!(
+            t.describe()
+                .starts_with("CPUQuota=5% per 20ms, CPUWeight=idle"),
+            "{}",
+            t.describe()
         );
         assert_eq!(s.cpu_weight, Some(CpuWeight::Idle));
         assert_eq!(s.io_max[&d].wbps, Some(Limit::Bytes(1 << 20)));

@@ -120,6 +120,9 @@ pub fn status_table(st: &Status) -> String {
         "backend: {} ({}); CPU% over {:.1}s",
         st.backend, st.layout, st.interval_seconds
     );
+    if let Some(why) = &st.unverified {
+        let _ = writeln!(out, "note: {why}");
+    }
     if st.slices.is_empty() {
         let _ = writeln!(out, "no slices: create them with `bulkhead apply`");
         return out;

@@ -33,6 +33,16 @@ pub enum Probe {
     Redis(SocketAddr),
 }
 
+/// As the plan spells it: `tcp:127.0.0.1:5432`, `redis:127.0.0.1:6379`.
+impl std::fmt::Display for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Probe::Tcp(a) => write!(f, "tcp:{a}"),
+            Probe::Redis(a) => write!(f, "redis:{a}"),
+        }
+    }
+}
+
 /// The `[guard]` section, checked.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct GuardSpec {
@@ -371,6 +381,8 @@ mod tests {
         let g = p.guard.unwrap();
         assert_eq!(g.period.as_millis(), 50);
         assert!(matches!(g.probe, Some(super::Probe::Redis(_))));
+        // Printed as the plan spells it.
+        assert_eq!(g.probe.unwrap().to_string(), "redis:127.0.0.1:6379");
     }
 
     #[test]

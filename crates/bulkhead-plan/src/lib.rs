@@ -175,6 +175,12 @@ impl Plan {
     }
 }
 
+/// The plan file `-c` names must be readable, also for a command that does not read the
+/// plan (`status`, `move`): one error and exit code for a missing plan everywhere.
+pub fn check_plan_file(path: Option<&Path>) -> Result<()> {
+    path.map_or(Ok(()), |p| read_plan_file(p).map(drop))
+}
+
 fn read_plan_file(p: &Path) -> Result<String> {
     match std::fs::read_to_string(p) {
         Ok(t) => Ok(t),

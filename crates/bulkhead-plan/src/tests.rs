@@ -102,6 +102,17 @@ fn syntax_errors_have_line_and_column() {
     assert!(e.contains("p.toml:2:"), "{e}");
     assert!(e.contains("TOML syntax error"), "{e}");
     // The error quotes what it is about (issue 14: a refusal names what was wrong).
+    // A size without quotes: the hint says how to write it (issue 28).
+    let e = err("[slice.db]\nCPUWeight = 10\nMemoryMax = 1.5G # budget\n");
+    assert!(e.contains("p.toml:3:"), "{e}");
+    assert!(
+        e.contains("hint: sizes, percentages, durations and words are strings in TOML: write MemoryMax = \"1.5G\""),
+        "{e}"
+    );
+    let e = err("[slice.db]\nCPUQuota = 50%\n");
+    assert!(e.contains("write CPUQuota = \"50%\""), "{e}");
+    let e = err("[slice.db]\nCPUWeight = = 3\n");
+    assert!(e.contains("see https://toml.io"), "{e}");
     let e = err("[slice.db]\nCPUWeight = 1\n[slice.\"db\"]\n");
     assert!(
         e.contains("p.toml:3:") && e.contains("duplicate key: `\"db\"`"),

@@ -17,6 +17,21 @@ pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
+/// This process's effective UID.
+pub fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// Whether this process holds CAP_SYS_ADMIN in its effective set: what the kernel asks of a
+/// reader of `trusted.*` extended attributes (without it they are invisible, not refused).
+/// Known up front, so that a missing attribute is never mistaken for "not set".
+pub fn has_cap_sys_admin() -> bool {
+    rustix::thread::capabilities(None).is_ok_and(|c| {
+        c.effective
+            .contains(rustix::thread::CapabilitySet::SYS_ADMIN)
+    })
+}
+
 /// Whether a process with this PID exists (kill with signal 0).
 pub fn alive(pid: u32) -> bool {
     let Some(pid) = i32::try_from(pid)

@@ -20,6 +20,11 @@ impl Context {
         Plan::load(self.config.as_deref())
     }
 
+    /// The plan file `-c` names is readable (when one is named).
+    pub fn check_config(&self) -> Result<()> {
+        bulkhead_plan::check_plan_file(self.config.as_deref())
+    }
+
     /// The backend for this host, as `--backend` and `--cgroup-root` say.
     pub fn choose(&self) -> Result<Chosen> {
         bulkhead_cgroups::choose_here(self.backend, self.root())

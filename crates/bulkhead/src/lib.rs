@@ -12,6 +12,7 @@
 
 pub mod actions;
 pub(crate) mod calibrate;
+pub(crate) mod check;
 pub(crate) mod context;
 pub(crate) mod exposition;
 pub(crate) mod guard;

@@ -48,7 +48,7 @@ impl CgroupFs {
             }
         }
         if !busy.is_empty() && !kill {
-            errors.push(busy_error(&busy));
+            errors.push(busy_error(&busy, "bulkhead move --slice / PID..."));
         }
         if !errors.is_empty() {
             return Err(Error::Invalid(errors));
@@ -72,6 +72,10 @@ impl CgroupFs {
         for h in self.all_hierarchies() {
             let d = self.dir(h, name);
             if !d.is_dir() {
+                continue;
+            }
+            if mark::owner(&d) == mark::Owner::Unknown {
+                errors.push(mark::cannot_tell(name.as_str(), &d, "delete"));
                 continue;
             }
             if !mark::is_ours(&d) {

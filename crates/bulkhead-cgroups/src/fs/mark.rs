@@ -32,9 +32,68 @@ pub fn set(dir: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Whether `dir` carries bulkhead's mark.
+/// Who made a cgroup, as far as this process can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// It carries bulkhead's mark.
+    Bulkhead,
+    /// It carries no mark: not bulkhead's.
+    Other,
+    /// No marker file, and this process cannot read `trusted.*` (no CAP_SYS_ADMIN): the
+    /// kernel hides the attribute, so its absence says nothing.
+    Unknown,
+}
+
+/// Whether this process can read the mark (`trusted.*` needs CAP_SYS_ADMIN), asked once.
+pub fn readable() -> bool {
+    static READABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *READABLE.get_or_init(bulkhead_sys::process::has_cap_sys_admin)
+}
+
+/// Who made `dir`.
+pub fn owner(dir: &Path) -> Owner {
+    if marker_file(dir).exists() {
+        return Owner::Bulkhead;
+    }
+    if !readable() {
+        return Owner::Unknown;
+    }
+    if xattr::get(dir, XATTR, 64).is_some_and(|v| v == VALUE) {
+        Owner::Bulkhead
+    } else {
+        Owner::Other
+    }
+}
+
+/// Whether `dir` carries bulkhead's mark (known: [`Owner::Unknown`] is not ours).
 pub fn is_ours(dir: &Path) -> bool {
-    xattr::get(dir, XATTR, 64).is_some_and(|v| v == VALUE) || marker_file(dir).exists()
+    owner(dir) == Owner::Bulkhead
+}
+
+/// Whether `dir` may be bulkhead's: marked, or unknown to a reader without the capability.
+/// For reading only (status, plan show), never for a change.
+pub fn may_be_ours(dir: &Path) -> bool {
+    owner(dir) != Owner::Other
+}
+
+/// The refusal to `verb` (adopt, delete) a slice whose mark this process cannot read: the
+/// real reason, never "not created by bulkhead".
+pub fn cannot_tell(name: &str, dir: &Path, verb: &str) -> bulkhead_sys::error::Diagnostic {
+    bulkhead_sys::error::Diagnostic::error(format!(
+        "cannot tell whether slice '{name}' was created by bulkhead: reading its trusted.bulkhead mark needs CAP_SYS_ADMIN, which this process lacks; refusing to {verb} it"
+    ))
+    .at(dir.display().to_string())
+    .hint("run bulkhead as root with CAP_SYS_ADMIN (a container or a service with CapabilityBoundingSet= may drop it)")
+}
+
+/// Why ownership cannot be verified here, when it cannot.
+pub fn unverified() -> Option<String> {
+    (!readable()).then(|| {
+        format!(
+            "ownership not verified: uid {} cannot read bulkhead's trusted.bulkhead mark (only root can: CAP_SYS_ADMIN), so every *.slice cgroup under the root counts; run as root to verify",
+            bulkhead_sys::process::euid()
+        )
+    })
 }
 
 /// Forget the marker file of a removed cgroup (the xattr goes with the directory).

@@ -7,6 +7,7 @@
 mod apply;
 mod destroy;
 pub mod foreign;
+mod held;
 pub mod map;
 pub mod mark;
 pub mod op;
@@ -14,6 +15,7 @@ mod place;
 mod planner;
 mod throttle;
 
+pub use held::Held;
 pub use op::{remove_trees, Op};
 pub use place::original_path;
 
@@ -142,7 +144,8 @@ impl CgroupFs {
             .unwrap_or_default()
     }
 
-    /// Slices bulkhead created that exist now, parents first.
+    /// Slices bulkhead created that exist now, parents first (and those that may be, for a
+    /// reader that cannot see the marks: [`mark::unverified`]).
     pub fn slices_on_system(&self) -> Vec<SliceName> {
         let Some(p) = self.layout.primary() else {
             return vec![];
@@ -158,7 +161,7 @@ impl CgroupFs {
                 if let Some(stem) = n.strip_suffix(".slice") {
                     // The entry's type from the directory read (d_type): no stat per slice.
                     let dir = e.file_type().is_ok_and(|t| t.is_dir());
-                    if dir && mark::is_ours(&path) {
+                    if dir && mark::may_be_ours(&path) {
                         if let Ok(name) = SliceName::parse(stem) {
                             out.push(name);
                             walk(&path, out);
@@ -183,7 +186,14 @@ impl Placement for CgroupFs {
     }
 
     fn slice_exists(&self, slice: &SliceName) -> bool {
-        !self.existing_dirs(slice).is_empty()
+        self.all_hierarchies().into_iter().any(|h| {
+            let d = self.dir(h, slice);
+            d.is_dir() && mark::may_be_ours(&d)
+        })
+    }
+
+    fn unverified(&self) -> Option<String> {
+        mark::unverified()
     }
 
     fn join(&self, slice: &SliceName, _who: &Joiner) -> std::result::Result<(), PlaceError> {
@@ -196,6 +206,10 @@ impl Placement for CgroupFs {
 
     fn move_pid(&self, slice: &SliceName, pid: i32) -> std::result::Result<(), String> {
         self.move_pid_fs(slice, pid)
+    }
+
+    fn move_pid_out(&self, pid: i32) -> std::result::Result<(), String> {
+        self.move_pid_out_fs(pid)
     }
 }
 

@@ -50,22 +50,38 @@ impl CgroupFs {
         if dirs.is_empty() {
             return Err(format!("slice '{slice}' does not exist"));
         }
-        match bulkhead_sys::process::is_kernel_thread(pid) {
-            None => return Err("no such process".into()),
-            Some(true) => return Err("is a kernel thread; kernel threads cannot be moved".into()),
-            Some(false) => {}
-        }
-        let original = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        let mut moved: Vec<&Hierarchy> = Vec::new();
-        for (h, d) in &dirs {
-            if let Err(e) = write_file(&d.join("cgroup.procs"), &pid.to_string()) {
-                put_back(&moved, &original, pid);
-                return Err(refusal(h, &e));
-            }
-            moved.push(h);
-        }
-        Ok(())
+        move_into(&dirs, pid)
     }
+
+    /// `move --slice /`: back to the cgroup root (out of every slice, as before `run` or
+    /// `move`), in every hierarchy.
+    pub(super) fn move_pid_out_fs(&self, pid: i32) -> Result<(), String> {
+        let dirs: Vec<(&Hierarchy, PathBuf)> = self
+            .all_hierarchies()
+            .into_iter()
+            .map(|h| (h, h.mount.join(&self.root)))
+            .collect();
+        move_into(&dirs, pid)
+    }
+}
+
+/// Write `pid` into each directory's cgroup.procs; on a failure, put it back where it was.
+fn move_into(dirs: &[(&Hierarchy, PathBuf)], pid: i32) -> Result<(), String> {
+    match bulkhead_sys::process::is_kernel_thread(pid) {
+        None => return Err("no such process".into()),
+        Some(true) => return Err("is a kernel thread; kernel threads cannot be moved".into()),
+        Some(false) => {}
+    }
+    let original = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let mut moved: Vec<&Hierarchy> = Vec::new();
+    for (h, d) in dirs {
+        if let Err(e) = write_file(&d.join("cgroup.procs"), &pid.to_string()) {
+            put_back(&moved, &original, pid);
+            return Err(refusal(h, &e));
+        }
+        moved.push(h);
+    }
+    Ok(())
 }
 
 /// Put a process back where it was in the hierarchies already changed.

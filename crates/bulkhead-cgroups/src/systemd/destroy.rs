@@ -47,7 +47,10 @@ impl Systemd {
             }
         }
         if !busy.is_empty() && !kill {
-            errors.push(busy_error(&busy));
+            errors.push(busy_error(
+                &busy,
+                "into a slice the plan keeps: bulkhead move --slice SLICE PID...",
+            ));
         }
         if !errors.is_empty() {
             return Err(Error::Invalid(errors));

@@ -145,6 +145,19 @@ impl Placement for Systemd {
         out
     }
 
+    /// The records of transient slices are what says a slice is bulkhead's; D-Bus reads
+    /// need no privilege, but a record directory this user cannot read hides them.
+    fn unverified(&self) -> Option<String> {
+        match std::fs::read_dir(record_dir()) {
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Some(format!(
+                "ownership not verified: uid {} cannot read {} (bulkhead's records of its transient slices); run as root to verify",
+                bulkhead_sys::process::euid(),
+                record_dir().display()
+            )),
+            _ => None,
+        }
+    }
+
     fn slice_exists(&self, slice: &SliceName) -> bool {
         let unit = slice.unit();
         self.is_persisted_ours(&unit)

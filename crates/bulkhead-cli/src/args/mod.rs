@@ -19,15 +19,33 @@ use std::path::PathBuf;
 #[command(
     name = "bulkhead",
     version,
-    about,
+    about = "Isolate the workloads of a database host: slices (cgroups) for the server and its \
+helpers, without Docker",
     long_about = "bulkhead isolates the workloads of a database host. A plan file names slices \
 (cgroups nested like systemd's: db-server is inside db) with systemd's resource directives; \
 `apply` creates them, `run` and `move` put processes into them, and `status` shows what each \
 slice uses and how much it stalls.",
-    after_help = "Exit status: 0 on success, 1 when acting on the system failed, 2 for bad \
-input (plan, arguments). `run` exits with the command's own status (125: bulkhead could not \
+    after_help = AFTER_HELP,
+    after_long_help = concat!(
+        "Global options (every command takes them, before or after its name):\n",
+        "  -c, --config FILE     the plan [env BULKHEAD_CONFIG]; without it \
+/etc/bulkhead/bulkhead.toml,\n",
+        "                        else the embedded default plan (`bulkhead plan show` prints it)\n",
+        "  --cgroup-root PATH    the cgroup slices live under [env BULKHEAD_CGROUP_ROOT; default /]:\n",
+        "                        a delegated subtree, or a test root\n",
+        "  --backend BACKEND     who creates slices [env BULKHEAD_BACKEND; default auto]:\n",
+        "                          auto      systemd where PID 1 is systemd on D-Bus, else cgroupfs\n",
+        "                          systemd   transient systemd units over D-Bus (persistent ones \
+with\n",
+        "                                    apply --persist)\n",
+        "                          cgroupfs  bulkhead writes cgroupfs itself (v2, v1 or hybrid)\n",
+        "  -q, --quiet           only print errors\n\n",
+        "Exit status: 0 on success, 1 when acting on the system failed, 2 for bad \
+input (plan, arguments; a -c file that cannot be read), 4 for a command that changes the \
+system run without root. `run` exits with the command's own status (125: bulkhead could not \
 start it, 126: not executable, 127: not found).\n\nFiles: /etc/bulkhead/bulkhead.toml (the \
 plan; an embedded default is used when it is missing), /run/bulkhead (runtime state)."
+    )
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -37,8 +55,14 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The short help's epilogue (`-h`); `--help` of `bulkhead` itself adds the global options.
+const AFTER_HELP: &str = "Exit status: 0 success, 1 failure, 2 bad input, 4 needs root; \
+`run`: the command's own (125-127: bulkhead could not start it). Global options: see `bulkhead \
+--help`.";
+
 // The options every command takes (`cli.config` etc. reach them through Deref): one
-// definition with the bench's, in bulkhead-args.
+// definition with the bench's, in bulkhead-args. One short line each under "Global options"
+// in every command's help; the long text is once, in `bulkhead --help` (after_long_help above).
 pub use bulkhead_args::Globals;
 
 impl std::ops::Deref for Cli {
@@ -106,6 +130,9 @@ pub enum Command {
     Move(MoveArgs),
     /// Show what each slice uses and how much it stalls
     Status(StatusArgs),
+    /// Say whether protection is in force: one verdict and exit code for a monitor
+    #[command(long_about = CHECK_LONG, after_help = CHECK_AFTER)]
+    Check(CheckArgs),
     /// Serve the slices' metrics for Prometheus: GET /metrics over HTTP
     #[command(
         long_about = "Serve what `status` knows as Prometheus text exposition: GET /metrics over \
@@ -215,6 +242,9 @@ pub struct PlanShowArgs {
     /// Print JSON
     #[arg(long)]
     pub json: bool,
+    /// Print the plan's slice names, one a line (for shell completion)
+    #[arg(long, hide = true, conflicts_with_all = ["json", "memory", "cpus"])]
+    pub names: bool,
     /// Resolve for a host with this much RAM (e.g. 64G) instead of this one
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
@@ -290,14 +320,21 @@ pub struct RunArgs {
     /// (clone3 CLONE_INTO_CGROUP, pure cgroup v2), or joined and exec'd in place
     #[arg(long, short = 'v')]
     pub verbose: bool,
-    /// The command and its arguments
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// The command and its arguments, after run's options (as systemd-run and cgexec take
+    /// them; everything from the command on is the command's, `--` before it is optional)
+    #[arg(
+        trailing_var_arg = true,
+        required = true,
+        num_args = 1..,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<OsString>,
 }
 
 #[derive(Args)]
 pub struct MoveArgs {
-    /// The slice to move into
+    /// The slice to move into; `/` moves them out of every slice, back to the cgroup root
+    /// (cgroupfs)
     #[arg(long, short = 's', value_name = "SLICE")]
     pub slice: String,
     /// Process IDs
@@ -330,6 +367,40 @@ pub enum StatusFormat {
     Table,
     Json,
     Prometheus,
+}
+
+const CHECK_LONG: &str = "Say whether protection is in force, in one verdict a monitor can alert on: \
+the known database servers (postgres, mysqld, mariadbd, redis-server, mongod, ...) are in the server \
+slice and the known helpers (pg_dump, pg_basebackup, restic, borg, rsync, node_exporter, ...) in the \
+helper slices ([guard] protect and sideloads, else the slices named *server and *helper); no drift \
+from the plan (what `apply --dry-run` would change; a missing slice); which directives have no \
+effect on this host and why; the I/O scheduler or io.cost on the disks the database's data is on, \
+swap and transparent huge pages as the database wants them, huge page pools as planned. Prints a \
+one-line summary, then the details.
+
+Exit codes (the Nagios/Icinga plugin convention):
+  0  OK        PROTECTED: everything checked is as planned
+  1  WARNING   DEGRADED: in force but weaker than planned (drift, a directive without effect,
+               a helper outside the helper slices, THP 'always', swap the server may use)
+  2  CRITICAL  NOT PROTECTED: a database server outside the server slice, a planned slice
+               missing, or a plan apply refuses
+  3  UNKNOWN   could not tell: no readable plan, or not root (drift and bulkhead's marks need
+               root; a database seen outside its slice is still reported as CRITICAL)";
+
+const CHECK_AFTER: &str = "Examples:
+  bulkhead check                       the summary line and the details
+  bulkhead check --json | jq .state    for a script
+  Icinga/Nagios: command_line = \"/usr/bin/bulkhead check --brief\"
+  Prometheus: `bulkhead exporter` serves bulkhead_protection{state=...} from the same check";
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// Print JSON: the state, exit code, summary, every finding, placement and disk
+    #[arg(long)]
+    pub json: bool,
+    /// Print only the summary line (a monitoring plugin's output)
+    #[arg(long, conflicts_with = "json")]
+    pub brief: bool,
 }
 
 #[derive(Args)]
@@ -454,3 +525,6 @@ pub struct BenchArgs {
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0.., value_name = "ARGS")]
     pub args: Vec<OsString>,
 }
+
+#[cfg(test)]
+mod tests;

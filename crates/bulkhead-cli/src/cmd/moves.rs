@@ -15,7 +15,7 @@ pub fn move_pids(cli: &Cli, a: &MoveArgs) -> Result<i32> {
     } else {
         for r in &results {
             match &r.error {
-                None if !cli.quiet => println!("moved {} to {}", r.pid, slice.unit()),
+                None if !cli.quiet => println!("moved {} to {slice}", r.pid),
                 None => {}
                 Some(e) => eprintln!("bulkhead: error: could not move {}: {e}", r.pid),
             }

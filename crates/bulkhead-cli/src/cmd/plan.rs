@@ -7,6 +7,12 @@ use bulkhead::actions::show::{plan_show, HostOverride};
 use bulkhead::error::Result;
 
 pub fn show(cli: &Cli, a: &PlanShowArgs) -> Result<i32> {
+    if a.names {
+        for name in cli.context().load_plan()?.slices.keys() {
+            println!("{name}");
+        }
+        return Ok(0);
+    }
     let over = HostOverride {
         memory: a.memory.clone(),
         cpus: a.cpus,

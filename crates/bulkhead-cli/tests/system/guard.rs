@@ -176,8 +176,25 @@ fn guard_cuts_a_hog_and_its_watchdog_puts_the_plan_back_after_sigkill() {
     // The dry run names every file it would read and write, and changes nothing.
     let o = g.cmd().args(["guard", "--dry-run"]).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("db-helper"), "{}", stdout(&o));
+    let dry = stdout(&o);
+    assert!(dry.contains("db-helper"), "{dry}");
     assert_eq!(g.helper_state(), before);
+    // It says the period it writes (issue 28: "per 10ms" beside a period of 20000 us) ...
+    let per_ms: u64 = dry
+        .split("CPUQuota=")
+        .nth(1)
+        .and_then(|r| r.split(" per ").nth(1))
+        .and_then(|r| r.split("ms").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no CPUQuota=N% per Mms: {dry}"));
+    let us = (per_ms * 1000).to_string();
+    assert!(
+        dry.lines()
+            .any(|l| (l.contains("cfs_period_us") || l.contains("cpu.max")) && l.contains(&us)),
+        "no write of a {us} us period: {dry}"
+    );
+    // ... and whether this kernel takes the PSI triggers it promises, tried now.
+    assert!(dry.contains("tried now"), "{dry}");
 
     let mut guard = g.guard(&["--json", "--duration", "60s"]);
     // Calibration (2 s, the sideloads held at their floor), then the first cut: an action

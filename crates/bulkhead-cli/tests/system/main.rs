@@ -11,11 +11,13 @@
 mod common;
 
 mod activate;
+mod check;
 mod escape;
 mod guard;
 mod hosts;
 mod hugepages;
 mod metrics;
+mod nonroot;
 mod package;
 mod slices;
 mod snapshot_image;

@@ -138,6 +138,68 @@ fn completions_and_manpages_come_from_the_parser() {
     assert!(!dir.join("bulkhead-manpages.8").exists());
     let top = std::fs::read_to_string(dir.join("bulkhead.8")).unwrap();
     assert!(top.contains("bulkhead\\-apply(8)"), "{top}");
+    // NAME says what it is once (not "bulkhead - bulkhead: ..."); pages have EXAMPLES.
+    assert!(top.contains("bulkhead \\- Isolate the workloads"), "{top}");
+    let apply = std::fs::read_to_string(dir.join("bulkhead-apply.8")).unwrap();
+    assert!(apply.contains("bulkhead\\-apply \\- Create"), "{apply}");
+    assert!(apply.contains(".SH EXAMPLES"), "{apply}");
+    assert!(
+        apply.contains("sudo bulkhead apply \\-\\-dry\\-run"),
+        "{apply}"
+    );
+}
+
+/// bash completion: no hidden commands, and `--slice` offers the plan's slices (by running
+/// `bulkhead plan show --names` with the line's -c), not file names.
+#[test]
+fn bash_completes_slice_names_from_the_plan() {
+    let _suite = crate::suite::shared();
+    if !bulkhead_testkit::prereq::require(
+        (!bulkhead_testkit::prereq::on_path("bash")).then_some("bash is not installed"),
+    ) {
+        return;
+    }
+    let bin = bulkhead_testkit::bins::this_build();
+    let o = Command::new(&bin)
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    let script = out(&o);
+    assert!(
+        !script.contains("manpages"),
+        "the hidden command is offered"
+    );
+    let dir = std::env::temp_dir().join(format!("bulkhead-comp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = RemoveDir(dir.clone());
+    std::fs::write(dir.join("bulkhead.bash"), &script).unwrap();
+    std::fs::write(
+        dir.join("plan.toml"),
+        "[slice.web]\n[slice.web-cache]\nCPUWeight = 10\n",
+    )
+    .unwrap();
+    let complete = |words: &str| -> String {
+        let o = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "source bulkhead.bash; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); \
+                 _bulkhead bulkhead \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\" 2>/dev/null; \
+                 echo \"${{COMPREPLY[@]}}\""
+            ))
+            .current_dir(&dir)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.parent().unwrap().display()))
+            .env_remove("BULKHEAD_CONFIG")
+            .output()
+            .unwrap();
+        out(&o).trim().to_string()
+    };
+    assert_eq!(
+        complete("bulkhead -c plan.toml run --slice we"),
+        "web web-cache"
+    );
+    assert_eq!(complete("bulkhead -c plan.toml move -s web-"), "web-cache");
+    let top = complete("bulkhead ma");
+    assert!(!top.contains("manpages"), "{top}");
 }
 
 struct RemoveDir(PathBuf);

@@ -257,7 +257,13 @@ fn move_whole_processes_and_report_failures() {
     let o = t.run(&["-c", p, "move", "--slice", "db-server", "2"]);
     assert!(stderr(&o).contains("kernel thread"), "{}", stderr(&o));
 
-    // destroy refuses while processes are inside, and --kill kills them.
+    // A second process in the helper slice, to move out again.
+    let mut out = Command::new("sleep").arg("30").spawn().unwrap();
+    let out_pid = out.id().to_string();
+    let o = t.run(&["-c", p, "move", "--slice", "db-helper", &out_pid]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    // destroy refuses while processes are inside, with a hint that works (issue 28).
     let o = t.run(&["-c", p, "destroy"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
@@ -266,12 +272,31 @@ fn move_whole_processes_and_report_failures() {
         stderr(&o)
     );
     assert!(
+        stderr(&o).contains("move them out (bulkhead move --slice / PID...)"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
         !t.cgroups().is_empty(),
         "refused destroy must remove nothing"
     );
+    // `move --slice /` puts a process back at the cgroup root, in every hierarchy.
+    let o = t.run(&["-c", p, "move", "--slice", "/", &out_pid]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("to the cgroup root"), "{}", stdout(&o));
+    let cg = std::fs::read_to_string(format!("/proc/{out_pid}/cgroup")).unwrap();
+    assert!(!cg.contains("db.slice"), "{cg}");
+    assert!(
+        cg.lines().filter(|l| l.ends_with(&t.cgroup)).count() >= 2,
+        "{cg}"
+    );
+    // ... and --kill kills the ones still inside, not the one moved out.
     let o = t.run(&["-c", p, "destroy", "--kill"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let _ = child.wait();
+    assert_eq!(out.try_wait().unwrap(), None, "the moved-out process lives");
+    let _ = out.kill();
+    let _ = out.wait();
     assert!(t.cgroups().is_empty(), "left behind: {:?}", t.cgroups());
 }
 
@@ -742,4 +767,37 @@ fn iocost_is_shown_and_refused_where_the_kernel_lacks_it() {
     );
     assert!(t.cgroups().is_empty(), "made {:?}", t.cgroups());
     assert!(!state.exists());
+}
+
+#[test]
+fn a_missing_plan_file_is_the_same_error_for_every_command() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let t = TestRoot::new();
+    let missing = t.plan_dir.join("no-such-plan.toml");
+    let m = missing.to_str().unwrap();
+    for args in [
+        &["status"][..],
+        &["status", "--format", "prometheus"],
+        &["apply"],
+        &["plan", "show"],
+        &["destroy"],
+        &["move", "--slice", "db-helper", "1"],
+        &["run", "--slice", "db-helper", "true"],
+        &["hugepages", "status"],
+    ] {
+        let mut line = vec!["-c", m];
+        line.extend_from_slice(args);
+        let o = t.run(&line);
+        let err = stderr(&o);
+        // `run`'s own code for "bulkhead could not start the command".
+        let code = if args[0] == "run" { 125 } else { 2 };
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("{m}: cannot read the plan file: ")),
+            "{args:?}: {err}"
+        );
+    }
 }

@@ -755,6 +755,23 @@ fn tmpfs_sizes_are_set_and_enforced() {
         .unwrap();
     let plan = stdout(&o);
     assert!(plan.contains("size=3145728"), "{plan}");
+    // Paths in the new root as the run makes them (issue 28: "ROOTproc"), the clone flags
+    // by name.
+    let root = plan
+        .lines()
+        .find_map(|l| l.strip_prefix("pivot_root "))
+        .unwrap_or_else(|| panic!("no pivot_root: {plan}"));
+    for dir in ["proc", "sys", "dev", "tmp"] {
+        assert!(
+            plan.contains(&format!(" on {root}/{dir} ")),
+            "{dir} not under {root}: {plan}"
+        );
+    }
+    assert!(plan.contains(&format!("mknod {root}/dev/null ")), "{plan}");
+    assert!(
+        plan.starts_with("clone3 CLONE_NEWNS|") && !plan.contains("flags=1"),
+        "{plan}"
+    );
     assert!(plan.contains(&format!("size={}", 256u64 << 20)), "{plan}");
     let o = bulkhead()
         .args([

@@ -108,11 +108,34 @@ fn syntax_error(source: &Source, e: &toml::de::Error) -> Error {
     if !near.is_empty() && near.chars().count() <= 60 && !near.contains('\n') {
         msg = format!("{msg}: `{near}`");
     }
+    let line = e.span().and_then(|s| {
+        let start = source.text.get(..s.start)?.rfind('\n').map_or(0, |i| i + 1);
+        source.text.get(start..)?.lines().next()
+    });
+    let hint = line.and_then(unquoted_value).unwrap_or_else(|| {
+        "see https://toml.io for the syntax; slices are written [slice.NAME]".to_string()
+    });
     Error::invalid(
         Diagnostic::error(format!("TOML syntax error: {msg}"))
             .at(source.at(loc))
-            .hint("see https://toml.io for the syntax; slices are written [slice.NAME]"),
+            .hint(hint),
     )
+}
+
+/// A line `KEY = 1.5G` whose value TOML cannot read because it is a bare word with a unit
+/// (a size, a share, a duration, `idle`): the hint to quote it.
+fn unquoted_value(line: &str) -> Option<String> {
+    let (key, value) = line.split_once('=')?;
+    let key = key.trim();
+    let value = value.split('#').next()?.trim();
+    let bare = |c: char| c.is_ascii_alphanumeric() || ".%_-+".contains(c);
+    let plain_key = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let word = !value.is_empty()
+        && value.chars().all(bare)
+        && value.chars().any(|c| c.is_ascii_alphabetic() || c == '%');
+    (plain_key && word).then(|| {
+        format!("sizes, percentages, durations and words are strings in TOML: write {key} = \"{value}\"")
+    })
 }
 
 fn unknown_section(other: &str, here: String) -> Diagnostic {

@@ -174,8 +174,8 @@ impl Program {
     /// One line per operation, in order, for `spawn --dry-run`.
     pub fn describe(&self) -> Vec<String> {
         let mut out = vec![format!(
-            "clone3 flags={} (new {})",
-            self.clone_flags,
+            "clone3 {} (new {} namespaces)",
+            clone_flag_names(self.clone_flags),
             ns_names(self.clone_flags)
         )];
         out.push(if self.pty.is_some() {
@@ -206,8 +206,8 @@ impl Program {
             Target::InRoot {
                 display, create, ..
             } => format!(
-                "{}{display}{}",
-                lossy(&self.root),
+                "{}{}",
+                in_root(&lossy(&self.root), display),
                 match create {
                     Create::No => "",
                     Create::Dir => " (created as a directory if missing)",
@@ -304,6 +304,51 @@ impl Program {
     }
 }
 
+/// `display` (a path in the root, with or without its leading `/`) under `root`.
+fn in_root(root: &str, display: &str) -> String {
+    format!(
+        "{}/{}",
+        root.trim_end_matches('/'),
+        display.trim_start_matches('/')
+    )
+}
+
+/// The clone flags bulkhead sets: the kernel's name, and the namespace's short name.
+const CLONE_FLAGS: [(libc::c_int, &str, Option<&str>); 9] = [
+    (libc::CLONE_NEWNS, "CLONE_NEWNS", Some("mount")),
+    (libc::CLONE_NEWCGROUP, "CLONE_NEWCGROUP", Some("cgroup")),
+    (libc::CLONE_NEWUTS, "CLONE_NEWUTS", Some("uts")),
+    (libc::CLONE_NEWIPC, "CLONE_NEWIPC", Some("ipc")),
+    (libc::CLONE_NEWUSER, "CLONE_NEWUSER", Some("user")),
+    (libc::CLONE_NEWPID, "CLONE_NEWPID", Some("pid")),
+    (libc::CLONE_NEWNET, "CLONE_NEWNET", Some("net")),
+    (libc::CLONE_PIDFD, "CLONE_PIDFD", None),
+    (libc::CLONE_VFORK, "CLONE_VFORK", None),
+];
+
+/// The clone flags by name, as in the kernel's headers (`CLONE_NEWNS|CLONE_NEWPID`); bits
+/// without a name here in hex.
+fn clone_flag_names(flags: u64) -> String {
+    let set = CLONE_FLAGS.iter().filter(|(f, ..)| flags & *f as u64 != 0);
+    let named: u64 = set.clone().fold(0, |acc, (f, ..)| acc | *f as u64);
+    let mut v: Vec<String> = set.map(|(_, n, _)| n.to_string()).collect();
+    let left = flags & !named;
+    if left != 0 || v.is_empty() {
+        v.push(format!("{left:#x}"));
+    }
+    v.join("|")
+}
+
+/// The namespaces the flags make, by short name (`mount, pid, net`).
+fn ns_names(flags: u64) -> String {
+    CLONE_FLAGS
+        .iter()
+        .filter(|(f, ..)| flags & *f as u64 != 0)
+        .filter_map(|(_, _, short)| *short)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `mount SRC on TARGET type FSTYPE flags FLAGS DATA`, and what follows.
 fn describe_mount(
     src: &Option<CString>,
@@ -322,34 +367,9 @@ fn describe_mount(
     )
 }
 
-/// The names of the bits of `flags` that `table` names, in its order.
-fn flag_names<T>(flags: T, table: &[(T, &'static str)]) -> Vec<&'static str>
-where
-    T: Copy + std::ops::BitAnd<Output = T> + PartialEq + Default,
-{
-    table
-        .iter()
-        .filter(|(bit, _)| flags & *bit != T::default())
-        .map(|(_, name)| *name)
-        .collect()
-}
-
-fn ns_names(flags: u64) -> String {
-    let table = [
-        (libc::CLONE_NEWNS, "mount"),
-        (libc::CLONE_NEWPID, "pid"),
-        (libc::CLONE_NEWUTS, "uts"),
-        (libc::CLONE_NEWIPC, "ipc"),
-        (libc::CLONE_NEWCGROUP, "cgroup"),
-        (libc::CLONE_NEWNET, "net"),
-        (libc::CLONE_NEWUSER, "user"),
-    ]
-    .map(|(f, n)| (f as u64, n));
-    flag_names(flags, &table).join(", ")
-}
-
 fn mount_flags(f: libc::c_ulong) -> String {
-    let table = [
+    let mut v = Vec::new();
+    for (b, n) in [
         (libc::MS_RDONLY, "ro"),
         (libc::MS_NOSUID, "nosuid"),
         (libc::MS_NODEV, "nodev"),
@@ -358,11 +378,35 @@ fn mount_flags(f: libc::c_ulong) -> String {
         (libc::MS_REC, "rec"),
         (libc::MS_REMOUNT, "remount"),
         (libc::MS_STRICTATIME, "strictatime"),
-    ];
-    let v = flag_names(f, &table);
+    ] {
+        if f & b != 0 {
+            v.push(n);
+        }
+    }
     if v.is_empty() {
         "defaults".into()
     } else {
         v.join(",")
+    }
+}
+
+#[cfg(test)]
+mod describe_tests {
+    use super::{clone_flag_names, in_root};
+
+    #[test]
+    fn clone_flags_are_named_and_paths_joined() {
+        let flags = (libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWNET) as u64;
+        assert_eq!(
+            clone_flag_names(flags),
+            "CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWNET"
+        );
+        assert_eq!(clone_flag_names(1 << 40 | flags).split('|').count(), 4);
+        assert_eq!(clone_flag_names(0), "0x0");
+        assert_eq!(in_root("/run/x/.overlay", "proc"), "/run/x/.overlay/proc");
+        assert_eq!(
+            in_root("/run/x/.overlay/", "/dev/pts"),
+            "/run/x/.overlay/dev/pts"
+        );
     }
 }

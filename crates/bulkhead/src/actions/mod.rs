@@ -4,6 +4,7 @@
 //!
 //! - [`apply`]: the plan's slices and huge pages, as one transaction with undo.
 //! - [`destroy`], [`moves`], [`status`], [`show`]: slices after the fact.
+//! - [`check`]: one verdict on whether protection is in force, for a monitor.
 //! - [`run`]: a command in a slice (exec, a systemd service or scope, or with huge pages).
 //! - [`spawn`]: a command in a sandbox.
 //! - [`serve`]: socket activation.
@@ -17,6 +18,7 @@
 //! - [`metrics`]: the Prometheus exposition of the slices, once or served over HTTP.
 
 pub mod apply;
+pub mod check;
 pub mod destroy;
 pub mod export;
 pub mod groups;

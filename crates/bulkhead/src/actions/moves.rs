@@ -15,19 +15,54 @@ pub struct Moved {
     pub error: Option<String>,
 }
 
+/// Where `move` puts processes: a slice, or back to the cgroup root (`--slice /`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(untagged)]
+pub enum Target {
+    Slice(SliceName),
+    #[serde(serialize_with = "root_text")]
+    Root,
+}
+
+fn root_text<S: serde::Serializer>(s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str("/")
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Slice(s) => f.write_str(&s.unit()),
+            Target::Root => f.write_str("the cgroup root (out of every slice)"),
+        }
+    }
+}
+
+/// `--slice`'s text: `/` (or systemd's name of the root slice, `-.slice`) is the root.
+fn target(slice: &str) -> Result<Target> {
+    match slice {
+        "/" | "-" | "-.slice" => Ok(Target::Root),
+        s => parse_slice(s).map(Target::Slice),
+    }
+}
+
 /// Move each PID; a failure for one does not stop the others.
-pub fn move_pids(cx: &Context, slice: &str, pids: &[i32]) -> Result<(SliceName, Vec<Moved>)> {
+pub fn move_pids(cx: &Context, slice: &str, pids: &[i32]) -> Result<(Target, Vec<Moved>)> {
     let chosen = cx.choose()?;
-    let slice = parse_slice(slice)?;
-    require_slice(cx, &chosen, &slice)?;
-    let sched = crate::tasks::recorded(&slice);
+    let to = target(slice)?;
+    if let Target::Slice(s) = &to {
+        require_slice(cx, &chosen, s)?;
+    }
+    let sched = match &to {
+        Target::Slice(s) => crate::tasks::recorded(s),
+        Target::Root => None,
+    };
     let results = pids
         .iter()
         .map(|&pid| {
-            let r = if pid <= 0 {
-                Err("is not a process ID".to_string())
-            } else {
-                chosen.move_pid(&slice, pid)
+            let r = match &to {
+                _ if pid <= 0 => Err("is not a process ID".to_string()),
+                Target::Slice(s) => chosen.move_pid(s, pid),
+                Target::Root => chosen.move_pid_out(pid),
             };
             if let (Ok(()), Some(ns)) = (&r, sched) {
                 crate::tasks::set_on_pids(&[pid], ns);
@@ -39,5 +74,5 @@ pub fn move_pids(cx: &Context, slice: &str, pids: &[i32]) -> Result<(SliceName, 
             }
         })
         .collect();
-    Ok((slice, results))
+    Ok((to, results))
 }

@@ -9,9 +9,9 @@ use super::slices::{missing_slice, parse_slice};
 use super::Context;
 use crate::hugepages::launch::{self, Prepared, RunMode};
 use crate::hugepages::{Facts, Paths};
+use crate::run::exec;
 use crate::run::service::{run_service, ServiceOptions};
-use crate::run::{exec, EXIT_RUN_FAILED};
-pub use crate::run::{RunError, RunSpec};
+pub use crate::run::{RunError, RunSpec, EXIT_RUN_FAILED};
 use bulkhead_cgroups::Chosen;
 use bulkhead_sys::error::{Diagnostic, Error};
 

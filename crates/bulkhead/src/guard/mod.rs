@@ -181,7 +181,16 @@ impl Guard {
         ];
         for (name, p) in ["cpu", "io", "memory"].iter().zip(&sources.psi) {
             out.push(match p {
-                Some(p) => format!("reads {} ({name} stall, with a PSI trigger)", p.display()),
+                Some(p) => format!(
+                    "reads {} ({name} stall, {})",
+                    p.display(),
+                    match run::try_trigger(p) {
+                        Ok(()) => "with a PSI trigger: tried now, this kernel takes it".to_string(),
+                        Err(e) => format!(
+                            "every period: a PSI trigger was tried now and refused ({e}), as the run would be"
+                        ),
+                    }
+                ),
                 None => format!(
                     "no {name} pressure file for {}: {}",
                     self.spec.protect,
@@ -194,7 +203,11 @@ impl Guard {
             });
         }
         if let Some(p) = &self.spec.probe {
-            out.push(format!("probes {p:?} once a period"));
+            let what = match p {
+                bulkhead_plan::guard::Probe::Tcp(_) => "connect time",
+                bulkhead_plan::guard::Probe::Redis(_) => "PING round trip",
+            };
+            out.push(format!("probes {p} ({what}) once a period"));
         }
         let full = Throttle {
             cpu: Some(s.cpu_floor),

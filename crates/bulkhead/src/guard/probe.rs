@@ -135,7 +135,7 @@ fn probe_loop(
             }
             Err(_) => f64::NAN,
         };
-        set(&s.error, result.err().map(|e| format!("{probe:?}: {e}")));
+        set(&s.error, result.err().map(|e| format!("{probe}: {e}")));
         if ms.is_finite() {
             if let Ok(mut w) = s.worst_ms.lock() {
                 *w = Some(w.map_or(ms, |old| old.max(ms)));

@@ -21,6 +21,12 @@ const TRIGGER_WINDOW: Duration = Duration::from_millis(500);
 /// When nothing is throttled and triggers watch, the guard looks this often.
 const CALM_EVERY: Duration = Duration::from_secs(1);
 
+/// Register a PSI trigger on `path` as the run does and drop it at once: whether this kernel
+/// (and this user) takes one there, for the dry run. Nothing stays changed.
+pub(super) fn try_trigger(path: &std::path::Path) -> std::io::Result<()> {
+    Trigger::new(path, false, TRIGGER_WINDOW / 10, TRIGGER_WINDOW).map(drop)
+}
+
 /// What the guard tells the caller as it goes.
 pub enum Event<'a> {
     Note(Diagnostic),

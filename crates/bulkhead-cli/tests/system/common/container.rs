@@ -213,7 +213,9 @@ impl Container {
 
     fn start(persistent: Option<&Path>) -> Container {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let name = format!("bulkhead-test-{}-{n}", std::process::id());
+        // "ct": the test kit's cgroup roots are bulkhead-test-PID-N too, with a counter of
+        // their own; a container beside a slices test must not take the same name.
+        let name = format!("bulkhead-test-{}-ct{n}", std::process::id());
         let run_dir_was_there = Path::new("/run/systemd/nspawn").exists();
         let mut cgroups = Vec::new();
         for h in nspawn_hierarchies() {
