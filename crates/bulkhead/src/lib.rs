@@ -22,6 +22,7 @@ pub(crate) mod guard;
 pub mod activate;
 pub mod hugepages;
 pub mod image;
+pub(crate) mod place;
 pub mod run;
 pub(crate) mod sandbox;
 pub mod snapshot;

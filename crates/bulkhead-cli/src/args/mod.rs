@@ -5,6 +5,7 @@ pub mod guard;
 pub mod hugepages;
 pub mod image;
 pub mod iocost;
+pub mod place;
 mod spawn;
 
 pub use spawn::SpawnArgs;
@@ -128,6 +129,9 @@ pub enum Command {
     Run(RunArgs),
     /// Move running processes (with all their threads) into a slice
     Move(MoveArgs),
+    /// Place processes as they start, by the plan's [place.NAME] rules
+    #[command(long_about = place::PLACE_LONG, after_help = place::PLACE_AFTER)]
+    Place(place::PlaceArgs),
     /// Show what each slice uses and how much it stalls
     Status(StatusArgs),
     /// Say whether protection is in force: one verdict and exit code for a monitor
@@ -340,6 +344,12 @@ pub struct MoveArgs {
     /// Process IDs
     #[arg(required = true, value_name = "PID")]
     pub pids: Vec<i32>,
+    /// Move each PID with all its descendants (listed again until no new one appears)
+    #[arg(long, short = 't')]
+    pub tree: bool,
+    /// Say what would move, move nothing
+    #[arg(long)]
+    pub dry_run: bool,
     /// Print JSON
     #[arg(long)]
     pub json: bool,

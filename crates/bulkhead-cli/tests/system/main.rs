@@ -19,6 +19,8 @@ mod hugepages;
 mod metrics;
 mod nonroot;
 mod package;
+mod place;
+mod postgres;
 mod slices;
 mod snapshot_image;
 mod spawn;

@@ -6,7 +6,7 @@ use super::apply::{self, ApplyPlan, ApplyRequest};
 use super::Context;
 use crate::check::drift::{self, Planned};
 use crate::check::host::{self, DataDisk, Facts, Wants};
-use crate::check::placement::{self, Claim, Expected, Roles, SliceDirs};
+use crate::check::placement::{self, Claim, Expected, Role, Roles, SliceDirs};
 use crate::check::verdict::{Area, Finding, Level};
 pub use crate::check::verdict::{Area as CheckArea, Level as CheckLevel, State};
 pub use crate::check::Report;
@@ -54,8 +54,38 @@ pub fn check(cx: &Context) -> Report {
         let l = &chosen.reader().layout;
         l.hierarchy("cpu").or_else(|| l.primary())
     };
-    // The plan's own placements (services, rules) become claims here as the plan gains them.
-    let claims: Vec<Claim> = vec![];
+    // The plan's own placements: its services and its placement rules, with the processes
+    // each claims now.
+    let pids: Vec<u32> = scan.procs.iter().map(|p| p.pid).collect();
+    let rules = match crate::place::rules::compile(&plan) {
+        Ok(r) => r,
+        Err(e) => {
+            let why = e
+                .diagnostics()
+                .first()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            findings.push(Finding::new(
+                Area::Access,
+                Level::Unknown,
+                format!("the placement rules were not checked: {why}"),
+            ));
+            Vec::new()
+        }
+    };
+    let claims: Vec<Claim> = crate::place::claims::claims(&plan, &rules, &pids)
+        .into_iter()
+        .map(|(what, slice, pids)| Claim {
+            what,
+            role: if roles.server.contains(&slice) {
+                Role::Server
+            } else {
+                Role::Helper
+            },
+            slices: vec![slice],
+            pids,
+        })
+        .collect();
     let named = roles
         .server
         .iter()

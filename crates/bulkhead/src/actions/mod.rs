@@ -4,6 +4,7 @@
 //!
 //! - [`apply`]: the plan's slices and huge pages, as one transaction with undo.
 //! - [`destroy`], [`moves`], [`status`], [`show`]: slices after the fact.
+//! - [`place`]: placement rules applied to processes as they start.
 //! - [`check`]: one verdict on whether protection is in force, for a monitor.
 //! - [`run`]: a command in a slice (exec, a systemd service or scope, or with huge pages).
 //! - [`spawn`]: a command in a sandbox.
@@ -29,6 +30,7 @@ pub mod image;
 pub mod iocost;
 pub mod metrics;
 pub mod moves;
+pub mod place;
 pub mod run;
 pub mod serve;
 pub mod show;
