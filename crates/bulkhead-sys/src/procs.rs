@@ -41,6 +41,13 @@ pub fn pids() -> (Vec<i32>, bool) {
     (out, false)
 }
 
+/// Every process now as [`read`] sees it (kernel threads and processes gone meanwhile left
+/// out), at most [`MAX_PROCS`] of them (the bool: there were more).
+pub fn all() -> (Vec<Proc>, bool) {
+    let (pids, truncated) = pids();
+    (pids.into_iter().filter_map(read).collect(), truncated)
+}
+
 /// Every process with its parent (processes gone during the scan are left out).
 pub fn table() -> Table {
     let (pids, truncated) = pids();

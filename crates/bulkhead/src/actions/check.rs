@@ -13,7 +13,7 @@ pub use crate::check::Report;
 use bulkhead_cgroups::{iocost, Chosen, ChosenOp, Placement};
 use bulkhead_plan::{Plan, ResolvedPlan, SliceName};
 use bulkhead_sys::host::{self as hostfacts, DevNum, Host};
-use bulkhead_sys::proclist;
+use bulkhead_sys::procs;
 use bulkhead_sys::units::Limit;
 use std::path::Path;
 
@@ -39,14 +39,15 @@ pub fn check(cx: &Context) -> Report {
     let mut findings = Vec::new();
     findings.extend(plan_findings(cx));
     let roles = Roles::of(&plan);
-    let scan = proclist::scan(Path::new("/proc"));
-    if scan.truncated {
+    let (all, truncated) = procs::all();
+    let procs: Vec<placement::ProcEntry> = all.into_iter().map(Into::into).collect();
+    if truncated {
         findings.push(Finding::new(
             Area::Access,
             Level::Unknown,
             format!(
                 "more than {} processes: the rest were not checked",
-                proclist::MAX_PROCESSES
+                procs::MAX_PROCS
             ),
         ));
     }
@@ -56,7 +57,7 @@ pub fn check(cx: &Context) -> Report {
     };
     // The plan's own placements: its services and its placement rules, with the processes
     // each claims now.
-    let pids: Vec<u32> = scan.procs.iter().map(|p| p.pid).collect();
+    let pids: Vec<u32> = procs.iter().map(|p| p.pid).collect();
     let rules = match crate::place::rules::compile(&plan) {
         Ok(r) => r,
         Err(e) => {
@@ -92,7 +93,7 @@ pub fn check(cx: &Context) -> Report {
         .chain(&roles.helper)
         .chain(claims.iter().flat_map(|c| &c.slices));
     let dirs = slice_dirs(&chosen, named);
-    let placements = placement::expected(&scan.procs, &claims, &roles, &dirs, by);
+    let placements = placement::expected(&procs, &claims, &roles, &dirs, by);
     findings.extend(placement::findings(&placements));
     let facts = facts(&chosen, &placements);
     findings.extend(host::findings(

@@ -8,7 +8,27 @@ use super::verdict::{Area, Finding, Level};
 use bulkhead_cgroups::fs::original_path;
 use bulkhead_cgroups::layout::Hierarchy;
 use bulkhead_plan::{Plan, SliceName};
-use bulkhead_sys::proclist::ProcEntry;
+
+/// One process as the check sees it (from one scan of /proc).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ProcEntry {
+    pub pid: u32,
+    /// `/proc/PID/comm`: the first 15 bytes of the executable's name (or what it set).
+    pub comm: String,
+    /// `/proc/PID/cgroup`, as the kernel prints it.
+    #[serde(skip)]
+    pub cgroup: String,
+}
+
+impl From<bulkhead_sys::procs::Proc> for ProcEntry {
+    fn from(p: bulkhead_sys::procs::Proc) -> Self {
+        ProcEntry {
+            pid: p.pid.unsigned_abs(),
+            comm: p.comm,
+            cgroup: p.cgroup,
+        }
+    }
+}
 
 /// Database servers by executable name: they belong in the server slice(s).
 pub const SERVERS: &[&str] = &[
@@ -296,10 +316,7 @@ pub fn findings(items: &[Expected]) -> Vec<Finding> {
                     pids(&e.outside)
                 ),
             )
-            .hint(format!(
-                "bulkhead move --slice {} PID (every process of it)",
-                e.slices[0]
-            )),
+            .hint(format!("bulkhead move --tree --slice {} PID", e.slices[0])),
         );
     }
     out
