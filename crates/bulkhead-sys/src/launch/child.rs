@@ -1,6 +1,7 @@
 //! The child's side of a sandbox start: everything between clone and exec. System calls on
 //! data the parent prepared; a message is formatted only on the way out after a failure.
 
+use super::title::{hide_host_command_line, Areas};
 use super::{listen_pid_var, signal_set, Create, Op, Program, Target};
 use crate::exit::{NOT_EXECUTABLE, NOT_FOUND, RUN_FAILED};
 use std::ffi::{CStr, CString};
@@ -59,6 +60,7 @@ macro_rules! fail {
 pub(super) fn main(
     p: &Program,
     trees: RawTrees<'_>,
+    areas: Option<Areas>,
     err_w: RawFd,
     life_r: RawFd,
     go_r: RawFd,
@@ -67,9 +69,11 @@ pub(super) fn main(
     own_session(p, err_w);
     build_root(p, &trees, err_w);
     enter_root(p, err_w);
-    if !p.init {
+    let Some(areas) = areas.filter(|_| p.init) else {
         exec_command(p, err_w);
-    }
+    };
+    // Before the command exists: it never sees the host's command line in /proc/1.
+    hide_host_command_line(areas, c"bulkhead-init");
     // SAFETY: in the forked child: fork has no pointer arguments; the new child only
     // execs (exec_command never returns).
     let child = unsafe { libc::fork() };
@@ -195,7 +199,6 @@ fn init_loop(child: libc::pid_t, err_w: RawFd) -> ! {
         libc::close(err_w);
         // Not dumpable: /proc/1/exe (the host's bulkhead binary) cannot be opened from inside.
         libc::prctl(libc::PR_SET_DUMPABLE, 0);
-        libc::prctl(libc::PR_SET_NAME, c"bulkhead-init".as_ptr());
         libc::close_range(3, u32::MAX, 0);
         let set = signal_set();
         loop {
