@@ -108,7 +108,9 @@ fn wait_for_go(p: &Program, err_w: RawFd, life_r: RawFd, go_r: RawFd) {
         }
         libc::close(go_r);
         // Become root of the new user namespace (the creator's UID is unmapped in it).
-        if p.userns.is_some() && (libc::setresgid(0, 0, 0) != 0 || libc::setresuid(0, 0, 0) != 0) {
+        if p.userns.is_some()
+            && (set_ids(libc::SYS_setresgid, 0) != 0 || set_ids(libc::SYS_setresuid, 0) != 0)
+        {
             fail!(err_w, "setresuid(0) in the user namespace");
         }
     }
@@ -292,6 +294,16 @@ fn exec_command(p: &Program, err_w: RawFd) -> ! {
     exec_candidates(p, err_w)
 }
 
+/// setresuid or setresgid (`nr`) to `id` for all three, as the raw system call: glibc's
+/// wrappers apply the change to every thread it knows of, and this copy of a process whose
+/// other threads (a `--pty` or console relay) did not come along would wait for them forever
+/// (for one still starting at the clone, on its `setxid_futex`).
+fn set_ids(nr: libc::c_long, id: u32) -> libc::c_long {
+    // SAFETY: a credentials system call with integer arguments; it changes only the calling
+    // thread, the only one of this process.
+    unsafe { libc::syscall(nr, id, id, id) }
+}
+
 /// Close what the command must not inherit; drop capabilities; become the user.
 fn drop_privileges(p: &Program, err_w: RawFd) {
     // SAFETY: in the forked child: FFI calls on descriptors it owns and on buffers of the
@@ -321,9 +333,9 @@ fn drop_privileges(p: &Program, err_w: RawFd) {
                 &format!("clearing inheritable capabilities: {}", strerror(e)),
             );
         }
-        if libc::setgroups(p.groups.len(), p.groups.as_ptr()) != 0
-            || libc::setresgid(p.gid, p.gid, p.gid) != 0
-            || libc::setresuid(p.uid, p.uid, p.uid) != 0
+        if libc::syscall(libc::SYS_setgroups, p.groups.len(), p.groups.as_ptr()) != 0
+            || set_ids(libc::SYS_setresgid, p.gid) != 0
+            || set_ids(libc::SYS_setresuid, p.uid) != 0
         {
             fail!(err_w, "switching to uid {} gid {}", p.uid, p.gid);
         }
