@@ -75,18 +75,25 @@ pub fn copy_window_size(from: BorrowedFd<'_>, to: BorrowedFd<'_>) {
 
 /// Copy from one descriptor to another until EOF or an error (EIO: the terminal closed).
 pub fn copy(from: BorrowedFd<'_>, to: BorrowedFd<'_>) {
+    copy_counted(from, to);
+}
+
+/// [`copy`], returning how many bytes were read from `from`.
+pub fn copy_counted(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> u64 {
     let mut buf = [0u8; 8192];
+    let mut total = 0u64;
     loop {
         let n = match rustix::io::read(from, &mut buf) {
             Err(rustix::io::Errno::INTR) => continue,
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return total,
             Ok(n) => n,
         };
+        total += n as u64;
         let mut off = 0;
         while off < n {
             match rustix::io::write(to, &buf[off..n]) {
                 Err(rustix::io::Errno::INTR) => continue,
-                Err(_) => return,
+                Err(_) => return total,
                 Ok(w) => off += w,
             }
         }
