@@ -10,7 +10,8 @@ use bulkhead_sys::error::{Error, Result};
 use bulkhead_sys::launch::{HostRef, Op, Target};
 use bulkhead_sys::pty::{self, Pty};
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::thread::JoinHandle;
 
 /// A console of its own: the terminal side (bound into the sandbox, held here until the
@@ -27,8 +28,13 @@ impl Console {
                 "cannot open a pseudo-terminal for /dev/console: {e}"
             ))
         })?;
+        let to_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
         let output = std::thread::spawn(move || {
-            pty::copy_counted(master.as_fd(), bulkhead_sys::fd::stderr())
+            if to_terminal {
+                pty::copy_counted(master.as_fd(), bulkhead_sys::fd::stderr())
+            } else {
+                copy_lines(master.as_fd())
+            }
         });
         Ok(Console { slave, output })
     }
@@ -71,4 +77,39 @@ pub fn ops(root: &[u8], fd: RawFd) -> Result<Vec<Op>> {
             nodev: false,
         },
     ])
+}
+
+/// The console's output to a stderr that is no terminal (a pipe, a log file): without the
+/// carriage returns the terminal puts before each newline. How many bytes were read.
+fn copy_lines(from: BorrowedFd<'_>) -> u64 {
+    let mut buf = [0u8; 8192];
+    let mut total = 0u64;
+    let mut err = std::io::stderr();
+    loop {
+        let n = match bulkhead_sys::fd::read_once(from, &mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Ok(0) | Err(_) => return total,
+            Ok(n) => n,
+        };
+        total += n as u64;
+        let text = without_carriage_returns(&buf[..n]);
+        if err.write_all(&text).is_err() {
+            return total;
+        }
+    }
+}
+
+fn without_carriage_returns(b: &[u8]) -> Vec<u8> {
+    b.iter().copied().filter(|&c| c != b'\r').collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn carriage_returns_are_dropped() {
+        assert_eq!(
+            super::without_carriage_returns(b"Failed\r\r\nExiting\r\n"),
+            b"Failed\nExiting\n"
+        );
+    }
 }
