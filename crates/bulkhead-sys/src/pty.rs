@@ -99,3 +99,13 @@ pub fn copy_counted(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> u64 {
         }
     }
 }
+
+/// Make `uid`:`gid` the owner of the terminal side `fd` (the root of a user namespace, so
+/// that it can reopen the terminal by its path, e.g. as /dev/console).
+pub fn give_terminal(fd: std::os::fd::RawFd, uid: u32, gid: u32) -> std::io::Result<()> {
+    // SAFETY: fchown with integer arguments; a bad descriptor is an error, not a fault.
+    if unsafe { libc::fchown(fd, uid, gid) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

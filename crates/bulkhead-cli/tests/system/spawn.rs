@@ -818,6 +818,15 @@ fn a_pid1_reaches_the_user_through_dev_console() {
             && err.contains("wrote nothing to /dev/console"),
         "{err}"
     );
+    // Root of a user namespace opens it too (it is given the terminal).
+    let o = spawn(
+        &root,
+        &["--as-pid1", "--private-users=auto"],
+        "echo 'to the console' >/dev/console; exit 4",
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains("to the console"), "{err}");
     // Under bulkhead's init the command is not PID 1: no console, no note.
     let o = spawn(&root, &[], "test -e /dev/console && echo console; exit 3");
     assert_eq!(o.status.code(), Some(3));

@@ -406,6 +406,15 @@ fn start_console(
             (c.terminal(), Some(c))
         }
     };
+    if let Some(range) = spec.private_users {
+        // Root of the user namespace reopens it as /dev/console.
+        bulkhead_sys::pty::give_terminal(fd, range.base, range.base).map_err(|e| {
+            failed(Error::failed(format!(
+                "cannot give the console's pseudo-terminal to the sandbox's root (UID {}): {e}",
+                range.base
+            )))
+        })?;
+    }
     let ops = console::ops(program.root.as_bytes(), fd).map_err(failed)?;
     program.ops.extend(ops);
     Ok(own)
