@@ -3,7 +3,7 @@
 use bulkhead::Choice;
 use bulkhead_agent::machine::Machine;
 use bulkhead_args::BackendArg;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -43,42 +43,7 @@ enum Cmd {
         dir: Option<PathBuf>,
     },
     /// Run the agent for one node
-    Run {
-        /// This node's name (a DaemonSet passes it with the downward API)
-        #[arg(long, env = "NODE_NAME")]
-        node: String,
-        /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, or the in-cluster account)
-        #[arg(long)]
-        kubeconfig: Option<PathBuf>,
-        /// Where the agent keeps what it made
-        #[arg(long, default_value = "/run/bulkhead/agent")]
-        state_dir: PathBuf,
-        /// Seconds between drift checks
-        #[arg(long, default_value_t = 10.0)]
-        interval: f64,
-        /// Seconds between writes of the slices' figures to the node's BulkheadNode when
-        /// nothing else changed
-        #[arg(long, default_value_t = 60.0)]
-        report_every: f64,
-        /// The kubelet's configuration file, to check plans against (reserved cgroups,
-        /// reservedSystemCPUs); a missing file is only logged
-        #[arg(long, env = "BULKHEAD_KUBELET_CONFIG", default_value = bulkhead_agent::kubelet::DEFAULT_PATH)]
-        kubelet_config: PathBuf,
-        /// Do not read the kubelet's configuration (the Node object's huge pages are still
-        /// checked)
-        #[arg(long)]
-        no_kubelet_config: bool,
-        /// Serve /healthz and /readyz on this address, e.g. 127.0.0.1:9650
-        #[arg(long)]
-        health_listen: Option<std::net::SocketAddr>,
-        /// The DaemonSet running this agent: when it is being deleted at SIGTERM (the chart
-        /// is uninstalled), the agent removes what it made before it exits
-        #[arg(long, env = "BULKHEAD_DAEMONSET")]
-        daemonset: Option<String>,
-        /// The DaemonSet's namespace (the downward API's metadata.namespace)
-        #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-        namespace: String,
-    },
+    Run(RunArgs),
     /// The NRI plugin: per-pod isolation from bulkhead.io pod annotations, through the
     /// runtime's NRI socket (containerd 2.x, CRI-O); docs/FLEET.md has the annotations
     Nri {
@@ -124,6 +89,45 @@ enum Cmd {
         #[arg(long, default_value_t = 120)]
         timeout: u64,
     },
+}
+
+// `bulkhead-agent run`'s options.
+#[derive(Args)]
+struct RunArgs {
+    /// This node's name (a DaemonSet passes it with the downward API)
+    #[arg(long, env = "NODE_NAME")]
+    node: String,
+    /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, or the in-cluster account)
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Where the agent keeps what it made
+    #[arg(long, default_value = "/run/bulkhead/agent")]
+    state_dir: PathBuf,
+    /// Seconds between drift checks
+    #[arg(long, default_value_t = 10.0)]
+    interval: f64,
+    /// Seconds between writes of the slices' figures to the node's BulkheadNode when
+    /// nothing else changed
+    #[arg(long, default_value_t = 60.0)]
+    report_every: f64,
+    /// The kubelet's configuration file, to check plans against (reserved cgroups,
+    /// reservedSystemCPUs); a missing file is only logged
+    #[arg(long, env = "BULKHEAD_KUBELET_CONFIG", default_value = bulkhead_agent::kubelet::DEFAULT_PATH)]
+    kubelet_config: PathBuf,
+    /// Do not read the kubelet's configuration (the Node object's huge pages are still
+    /// checked)
+    #[arg(long)]
+    no_kubelet_config: bool,
+    /// Serve /healthz and /readyz on this address, e.g. 127.0.0.1:9650
+    #[arg(long)]
+    health_listen: Option<std::net::SocketAddr>,
+    /// The DaemonSet running this agent: when it is being deleted at SIGTERM (the chart
+    /// is uninstalled), the agent removes what it made before it exits
+    #[arg(long, env = "BULKHEAD_DAEMONSET")]
+    daemonset: Option<String>,
+    /// The DaemonSet's namespace (the downward API's metadata.namespace)
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    namespace: String,
 }
 
 use bulkhead::actions::hugepages::STATE_ENV as HUGEPAGES_STATE_ENV;
@@ -213,55 +217,50 @@ fn main() {
             daemonset,
             Duration::from_secs(timeout),
         )),
-        Cmd::Run {
-            node,
-            kubeconfig,
-            state_dir,
-            interval,
-            report_every,
-            kubelet_config,
-            no_kubelet_config,
-            health_listen,
-            daemonset,
-            namespace,
-        } => {
-            for (flag, v) in [("--interval", interval), ("--report-every", report_every)] {
-                if !(v.is_finite() && (0.1..=3600.0).contains(&v)) {
-                    eprintln!("bulkhead-agent: {flag} must be between 0.1 and 3600 seconds");
-                    std::process::exit(2);
-                }
-            }
-            if node.is_empty() {
-                eprintln!("bulkhead-agent: --node (or NODE_NAME) is empty");
-                std::process::exit(2);
-            }
-            let backend = match cli.backend {
-                BackendArg::Auto => Choice::Auto,
-                BackendArg::Systemd => Choice::Systemd,
-                BackendArg::Cgroupfs => Choice::Cgroupfs,
-            };
-            // The huge page settings the agent's applies change are recorded in its own state
-            // directory, so that removing a plan puts back exactly those (set before any
-            // thread starts).
-            if std::env::var_os(HUGEPAGES_STATE_ENV).is_none() {
-                std::env::set_var(HUGEPAGES_STATE_ENV, state_dir.join("hugepages.json"));
-            }
-            let opts = bulkhead_agent::run::Options {
-                node,
-                kubeconfig,
-                machine: Machine {
-                    cgroup_root: cli.cgroup_root,
-                    backend,
-                    state_dir,
-                },
-                interval: Duration::from_secs_f64(interval),
-                report_every: Duration::from_secs_f64(report_every),
-                kubelet_config: (!no_kubelet_config).then_some(kubelet_config),
-                health: health_listen,
-                daemonset: daemonset.map(|d| (namespace, d)),
-            };
-            block_on(bulkhead_agent::run::run(opts))
-        }
+        Cmd::Run(a) => run(a, cli.cgroup_root, cli.backend),
     };
     std::process::exit(code);
+}
+
+/// `bulkhead-agent run`: its options checked, then the agent until SIGTERM; its exit code.
+fn run(a: RunArgs, cgroup_root: String, backend: BackendArg) -> i32 {
+    for (flag, v) in [
+        ("--interval", a.interval),
+        ("--report-every", a.report_every),
+    ] {
+        if !(v.is_finite() && (0.1..=3600.0).contains(&v)) {
+            eprintln!("bulkhead-agent: {flag} must be between 0.1 and 3600 seconds");
+            std::process::exit(2);
+        }
+    }
+    if a.node.is_empty() {
+        eprintln!("bulkhead-agent: --node (or NODE_NAME) is empty");
+        std::process::exit(2);
+    }
+    let backend = match backend {
+        BackendArg::Auto => Choice::Auto,
+        BackendArg::Systemd => Choice::Systemd,
+        BackendArg::Cgroupfs => Choice::Cgroupfs,
+    };
+    // The huge page settings the agent's applies change are recorded in its own state
+    // directory, so that removing a plan puts back exactly those (set before any
+    // thread starts).
+    if std::env::var_os(HUGEPAGES_STATE_ENV).is_none() {
+        std::env::set_var(HUGEPAGES_STATE_ENV, a.state_dir.join("hugepages.json"));
+    }
+    let opts = bulkhead_agent::run::Options {
+        node: a.node,
+        kubeconfig: a.kubeconfig,
+        machine: Machine {
+            cgroup_root,
+            backend,
+            state_dir: a.state_dir,
+        },
+        interval: Duration::from_secs_f64(a.interval),
+        report_every: Duration::from_secs_f64(a.report_every),
+        kubelet_config: (!a.no_kubelet_config).then_some(a.kubelet_config),
+        health: a.health_listen,
+        daemonset: a.daemonset.map(|d| (a.namespace, d)),
+    };
+    block_on(bulkhead_agent::run::run(opts))
 }

@@ -5,11 +5,11 @@
 
 use crate::conditions::{condition, find, APPLIED, DEGRADED, DRIFTED};
 use crate::convert;
-use crate::crd::{BulkheadNodeStatus, BulkheadPlan, PlanReport};
+use crate::crd::{BulkheadNodeStatus, BulkheadPlan, Condition, PlanReport};
 use crate::decide::{self, PlanView};
 use crate::kubelet::{self, KubeletConfig};
 use crate::logging::log;
-use crate::machine::Machine;
+use crate::machine::{Machine, Pending};
 use crate::report::{self, Reporter, WRITE_TIMEOUT};
 use crate::state::State;
 use k8s_openapi::api::core::v1::Node;
@@ -273,135 +273,102 @@ impl Agent {
         state: &mut State,
         reports: &mut Reports,
     ) -> Option<(String, i64)> {
-        let name = p.name_any();
-        let rivals = cx.rivals;
-        let prev = previous(cx.last, &name);
-        let g = Some(generation);
-        let t = now();
-        let same = state.plan.as_deref() == Some(name.as_str());
-        // What the node runs of this plan before this pass.
-        let running = if same { state.generation } else { None };
-        let me = self.node.clone();
-        let degraded = |ok_reason: &str, ok_msg: String| {
-            if rivals.is_empty() {
-                condition(&prev.conditions, DEGRADED, false, ok_reason, ok_msg, g, &t)
-            } else {
-                let msg = format!(
-                    "node {me} is also selected by {}; only {name} is applied",
-                    rivals.join(", ")
-                );
-                condition(&prev.conditions, DEGRADED, true, "Conflict", msg, g, &t)
-            }
-        };
-        let drifted_prev = find(&prev.conditions, DRIFTED).cloned().unwrap_or_else(|| {
-            condition(
-                &[],
-                DRIFTED,
-                false,
-                "NoDrift",
-                "no change made outside the agent",
-                g,
-                &t,
-            )
-        });
-
-        let drifted_kept = drifted_prev.clone();
-        let failed = |reason: &str, msg: String| PlanReport {
-            plan: name.clone(),
-            applied_revision: running,
-            conditions: vec![
-                condition(&prev.conditions, APPLIED, false, reason, &msg, g, &t),
-                drifted_kept.clone(),
-                condition(&prev.conditions, DEGRADED, true, reason, &msg, g, &t),
-            ],
-            warnings: vec![],
-            slices: vec![],
-        };
-
+        let a = Attempt::new(p, generation, cx, state, self.node.clone());
+        let name = a.name.clone();
         let text = match convert::to_plan(&name, &p.spec) {
             Ok((text, _)) => text,
             Err(e) => {
-                let entry = failed("InvalidPlan", e.clone());
-                if prev.conditions != entry.conditions {
+                let entry = a.failed("InvalidPlan", e.clone());
+                if a.prev.conditions != entry.conditions {
                     log(format!("plan {name} generation {generation} refused: {e}"));
                 }
-                reports.insert(name.clone(), entry);
-                return running.map(|r| (name, r));
+                reports.insert(name, entry);
+                return a.kept();
             }
         };
         let pending = match self.machine.plan(&text) {
             Ok(x) => x,
             Err(e) => {
                 log(format!("plan {name}: cannot plan the apply: {e}"));
-                reports.insert(name.clone(), failed("ApplyFailed", e));
-                return running.map(|r| (name, r));
+                reports.insert(name, a.failed("ApplyFailed", e));
+                return a.kept();
             }
         };
-        let mut drifted = drifted_prev;
-        if !pending.changes.is_empty() {
-            let drift = running == Some(generation);
-            if drift {
-                let msg = format!(
-                    "{} setting(s) changed outside the agent: {}",
-                    pending.changes.len(),
-                    pending.changes.join("; ")
-                );
-                log(format!("plan {name}: drift, re-applying: {msg}"));
-                let mut entry = prev.clone();
-                entry.plan = name.clone();
-                entry.conditions = vec![
-                    condition(&prev.conditions, APPLIED, false, "Drifted", &msg, g, &t),
-                    condition(
-                        &prev.conditions,
-                        DRIFTED,
-                        true,
-                        "DriftDetected",
-                        &msg,
-                        g,
-                        &t,
-                    ),
-                    degraded("AsExpected", "the plan applies as written".into()),
-                ];
-                // Said before the repair, so a watcher sees Drifted=True, then Repaired.
-                let mut now_reports = reports.clone();
-                now_reports.insert(name.clone(), entry.clone());
-                let summary = report::summary(now_reports, running.map(|r| (name.as_str(), r)));
-                self.reporter.publish(cx.node, summary).await;
-                drifted = condition(
-                    &entry.conditions,
-                    DRIFTED,
-                    false,
-                    "Repaired",
-                    format!("re-applied at {t}: {msg}"),
-                    g,
-                    &t,
-                );
-            } else {
-                log(format!(
-                    "plan {name}: applying generation {generation} ({} change(s))",
-                    pending.changes.len()
-                ));
-            }
-        }
+        let drifted = self.say_changes(&a, &pending, cx, reports).await;
         let mut sched_warning = None;
         if Machine::has_work(&pending) {
             match self.machine.execute(&pending) {
                 Err(e) => {
                     log(format!("plan {name}: apply failed: {e}"));
-                    reports.insert(name.clone(), failed("ApplyFailed", e));
-                    return running.map(|r| (name, r));
+                    reports.insert(name, a.failed("ApplyFailed", e));
+                    return a.kept();
                 }
                 Ok(w) => sched_warning = w,
             }
         }
-        if !same {
+        self.remember(state, &a, &pending);
+        let entry = self.applied(&a, &pending, cx, sched_warning, drifted);
+        reports.insert(name.clone(), entry);
+        Some((name, generation))
+    }
+
+    /// Log the changes the apply will make. Changes to the generation the node already runs
+    /// were made outside the agent: published as Drifted=True before the repair, so a watcher
+    /// sees Drifted=True, then Repaired. Returns the Drifted condition the entry will carry.
+    async fn say_changes(
+        &mut self,
+        a: &Attempt<'_>,
+        pending: &Pending,
+        cx: &Pass<'_>,
+        reports: &Reports,
+    ) -> Condition {
+        let name = &a.name;
+        if pending.changes.is_empty() {
+            return a.drifted_prev.clone();
+        }
+        if a.running != Some(a.generation) {
+            log(format!(
+                "plan {name}: applying generation {} ({} change(s))",
+                a.generation,
+                pending.changes.len()
+            ));
+            return a.drifted_prev.clone();
+        }
+        let msg = format!(
+            "{} setting(s) changed outside the agent: {}",
+            pending.changes.len(),
+            pending.changes.join("; ")
+        );
+        log(format!("plan {name}: drift, re-applying: {msg}"));
+        let entry = a.drifting(&msg);
+        let mut now_reports = reports.clone();
+        now_reports.insert(name.clone(), entry.clone());
+        let summary = report::summary(now_reports, a.running.map(|r| (name.as_str(), r)));
+        self.reporter.publish(cx.node, summary).await;
+        a.repaired(&entry, &msg)
+    }
+
+    /// The node runs this generation of the plan now, with what the apply made.
+    fn remember(&self, state: &mut State, a: &Attempt<'_>, pending: &Pending) {
+        if !a.same {
             state.created.clear();
         }
-        state.plan = Some(name.clone());
-        state.generation = Some(generation);
+        state.plan = Some(a.name.clone());
+        state.generation = Some(a.generation);
         state.add_created(pending.missing.iter().cloned());
         self.save(state);
+    }
 
+    /// The entry of an applied plan: its warnings (what this node cannot honour, what
+    /// disagrees with the kubelet) and its slices' figures.
+    fn applied(
+        &self,
+        a: &Attempt<'_>,
+        pending: &Pending,
+        cx: &Pass<'_>,
+        sched_warning: Option<String>,
+        drifted: Condition,
+    ) -> PlanReport {
         let slices: Vec<String> = pending
             .plan
             .resolved
@@ -414,24 +381,17 @@ impl Agent {
         warnings.extend(cx.kubelet.problem.clone());
         let from_kubelet = self
             .machine
-            .kubelet_warnings(&cx.kubelet.cfg, &pending, cx.node);
+            .kubelet_warnings(&cx.kubelet.cfg, pending, cx.node);
         warnings.extend(from_kubelet.iter().cloned());
         let cannot =
             warnings.len() - from_kubelet.len() - usize::from(cx.kubelet.problem.is_some());
-        let ok_msg = match (cannot, from_kubelet.len()) {
-            (0, 0) => "the plan applies as written".to_string(),
-            (n, 0) => format!("{n} directive(s) this node cannot honour: see warnings"),
-            (0, k) => format!("{k} disagreement(s) with the kubelet: see warnings"),
-            (n, k) => format!(
-                "{n} directive(s) this node cannot honour and {k} disagreement(s) with the kubelet: see warnings"
-            ),
-        };
-        let entry = PlanReport {
-            plan: name.clone(),
+        let (g, t, generation) = (a.g(), &a.t, a.generation);
+        PlanReport {
+            plan: a.name.clone(),
             applied_revision: Some(generation),
             conditions: vec![
                 condition(
-                    &prev.conditions,
+                    &a.prev.conditions,
                     APPLIED,
                     true,
                     "Applied",
@@ -440,16 +400,14 @@ impl Agent {
                         slices.len()
                     ),
                     g,
-                    &t,
+                    t,
                 ),
                 drifted,
-                degraded("AsExpected", ok_msg),
+                a.degraded("AsExpected", ok_message(cannot, from_kubelet.len())),
             ],
             warnings,
             slices: self.machine.figures(&slices),
-        };
-        reports.insert(name.clone(), entry);
-        Some((name, generation))
+        }
     }
 
     /// Set or remove the node's plan labels where they differ.
@@ -484,4 +442,139 @@ struct Pass<'a> {
     last: &'a BulkheadNodeStatus,
     rivals: &'a [String],
     kubelet: &'a KubeletView,
+}
+
+/// One plan's apply in one pass: what its report entry is made from.
+struct Attempt<'a> {
+    name: String,
+    generation: i64,
+    prev: PlanReport,
+    /// The node runs this plan now (perhaps another generation).
+    same: bool,
+    /// What the node runs of this plan before this pass.
+    running: Option<i64>,
+    /// Other plans that select this node.
+    rivals: &'a [String],
+    node: String,
+    t: String,
+    /// The Drifted condition as it was (NoDrift when there was none).
+    drifted_prev: Condition,
+}
+
+impl<'a> Attempt<'a> {
+    fn new(
+        p: &BulkheadPlan,
+        generation: i64,
+        cx: &Pass<'a>,
+        state: &State,
+        node: String,
+    ) -> Attempt<'a> {
+        let name = p.name_any();
+        let prev = previous(cx.last, &name);
+        let t = now();
+        let same = state.plan.as_deref() == Some(name.as_str());
+        let drifted_prev = find(&prev.conditions, DRIFTED).cloned().unwrap_or_else(|| {
+            condition(
+                &[],
+                DRIFTED,
+                false,
+                "NoDrift",
+                "no change made outside the agent",
+                Some(generation),
+                &t,
+            )
+        });
+        Attempt {
+            running: if same { state.generation } else { None },
+            name,
+            generation,
+            prev,
+            same,
+            rivals: cx.rivals,
+            node,
+            t,
+            drifted_prev,
+        }
+    }
+
+    fn g(&self) -> Option<i64> {
+        Some(self.generation)
+    }
+
+    /// Degraded: false with the given reason, unless other plans select this node too.
+    fn degraded(&self, ok_reason: &str, ok_msg: String) -> Condition {
+        let (prev, g, t) = (&self.prev.conditions, self.g(), &self.t);
+        if self.rivals.is_empty() {
+            condition(prev, DEGRADED, false, ok_reason, ok_msg, g, t)
+        } else {
+            let msg = format!(
+                "node {} is also selected by {}; only {} is applied",
+                self.node,
+                self.rivals.join(", "),
+                self.name
+            );
+            condition(prev, DEGRADED, true, "Conflict", msg, g, t)
+        }
+    }
+
+    /// The entry of a plan that could not be applied: the node keeps what it ran.
+    fn failed(&self, reason: &str, msg: String) -> PlanReport {
+        let (prev, g, t) = (&self.prev.conditions, self.g(), &self.t);
+        PlanReport {
+            plan: self.name.clone(),
+            applied_revision: self.running,
+            conditions: vec![
+                condition(prev, APPLIED, false, reason, &msg, g, t),
+                self.drifted_prev.clone(),
+                condition(prev, DEGRADED, true, reason, &msg, g, t),
+            ],
+            warnings: vec![],
+            slices: vec![],
+        }
+    }
+
+    /// What the node runs of this plan after a failure: what it ran before.
+    fn kept(&self) -> Option<(String, i64)> {
+        self.running.map(|r| (self.name.clone(), r))
+    }
+
+    /// The entry said before a drift is repaired.
+    fn drifting(&self, msg: &str) -> PlanReport {
+        let (prev, g, t) = (&self.prev.conditions, self.g(), &self.t);
+        let mut entry = self.prev.clone();
+        entry.plan = self.name.clone();
+        entry.conditions = vec![
+            condition(prev, APPLIED, false, "Drifted", msg, g, t),
+            condition(prev, DRIFTED, true, "DriftDetected", msg, g, t),
+            self.degraded("AsExpected", "the plan applies as written".into()),
+        ];
+        entry
+    }
+
+    /// Drifted once the drift said in `entry` is repaired.
+    fn repaired(&self, entry: &PlanReport, msg: &str) -> Condition {
+        let t = &self.t;
+        condition(
+            &entry.conditions,
+            DRIFTED,
+            false,
+            "Repaired",
+            format!("re-applied at {t}: {msg}"),
+            self.g(),
+            t,
+        )
+    }
+}
+
+/// Degraded's message of an applied plan: what this node cannot honour (`cannot`) and what
+/// disagrees with the kubelet (`kubelet`), counted.
+fn ok_message(cannot: usize, kubelet: usize) -> String {
+    match (cannot, kubelet) {
+        (0, 0) => "the plan applies as written".to_string(),
+        (n, 0) => format!("{n} directive(s) this node cannot honour: see warnings"),
+        (0, k) => format!("{k} disagreement(s) with the kubelet: see warnings"),
+        (n, k) => format!(
+            "{n} directive(s) this node cannot honour and {k} disagreement(s) with the kubelet: see warnings"
+        ),
+    }
 }

@@ -9,7 +9,7 @@ use crate::machine::Machine;
 use crate::reconcile::Agent;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
 use std::net::SocketAddr;
@@ -72,57 +72,10 @@ pub async fn run(o: Options) -> Result<(), String> {
     let api_client = client.clone();
     let ready = Arc::new(AtomicBool::new(false));
     if let Some(addr) = o.health {
-        let l = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| format!("--health-listen {addr}: {e}"))?;
-        log(format!("health on http://{addr}/healthz and /readyz"));
-        tokio::spawn(crate::health::serve(l, ready.clone()));
+        serve_health(addr, ready.clone()).await?;
     }
-
     let (kick_tx, mut kick) = tokio::sync::mpsc::channel::<()>(1);
-    let (plans, plans_w) = reflector::store::<BulkheadPlan>();
-    let (nodes, nodes_w) = reflector::store::<Node>();
-    let plan_stream = reflector::reflector(
-        plans_w,
-        watcher(
-            Api::<BulkheadPlan>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff(),
-    );
-    let node_cfg = watcher::Config::default().fields(&format!("metadata.name={}", o.node));
-    let node_stream = reflector::reflector(
-        nodes_w,
-        watcher(Api::<Node>::all(client.clone()), node_cfg).default_backoff(),
-    );
-    for (what, stream) in [
-        ("plans", plan_stream.map(|e| e.map(|_| ())).boxed()),
-        ("node", node_stream.map(|e| e.map(|_| ())).boxed()),
-    ] {
-        let tx = kick_tx.clone();
-        tokio::spawn(async move {
-            let mut s = stream;
-            let mut failing = false;
-            while let Some(ev) = s.next().await {
-                match ev {
-                    Ok(()) => {
-                        if failing {
-                            log(format!("watch of {what} is back"));
-                            failing = false;
-                        }
-                        let _ = tx.try_send(());
-                    }
-                    Err(e) => {
-                        if !failing {
-                            log(format!("watch of {what} failed (retrying): {e}"));
-                            failing = true;
-                        }
-                    }
-                }
-            }
-        });
-    }
-
+    let (plans, nodes) = watch(&client, &o.node, &kick_tx);
     let mut agent = Agent::new(
         o.node.clone(),
         o.machine,
@@ -162,19 +115,99 @@ pub async fn run(o: Options) -> Result<(), String> {
             }
             _ = tick.tick() => {}
             _ = term.recv() => {
-                if let Some((ns, name)) = &o.daemonset {
-                    if uninstalling(&api_client, ns, name).await {
-                        log(format!("SIGTERM and DaemonSet {ns}/{name} is being deleted: undoing what the agent made"));
-                        return match nodes.get(&ObjectRef::new(&o.node)) {
-                            Some(node) => agent.uninstall(&node).await,
-                            None => Err(format!("node {} unknown: nothing undone", o.node)),
-                        };
-                    }
-                }
-                log("SIGTERM: stopping; the slices stay");
-                return Ok(());
+                return on_sigterm(&api_client, o.daemonset.as_ref(), &o.node, &nodes, &mut agent).await;
             }
             _ = tokio::signal::ctrl_c() => { log("SIGINT: stopping; the slices stay"); return Ok(()); }
         }
     }
+}
+
+/// Answer /healthz and /readyz on `addr` (ready once the first pass is done).
+async fn serve_health(addr: SocketAddr, ready: Arc<AtomicBool>) -> Result<(), String> {
+    let l = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("--health-listen {addr}: {e}"))?;
+    log(format!("health on http://{addr}/healthz and /readyz"));
+    tokio::spawn(crate::health::serve(l, ready));
+    Ok(())
+}
+
+/// Watch the plans and this node into caches; every change kicks a pass through `kick`.
+fn watch(
+    client: &kube::Client,
+    node: &str,
+    kick: &tokio::sync::mpsc::Sender<()>,
+) -> (Store<BulkheadPlan>, Store<Node>) {
+    let (plans, plans_w) = reflector::store::<BulkheadPlan>();
+    let (nodes, nodes_w) = reflector::store::<Node>();
+    let plan_stream = reflector::reflector(
+        plans_w,
+        watcher(
+            Api::<BulkheadPlan>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff(),
+    );
+    let node_cfg = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    let node_stream = reflector::reflector(
+        nodes_w,
+        watcher(Api::<Node>::all(client.clone()), node_cfg).default_backoff(),
+    );
+    for (what, stream) in [
+        ("plans", plan_stream.map(|e| e.map(|_| ())).boxed()),
+        ("node", node_stream.map(|e| e.map(|_| ())).boxed()),
+    ] {
+        tokio::spawn(forward(what, stream, kick.clone()));
+    }
+    (plans, nodes)
+}
+
+/// Kick a pass on every event of a watch; say once when it fails and once when it is back.
+async fn forward<E: std::fmt::Display>(
+    what: &'static str,
+    mut s: futures::stream::BoxStream<'static, Result<(), E>>,
+    tx: tokio::sync::mpsc::Sender<()>,
+) {
+    let mut failing = false;
+    while let Some(ev) = s.next().await {
+        match ev {
+            Ok(()) => {
+                if failing {
+                    log(format!("watch of {what} is back"));
+                    failing = false;
+                }
+                let _ = tx.try_send(());
+            }
+            Err(e) => {
+                if !failing {
+                    log(format!("watch of {what} failed (retrying): {e}"));
+                    failing = true;
+                }
+            }
+        }
+    }
+}
+
+/// SIGTERM: stop, leaving the slices; when the agent's DaemonSet is being deleted (the
+/// chart's uninstall), first undo what the agent made.
+async fn on_sigterm(
+    api_client: &kube::Client,
+    daemonset: Option<&(String, String)>,
+    node_name: &str,
+    nodes: &Store<Node>,
+    agent: &mut Agent,
+) -> Result<(), String> {
+    if let Some((ns, name)) = daemonset {
+        if uninstalling(api_client, ns, name).await {
+            log(format!(
+                "SIGTERM and DaemonSet {ns}/{name} is being deleted: undoing what the agent made"
+            ));
+            return match nodes.get(&ObjectRef::new(node_name)) {
+                Some(node) => agent.uninstall(&node).await,
+                None => Err(format!("node {node_name} unknown: nothing undone")),
+            };
+        }
+    }
+    log("SIGTERM: stopping; the slices stay");
+    Ok(())
 }

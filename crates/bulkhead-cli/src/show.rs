@@ -39,6 +39,26 @@ pub fn plan_toml(p: &ResolvedPlan) -> String {
         if let Some(d) = &s.description {
             let _ = writeln!(out, "Description = {}", quote(d));
         }
+        if let Some(spec) = p
+            .plan
+            .slices
+            .get(s.name())
+            .filter(|x| !x.services.is_empty())
+        {
+            let names: Vec<String> = spec
+                .services
+                .iter()
+                .map(|a| match &a.value.pidfile {
+                    None => quote(&a.value.name),
+                    Some(p) => format!(
+                        "{{ name = {}, pidfile = {} }}",
+                        quote(&a.value.name),
+                        quote(p)
+                    ),
+                })
+                .collect();
+            let _ = writeln!(out, "services = [{}]", names.join(", "));
+        }
         // Group repeated directives (devices, page sizes) into one line.
         let mut i = 0;
         while i < s.settings.len() {
@@ -76,6 +96,21 @@ pub fn plan_toml(p: &ResolvedPlan) -> String {
             } else {
                 let _ = writeln!(out, "{line:<31} # {}", from.join("; "));
             }
+        }
+    }
+    out.push_str(&place_toml(&p.plan));
+    out
+}
+
+/// The plan's `[place.NAME]` rules, as written.
+fn place_toml(plan: &bulkhead::plan::Plan) -> String {
+    let mut out = String::new();
+    for r in plan.place.values() {
+        let _ = writeln!(out, "\n[place.{}]", quote(&r.name));
+        let _ = writeln!(out, "slice = {}", quote(r.slice.as_str()));
+        for (k, v) in r.keys().iter().filter(|(_, v)| !v.is_empty()) {
+            let list: Vec<String> = v.iter().map(|x| quote(x)).collect();
+            let _ = writeln!(out, "{k} = [{}]", list.join(", "));
         }
     }
     out

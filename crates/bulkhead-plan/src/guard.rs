@@ -213,37 +213,27 @@ fn defaults(loc: Loc) -> GuardSpec {
     }
 }
 
+/// The span keys: their bounds and the field each sets.
+fn span_key<'g>(g: &'g mut GuardSpec, key: &str) -> Option<(Duration, Duration, &'g mut Duration)> {
+    let (ms, secs) = (Duration::from_millis, Duration::from_secs);
+    match key {
+        "period" => Some((ms(10), secs(10), &mut g.period)),
+        "calibration" => Some((Duration::ZERO, secs(600), &mut g.calibration)),
+        "quota_period" => Some((ms(1), secs(1), &mut g.quota_period)),
+        "max_frozen" => Some((Duration::ZERO, secs(60), &mut g.max_frozen)),
+        _ => None,
+    }
+}
+
 /// The timing and threshold keys, and unknown ones.
 fn tuning(cx: &mut Ctx<'_>, g: &mut GuardSpec, key: &str, kloc: Loc, val: &DeValue<'_>) {
+    if let Some((lo, hi, slot)) = span_key(g, key) {
+        if let Some(d) = cx.span(kloc, key, val, lo, hi) {
+            *slot = d;
+        }
+        return;
+    }
     match key {
-        "period" => {
-            let d = cx.span(
-                kloc,
-                key,
-                val,
-                Duration::from_millis(10),
-                Duration::from_secs(10),
-            );
-            g.period = d.unwrap_or(g.period);
-        }
-        "calibration" => {
-            let d = cx.span(kloc, key, val, Duration::ZERO, Duration::from_secs(600));
-            g.calibration = d.unwrap_or(g.calibration);
-        }
-        "quota_period" => {
-            let d = cx.span(
-                kloc,
-                key,
-                val,
-                Duration::from_millis(1),
-                Duration::from_secs(1),
-            );
-            g.quota_period = d.unwrap_or(g.quota_period);
-        }
-        "max_frozen" => {
-            let d = cx.span(kloc, key, val, Duration::ZERO, Duration::from_secs(60));
-            g.max_frozen = d.unwrap_or(g.max_frozen);
-        }
         "cpu_floor" => {
             g.cpu_floor = cx
                 .percent(kloc, key, val, 0.01, 10.0)

@@ -18,8 +18,10 @@ pub mod import;
 pub mod iocost;
 mod name;
 mod parse;
+pub mod place;
 mod resolve;
 pub mod sandbox;
+pub mod services;
 pub mod socket;
 pub mod toml_text;
 mod values;
@@ -92,6 +94,8 @@ pub struct SliceSpec {
     pub description: Option<String>,
     /// Canonical directive name -> value.
     pub directives: BTreeMap<&'static str, At<Value>>,
+    /// `services = [...]`: systemd services the plan puts in this slice (`Slice=` drop-ins).
+    pub services: Vec<At<services::Service>>,
 }
 
 impl SliceSpec {
@@ -107,6 +111,8 @@ pub struct Plan {
     pub slices: BTreeMap<SliceName, SliceSpec>,
     /// `[socket.NAME]` sections, by name.
     pub sockets: BTreeMap<String, SocketSpec>,
+    /// `[place.NAME]` placement rules, by name (at most [`place::MAX_RULES`]).
+    pub place: BTreeMap<String, place::PlaceRule>,
     /// The `[hugepages]` section (pools, THP, hugetlbfs mounts), if the plan has one.
     pub hugepages: Option<hugepages::HugepagesSpec>,
     /// The `[guard]` section (the slice `bulkhead guard` protects and its sideloads), if any.

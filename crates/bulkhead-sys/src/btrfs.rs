@@ -83,40 +83,26 @@ pub fn snapshot_at(src_fd: BorrowedFd<'_>, parent: BorrowedFd<'_>, name: &OsStr)
 
 /// A new empty subvolume `name` in the directory open (for reading) as `parent`.
 pub fn subvolume_create_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
-    let name = name.as_bytes();
-    if name.is_empty() || name.len() > 4087 {
-        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
-    }
-    // SAFETY: all-zero is a valid value of this plain C struct.
-    let mut args: Box<VolArgs> = Box::new(unsafe { std::mem::zeroed() });
-    args.name[..name.len()].copy_from_slice(name);
-    // SAFETY: the argument is the struct or buffer this request takes, sized as it encodes.
-    unsafe {
-        ioctl(
-            parent.as_raw_fd(),
-            BTRFS_IOC_SUBVOL_CREATE,
-            (&raw mut *args).cast(),
-        )
-    }
+    vol_ioctl(parent, BTRFS_IOC_SUBVOL_CREATE, name.as_bytes())
 }
 
 /// Destroy the subvolume `name` in the directory open as `parent` (one ioctl; ENOTEMPTY when
 /// it still holds subvolumes; the tree remover empties those first).
 pub fn destroy_at(parent: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
+    vol_ioctl(parent, BTRFS_IOC_SNAP_DESTROY, name)
+}
+
+/// A request that takes struct btrfs_ioctl_vol_args naming `name` in `parent`.
+fn vol_ioctl(parent: BorrowedFd<'_>, req: u32, name: &[u8]) -> io::Result<()> {
     if name.is_empty() || name.len() > 4087 {
         return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
     }
     // SAFETY: all-zero is a valid value of this plain C struct.
     let mut args: Box<VolArgs> = Box::new(unsafe { std::mem::zeroed() });
     args.name[..name.len()].copy_from_slice(name);
-    // SAFETY: the argument is the struct or buffer this request takes, sized as it encodes.
-    unsafe {
-        ioctl(
-            parent.as_raw_fd(),
-            BTRFS_IOC_SNAP_DESTROY,
-            (&raw mut *args).cast(),
-        )
-    }
+    // SAFETY: `req` is one of the requests that take this struct, sized as they encode (the
+    // assertions above).
+    unsafe { ioctl(parent.as_raw_fd(), req, (&raw mut *args).cast()) }
 }
 
 /// `path` is the root directory of a btrfs subvolume (a symlink is not followed).

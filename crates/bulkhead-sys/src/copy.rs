@@ -6,6 +6,7 @@
 //! to the copy (mkdirat, fchown, fchmod, futimens, ...) goes through the descriptor of the
 //! directory or file it is made in.
 
+use crate::dir::open_subdir;
 use crate::hostpath::reopen_dir;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat, Timespec, Timestamps};
 use std::collections::HashMap;
@@ -88,17 +89,6 @@ fn errno_at<'a>(
 
 fn kind(st: &Stat) -> FileType {
     FileType::from_raw_mode(st.st_mode)
-}
-
-/// A directory entry opened for reading, not followed if it is a symlink.
-fn open_subdir(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
-    rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(Into::into)
 }
 
 /// An entry of the source, open and of the type its stat said (a regular file or a

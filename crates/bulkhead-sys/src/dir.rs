@@ -52,6 +52,18 @@ pub fn private_dir(dir: &Path) -> io::Result<OwnedFd> {
     private_dir_at(parent.as_fd(), OsStr::from_bytes(&name))
 }
 
+/// The directory `name` in the directory open as `dir`, opened for reading; not followed if
+/// it is a symlink (ELOOP), refused if it is not a directory (ENOTDIR).
+pub fn open_subdir(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(Into::into)
+}
+
 /// [`private_dir`] for `name` in the directory open as `parent`.
 pub fn private_dir_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
     match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o700)) {
@@ -64,15 +76,12 @@ pub fn private_dir_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedF
             "not a directory owned by root (a symlink, or another user's directory)",
         )
     };
-    let fd = match rustix::fs::openat(
-        parent,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
+    let fd = match open_subdir(parent, name) {
         Ok(fd) => fd,
-        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => return Err(refused()),
-        Err(e) => return Err(e.into()),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+            return Err(refused())
+        }
+        Err(e) => return Err(e),
     };
     let st = rustix::fs::fstat(&fd)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory || st.st_uid != 0 {

@@ -114,6 +114,12 @@ pub fn dup_above(fd: impl AsFd, min: i32) -> std::io::Result<OwnedFd> {
     rustix::io::fcntl_dupfd_cloexec(fd, min).map_err(Into::into)
 }
 
+/// Allocate `size` bytes of disk for the file open as `fd` (fallocate(2) mode 0: the file
+/// grows to `size`, its blocks reserved).
+pub fn allocate(fd: impl AsFd, size: u64) -> std::io::Result<()> {
+    rustix::fs::fallocate(fd, rustix::fs::FallocateFlags::empty(), 0, size).map_err(Into::into)
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::fd::{AsRawFd, IntoRawFd};
@@ -132,5 +138,19 @@ mod tests {
         assert_eq!(back.local_addr().unwrap(), addr);
         drop(back);
         assert!(super::adopt_socket(i32::MAX).is_err());
+    }
+
+    #[test]
+    fn allocate_grows_the_file_to_its_size() {
+        let p = std::env::temp_dir().join(format!("bh-allocate-{}", std::process::id()));
+        let f = std::fs::File::create(&p).unwrap();
+        let r = super::allocate(&f, 1 << 20);
+        let len = f.metadata().unwrap().len();
+        let _ = std::fs::remove_file(&p);
+        match r {
+            Ok(()) => assert_eq!(len, 1 << 20),
+            // tmpfs and ext4 have fallocate; a file system without it says so.
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}"),
+        }
     }
 }

@@ -24,6 +24,8 @@ pub mod net;
 pub mod notify;
 pub mod paths;
 pub mod process;
+pub mod proclist;
+pub mod procs;
 pub mod psi;
 pub mod pty;
 pub mod remove;

@@ -68,6 +68,18 @@ pub fn parent(pid: u32) -> Option<u32> {
     parse_stat_ppid(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// The first child of a process's main thread (/proc/PID/task/PID/children).
+pub fn first_child(pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// The network namespace of a process, opened to enter it (/proc/PID/ns/net, a link the
+/// kernel resolves to the namespace itself).
+pub fn open_netns(pid: u32) -> std::io::Result<std::os::fd::OwnedFd> {
+    Ok(std::fs::File::open(format!("/proc/{pid}/ns/net"))?.into())
+}
+
 #[cfg(test)]
 mod stat_tests {
     #[test]
@@ -80,6 +92,42 @@ mod stat_tests {
             super::parent(std::process::id()),
             Some(std::os::unix::process::parent_id())
         );
+    }
+
+    #[test]
+    fn a_child_and_the_network_namespace() {
+        // A shell whose one thread starts a child: it is the shell's first child.
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "sleep 5 & wait"])
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut first = None;
+        while first.is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            first = super::first_child(sh.id());
+        }
+        let ns = super::open_netns(sh.id());
+        let grandchild = first.map(super::parent);
+        let _ = sh.kill();
+        let _ = sh.wait();
+        if let Some(p) = first {
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(p as i32).unwrap(),
+                rustix::process::Signal::KILL,
+            );
+        }
+        assert_eq!(
+            grandchild,
+            Some(Some(sh.id())),
+            "the sleep is the shell's child"
+        );
+        let ns = ns.unwrap();
+        let mine = std::fs::metadata("/proc/self/ns/net").unwrap();
+        let st = rustix::fs::fstat(&ns).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!((st.st_dev, st.st_ino), (mine.dev(), mine.ino()));
+        assert!(super::first_child(u32::MAX).is_none());
     }
 }
 
@@ -443,9 +491,19 @@ pub fn lock_memory() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Run `f` with the process's umask set to `mask`, then put the old one back. The umask is
+/// process-wide: call it before threads that make files start.
+pub fn with_umask<R>(mask: u32, f: impl FnOnce() -> R) -> R {
+    use rustix::fs::Mode;
+    let old = rustix::process::umask(Mode::from_raw_mode(mask & 0o777));
+    let r = f();
+    rustix::process::umask(old);
+    r
+}
+
 /// Take an exclusive flock(2) on a file: without `wait`, `Ok(false)` when another process
 /// holds it. The lock lasts as long as the file stays open.
-pub fn lock_file(f: &std::fs::File, wait: bool) -> std::io::Result<bool> {
+pub fn lock_file(f: impl std::os::fd::AsFd, wait: bool) -> std::io::Result<bool> {
     use rustix::fs::{flock, FlockOperation};
     let op = if wait {
         FlockOperation::LockExclusive

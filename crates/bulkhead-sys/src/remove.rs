@@ -7,6 +7,7 @@
 
 use crate::btrfs::{self, BTRFS_MAGIC, FIRST_FREE_OBJECTID};
 use crate::dir::parent_and_name;
+use crate::hostpath::reopen_dir;
 use crate::mountinfo;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use std::ffi::{CStr, CString, OsStr};
@@ -125,7 +126,8 @@ fn remove_dir(
 /// Remove everything in the directory open as `fd` (device `dev`).
 fn remove_contents(fd: &OwnedFd, dev: u64, shown: &Path) -> Result<(), Failed> {
     let fail = |e: io::Error| (shown.to_path_buf(), e);
-    let list = open_dir_fd(fd).map_err(fail)?;
+    // A second descriptor to list it: reading moves the offset.
+    let list = reopen_dir(fd.as_fd()).map_err(fail)?;
     let mut names = Vec::new();
     for entry in rustix::fs::Dir::read_from(&list).map_err(|e| fail(e.into()))? {
         let entry = entry.map_err(|e| fail(e.into()))?;
@@ -139,17 +141,6 @@ fn remove_contents(fd: &OwnedFd, dev: u64, shown: &Path) -> Result<(), Failed> {
         remove_entry(fd.as_fd(), &n, Some(dev), &child)?;
     }
     Ok(())
-}
-
-/// A second descriptor of the same directory to list it (reading moves its offset).
-fn open_dir_fd(fd: &OwnedFd) -> io::Result<OwnedFd> {
-    rustix::fs::openat(
-        fd,
-        c".",
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(Into::into)
 }
 
 fn ignore_missing(r: rustix::io::Result<()>) -> io::Result<()> {

@@ -105,3 +105,49 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
     }
 }
+
+/// Why [`read_root_file`] gave no text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootFileError {
+    /// The OS said no (ENOENT, EACCES, ELOOP for a symlink, ...), as text.
+    Io(String),
+    /// It is there but others could have changed it: why.
+    Untrusted(String),
+}
+
+/// Read a configuration file root acts on (a plan with placement rules): opened once without
+/// following a symlink at its last component, decided on by `fstat` of that descriptor
+/// (a regular file owned by root, writable by nobody else) and read through it, at most
+/// `max` bytes.
+pub fn read_root_file(path: &Path, max: usize) -> Result<String, RootFileError> {
+    use std::io::Read;
+    let io = |e: io::Error| RootFileError::Io(crate::error::errno_text(&e));
+    let fd = rustix::fs::open(
+        path,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| io(e.into()))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| io(e.into()))?;
+    let mode = st.st_mode & 0o7777;
+    let why = if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        Some("is not a regular file".to_string())
+    } else if st.st_uid != 0 {
+        Some(format!("is owned by UID {}, not root", st.st_uid))
+    } else if mode & 0o022 != 0 {
+        Some(format!(
+            "is writable by its group or others (mode {mode:04o})"
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Err(RootFileError::Untrusted(why));
+    }
+    let mut text = String::new();
+    std::fs::File::from(fd)
+        .take(max as u64)
+        .read_to_string(&mut text)
+        .map_err(io)?;
+    Ok(text)
+}

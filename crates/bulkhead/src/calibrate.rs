@@ -106,15 +106,7 @@ fn bad(msg: String, hint: &str) -> Error {
 
 /// Run the six measurements (reads only on a block device without `destroy_data`).
 pub fn calibrate(req: &Request) -> Result<Calibration> {
-    if !(0.5..=120.0).contains(&req.seconds) {
-        return Err(bad(
-            format!("--seconds {}: give 0.5 to 120", req.seconds),
-            "a few seconds per measurement is enough for a model",
-        ));
-    }
-    if !(1..=256).contains(&req.depth) {
-        return Err(bad(format!("--depth {}: give 1 to 256", req.depth), ""));
-    }
+    check(req)?;
     let path_text = req.path.to_string_lossy().into_owned();
     let disk = resolve_device_path(&path_text).map_err(|m| {
         bad(
@@ -126,30 +118,119 @@ pub fn calibrate(req: &Request) -> Result<Calibration> {
         .dev
         .kernel_name()
         .unwrap_or_else(|| disk.dev.to_string());
-    let meta = std::fs::metadata(&req.path)
-        .map_err(|e| bulkhead_sys::error::io_failed("cannot stat", &req.path, e))?;
-    let device = meta.file_type().is_block_device();
-    let mut notes = Vec::new();
-    let (file, _scratch, size, writes) = if device {
-        let f = open_direct(&req.path, req.destroy_data)?;
-        let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let target = Target::open(req, &path_text)?;
+    let _quiet = Quiet::set(&name);
+    let mut meter = Meter {
+        file: Arc::new(target.file),
+        size: target.size,
+        secs: Duration::from_secs_f64(req.seconds),
+        depth: req.depth,
+        runs: Vec::new(),
+    };
+    if target.writes && !target.device {
+        // The scratch file is filled (allocated) before anything is measured on it.
+        fill(&meter.file, meter.size)?;
+    }
+    let coefs = meter.coefs(target.writes)?;
+    Ok(Calibration {
+        dev: disk.dev,
+        disk: name,
+        target: if target.device {
+            path_text
+        } else {
+            format!(
+                "a {} scratch file in {path_text}",
+                bulkhead_sys::units::human_bytes(target.size)
+            )
+        },
+        seconds: req.seconds,
+        depth: req.depth,
+        coefs,
+        runs: meter.runs,
+        notes: target.notes,
+    })
+}
+
+/// The request's bounds.
+fn check(req: &Request) -> Result<()> {
+    if !(0.5..=120.0).contains(&req.seconds) {
+        return Err(bad(
+            format!("--seconds {}: give 0.5 to 120", req.seconds),
+            "a few seconds per measurement is enough for a model",
+        ));
+    }
+    if !(1..=256).contains(&req.depth) {
+        return Err(bad(format!("--depth {}: give 1 to 256", req.depth), ""));
+    }
+    Ok(())
+}
+
+/// What the I/O goes to: the block device, or a scratch file in a directory on the disk.
+struct Target {
+    file: File,
+    /// The scratch file, removed when this is dropped.
+    _scratch: Option<Scratch>,
+    /// The bytes measured over, in whole 4 MiB blocks.
+    size: u64,
+    writes: bool,
+    device: bool,
+    notes: Vec<String>,
+}
+
+impl Target {
+    fn open(req: &Request, path_text: &str) -> Result<Target> {
+        let meta = std::fs::metadata(&req.path)
+            .map_err(|e| bulkhead_sys::error::io_failed("cannot stat", &req.path, e))?;
+        let mut target = if meta.file_type().is_block_device() {
+            Target::device(req, path_text)?
+        } else if meta.is_dir() {
+            Target::scratch(req, path_text)?
+        } else {
+            return Err(bad(
+                format!("{path_text} is neither a directory nor a block device"),
+                "name a directory on the disk to measure, or the disk's block device",
+            ));
+        };
+        target.size = target.size / (4 << 20) * (4 << 20);
+        if target.size < 16 << 20 {
+            return Err(bad(
+                format!("{path_text}: {} is too small to measure", target.size),
+                "give --size of 64M or more",
+            ));
+        }
+        Ok(target)
+    }
+
+    fn device(req: &Request, path_text: &str) -> Result<Target> {
+        let file = open_direct(&req.path, req.destroy_data)?;
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         let size = if size == 0 {
             device_size(&req.path)
         } else {
             size
         };
+        let mut notes = Vec::new();
         if !req.destroy_data {
             notes.push(format!(
                 "{path_text} is a block device: only reads were measured (writes would overwrite it; --destroy-data allows them); the write coefficients are the read ones"
             ));
         }
-        (f, None, size, req.destroy_data)
-    } else if meta.is_dir() {
+        Ok(Target {
+            file,
+            _scratch: None,
+            size,
+            writes: req.destroy_data,
+            device: true,
+            notes,
+        })
+    }
+
+    fn scratch(req: &Request, path_text: &str) -> Result<Target> {
         let p = req
             .path
             .join(format!(".bulkhead-iocost-calibrate-{}", std::process::id()));
         let scratch = Scratch(p.clone());
-        let f = OpenOptions::new()
+        let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
@@ -177,101 +258,87 @@ pub fn calibrate(req: &Request) -> Result<Calibration> {
                 "give a smaller --size (the measurement needs at most half the free space)",
             ));
         }
-        (f, Some(scratch), req.size, true)
-    } else {
-        return Err(bad(
-            format!("{path_text} is neither a directory nor a block device"),
-            "name a directory on the disk to measure, or the disk's block device",
-        ));
-    };
-    let size = size / (4 << 20) * (4 << 20);
-    if size < 16 << 20 {
-        return Err(bad(
-            format!("{path_text}: {} is too small to measure", size),
-            "give --size of 64M or more",
-        ));
-    }
-    let _quiet = Quiet::set(&name);
-    let file = Arc::new(file);
-    let secs = Duration::from_secs_f64(req.seconds);
-    let big = 4u64 << 20;
-    let mut runs = Vec::new();
-    let mut measure = |what: &str, write: bool, block: u64, depth: usize, random: bool| {
-        let r = run(&file, size, write, block, depth, random, secs);
-        r.map(|(bytes, ios, t)| {
-            let (fig, unit) = if block == big {
-                (bytes as f64 / t, "bytes/s")
-            } else {
-                (ios as f64 / t, "IO/s")
-            };
-            runs.push((what.to_string(), fig, unit.to_string()));
-            fig.round().max(1.0) as u64
+        Ok(Target {
+            file,
+            _scratch: Some(scratch),
+            size: req.size,
+            writes: true,
+            device: false,
+            notes: Vec::new(),
         })
-    };
-    if writes && !device {
-        // The scratch file is filled (allocated) before anything is measured on it.
-        fill(&file, size)?;
     }
-    let rbps = measure("rbps: sequential reads, 4 MiB blocks", false, big, 2, false)?;
-    let rseq = measure(
-        "rseqiops: sequential 4 KiB reads",
-        false,
-        4096,
-        req.depth,
-        false,
-    )?;
-    let rrand = measure(
-        "rrandiops: random 4 KiB reads",
-        false,
-        4096,
-        req.depth,
-        true,
-    )?;
-    let (wbps, wseq, wrand) = if writes {
-        (
-            measure("wbps: sequential writes, 4 MiB blocks", true, big, 2, false)?,
-            measure(
-                "wseqiops: sequential 4 KiB writes",
-                true,
-                4096,
-                req.depth,
-                false,
-            )?,
-            measure(
-                "wrandiops: random 4 KiB writes",
-                true,
-                4096,
-                req.depth,
-                true,
-            )?,
-        )
-    } else {
-        (rbps, rseq, rrand)
-    };
-    Ok(Calibration {
-        dev: disk.dev,
-        disk: name,
-        target: if device {
-            path_text
-        } else {
-            format!(
-                "a {} scratch file in {path_text}",
-                bulkhead_sys::units::human_bytes(size)
+}
+
+/// The large block of the bandwidth measurements.
+const BIG: u64 = 4 << 20;
+
+/// Runs the measurements on one target and keeps each figure for people.
+struct Meter {
+    file: Arc<File>,
+    size: u64,
+    secs: Duration,
+    depth: usize,
+    runs: Vec<(String, f64, String)>,
+}
+
+impl Meter {
+    /// The six coefficients; the write ones are the read ones when writes are not allowed.
+    fn coefs(&mut self, writes: bool) -> Result<bulkhead_plan::iocost::Coefs> {
+        let depth = self.depth;
+        let rbps = self.measure("rbps: sequential reads, 4 MiB blocks", false, BIG, 2, false)?;
+        let rseq = self.measure(
+            "rseqiops: sequential 4 KiB reads",
+            false,
+            4096,
+            depth,
+            false,
+        )?;
+        let rrand = self.measure("rrandiops: random 4 KiB reads", false, 4096, depth, true)?;
+        let (wbps, wseq, wrand) = if writes {
+            (
+                self.measure("wbps: sequential writes, 4 MiB blocks", true, BIG, 2, false)?,
+                self.measure(
+                    "wseqiops: sequential 4 KiB writes",
+                    true,
+                    4096,
+                    depth,
+                    false,
+                )?,
+                self.measure("wrandiops: random 4 KiB writes", true, 4096, depth, true)?,
             )
-        },
-        seconds: req.seconds,
-        depth: req.depth,
-        coefs: bulkhead_plan::iocost::Coefs {
+        } else {
+            (rbps, rseq, rrand)
+        };
+        Ok(bulkhead_plan::iocost::Coefs {
             rbps,
             rseqiops: rseq,
             rrandiops: rrand,
             wbps,
             wseqiops: wseq,
             wrandiops: wrand,
-        },
-        runs,
-        notes,
-    })
+        })
+    }
+
+    /// One measurement: bytes per second for the big blocks, else I/Os per second.
+    fn measure(
+        &mut self,
+        what: &str,
+        write: bool,
+        block: u64,
+        depth: usize,
+        random: bool,
+    ) -> Result<u64> {
+        let (bytes, ios, t) = run(
+            &self.file, self.size, write, block, depth, random, self.secs,
+        )?;
+        let (fig, unit) = if block == BIG {
+            (bytes as f64 / t, "bytes/s")
+        } else {
+            (ios as f64 / t, "IO/s")
+        };
+        self.runs.push((what.to_string(), fig, unit.to_string()));
+        Ok(fig.round().max(1.0) as u64)
+    }
 }
 
 fn open_direct(p: &Path, write: bool) -> Result<File> {

@@ -12,6 +12,7 @@
 
 pub mod actions;
 pub(crate) mod calibrate;
+pub(crate) mod check;
 pub(crate) mod context;
 pub(crate) mod exposition;
 pub(crate) mod guard;
@@ -21,6 +22,7 @@ pub(crate) mod guard;
 pub mod activate;
 pub mod hugepages;
 pub mod image;
+pub(crate) mod place;
 pub mod run;
 pub(crate) mod sandbox;
 pub mod snapshot;

@@ -25,13 +25,7 @@ impl CgroupFs {
         }
         let mut p = Planner::default();
         let root_sets = self.root_cpusets(plan);
-        let mut caps = self.layout.caps();
-        // The plan turns io.cost on for its disks: io.weight takes effect there.
-        caps.io_cost |= plan.iocost.is_some();
-        let host = HostCtx {
-            caps,
-            swappiness: swappiness(),
-        };
+        let host = host_ctx(&self.layout, plan);
         for s in &plan.slices {
             let inherited = inherited_cpuset(plan, s, &root_sets);
             for (h, ctrls) in &hs {
@@ -131,7 +125,7 @@ impl CgroupFs {
     }
 
     /// The cgroup root's cpus and mems (v1 slices must hold lists; the plan may leave them open).
-    fn root_cpusets(&self, plan: &ResolvedPlan) -> (IdSet, IdSet) {
+    pub(super) fn root_cpusets(&self, plan: &ResolvedPlan) -> (IdSet, IdSet) {
         let root = self
             .layout
             .hierarchy("cpuset")
@@ -180,18 +174,7 @@ impl CgroupFs {
                 }
             }
         }
-        let mut m = Mapper {
-            slice: s,
-            caps: &host.caps,
-            inherited_cpuset: inherited.clone(),
-            swappiness: host.swappiness,
-            page_sizes: plan.host.hugepage_sizes.clone(),
-            wants: vec![],
-            warnings: vec![],
-        };
-        for c in ctrls {
-            m.map(c, h.version);
-        }
+        let m = map_slice(plan, host, s, inherited, (h, ctrls));
         for w in m.wants {
             p.want(&dir, w);
         }
@@ -199,10 +182,43 @@ impl CgroupFs {
     }
 }
 
+/// A slice's directives mapped to the control files of one hierarchy's controllers.
+pub(super) fn map_slice<'a>(
+    plan: &ResolvedPlan,
+    host: &'a HostCtx,
+    s: &'a ResolvedSlice,
+    inherited: &(IdSet, IdSet),
+    (h, ctrls): (&Hierarchy, &[&'static str]),
+) -> Mapper<'a> {
+    let mut m = Mapper {
+        slice: s,
+        caps: &host.caps,
+        inherited_cpuset: inherited.clone(),
+        swappiness: host.swappiness,
+        page_sizes: plan.host.hugepage_sizes.clone(),
+        wants: vec![],
+        warnings: vec![],
+    };
+    for c in ctrls {
+        m.map(c, h.version);
+    }
+    m
+}
+
 /// What the mapping needs to know about the kernel, read once per apply.
-struct HostCtx {
-    caps: Caps,
-    swappiness: u32,
+pub(super) struct HostCtx {
+    pub(super) caps: Caps,
+    pub(super) swappiness: u32,
+}
+
+pub(super) fn host_ctx(layout: &crate::layout::Layout, plan: &ResolvedPlan) -> HostCtx {
+    let mut caps = layout.caps();
+    // The plan turns io.cost on for its disks: io.weight takes effect there.
+    caps.io_cost |= plan.iocost.is_some();
+    HostCtx {
+        caps,
+        swappiness: swappiness(),
+    }
 }
 
 /// The controllers a slice's directives need, with the directives' names.
@@ -233,7 +249,7 @@ fn unmounted_uses(s: &ResolvedSlice) -> Vec<(&'static str, &'static str)> {
 
 /// The cpus and mems a slice holds on v1 when the plan leaves them open: the nearest
 /// ancestor's, else the root's.
-fn inherited_cpuset(
+pub(super) fn inherited_cpuset(
     plan: &ResolvedPlan,
     s: &ResolvedSlice,
     root: &(IdSet, IdSet),

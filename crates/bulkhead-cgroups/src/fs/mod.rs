@@ -7,6 +7,7 @@
 mod apply;
 mod destroy;
 pub mod foreign;
+mod held;
 pub mod map;
 pub mod mark;
 pub mod op;
@@ -14,6 +15,7 @@ mod place;
 mod planner;
 mod throttle;
 
+pub use held::Held;
 pub use op::{remove_trees, Op};
 pub use place::original_path;
 
@@ -229,7 +231,9 @@ impl Backend for CgroupFs {
                     .hint("on a host without systemd, apply again at boot (a boot script or unit), or write unit files with bulkhead export systemd"),
             ));
         }
-        self.plan_apply_fs(plan)
+        let mut c = self.plan_apply_fs(plan)?;
+        c.warnings.extend(unattached_services(plan));
+        Ok(c)
     }
 
     fn plan_destroy(&self, slices: &[SliceName], kill: bool) -> Result<Changes<Op>> {
@@ -239,4 +243,30 @@ impl Backend for CgroupFs {
     fn execute(&self, changes: &Changes<Op>) -> Result<Outcome> {
         op::execute(&changes.ops.iter().collect::<Vec<_>>())
     }
+}
+
+/// Services the plan names are systemd units: without systemd, nothing attaches them; one
+/// with a pidfile is placed by `bulkhead place`.
+fn unattached_services(plan: &ResolvedPlan) -> Vec<Diagnostic> {
+    bulkhead_plan::services::with_pidfiles(&plan.plan)
+        .into_iter()
+        .map(|(service, slice)| {
+            let name = &service.name;
+            let ctx = format!("[slice.{slice}] services");
+            match &service.pidfile {
+                Some(pidfile) => Diagnostic::note(format!(
+                    "{name} is placed by `bulkhead place` (this host is driven without systemd): the process {pidfile} names, with its descendants"
+                ))
+                .context(ctx)
+                .hint("run `bulkhead place` as a service, or `bulkhead place --once` after the service starts"),
+                None => Diagnostic::warning(format!(
+                    "{name} is not placed: services are attached with systemd's Slice=, and this host is driven without systemd (cgroupfs backend)"
+                ))
+                .context(ctx)
+                .hint(format!(
+                    "give its pidfile (services = [{{ name = \"{name}\", pidfile = \"/path\" }}]) for `bulkhead place`, or place its processes with `bulkhead move --tree --slice {slice} MAIN_PID` after each start, or with a [place.NAME] rule"
+                )),
+            }
+        })
+        .collect()
 }

@@ -242,15 +242,15 @@ impl Systemd {
     }
 }
 
+/// A unit file or drop-in, whole: its directory made if missing, the text written to a new
+/// temporary file beside it (never through a planted symlink) and renamed over it.
 fn write_file(path: &Path, text: &str) -> Result<()> {
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
+        bulkhead_sys::statefile::ensure_dir(parent, 0o755)
             .map_err(|e| bulkhead_sys::error::io_failed("cannot create", parent, e))?;
     }
-    let tmp = path.with_extension("bulkhead-tmp");
-    std::fs::write(&tmp, text)
-        .map_err(|e| bulkhead_sys::error::io_failed("cannot write", &tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| bulkhead_sys::error::io_failed("cannot write", path, e))
+    bulkhead_sys::statefile::write_atomic(path, text.as_bytes(), 0o644)
+        .map_err(|e| bulkhead_sys::error::io_failed("cannot write", path, e))
 }
 
 /// systemd refused properties: name the directive the message is about.

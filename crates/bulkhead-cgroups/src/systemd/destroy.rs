@@ -55,6 +55,7 @@ impl Systemd {
         if !errors.is_empty() {
             return Err(Error::Invalid(errors));
         }
+        ops.extend(self.detach_calls(&names));
         if ops.iter().any(|c| matches!(c, Call::RemoveFile { .. })) {
             ops.push(Call::Reload);
         }

@@ -15,6 +15,7 @@
 //! them in /run/bulkhead/systemd; unit files are bulkhead's when they start with
 //! [`export::HEADER`]. Anything else is never adopted, changed or removed.
 
+mod attach;
 pub mod bus;
 mod call;
 mod destroy;

@@ -25,6 +25,7 @@ impl Systemd {
             return Err(Error::Invalid(errors));
         }
         let mut ops = self.file_calls(&files);
+        ops.extend(self.attach_calls(&resolved.plan, false)?);
         if !ops.is_empty() {
             ops.push(Call::Reload);
         }
@@ -39,6 +40,7 @@ impl Systemd {
             }
         }
         warnings.extend(self.left_over(resolved));
+        warnings.extend(self.restart_notes(&resolved.plan));
         let mut c = Changes::new(
             ops,
             resolved

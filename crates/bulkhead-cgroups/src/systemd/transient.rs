@@ -93,10 +93,19 @@ impl Systemd {
                 Err(e) => errors.extend(e.diagnostics()),
             }
         }
+        match self.attach_calls(&plan.plan, true) {
+            Ok(calls) if !calls.is_empty() => {
+                ops.extend(calls);
+                ops.push(Call::Reload);
+            }
+            Ok(_) => {}
+            Err(e) => errors.extend(e.diagnostics()),
+        }
         if !errors.is_empty() {
             return Err(Error::Invalid(errors));
         }
         warnings.extend(self.left_over(plan));
+        warnings.extend(self.restart_notes(&plan.plan));
         let mut c = Changes::new(
             ops,
             plan.slices.iter().map(|s| s.name().to_string()).collect(),

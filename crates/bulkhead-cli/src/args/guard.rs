@@ -46,7 +46,7 @@ pub struct GuardArgs {
     pub watchdog_of: Option<String>,
 }
 
-fn positive_duration(s: &str) -> Result<Duration, String> {
+pub(super) fn positive_duration(s: &str) -> Result<Duration, String> {
     let d = bulkhead::units::parse_duration(s)?;
     if d.is_zero() {
         return Err("the duration must be longer than 0".into());

@@ -5,6 +5,7 @@ pub mod guard;
 pub mod hugepages;
 pub mod image;
 pub mod iocost;
+pub mod place;
 mod spawn;
 
 pub use spawn::SpawnArgs;
@@ -128,8 +129,14 @@ pub enum Command {
     Run(RunArgs),
     /// Move running processes (with all their threads) into a slice
     Move(MoveArgs),
+    /// Place processes as they start, by the plan's [place.NAME] rules
+    #[command(long_about = place::PLACE_LONG, after_help = place::PLACE_AFTER)]
+    Place(place::PlaceArgs),
     /// Show what each slice uses and how much it stalls
     Status(StatusArgs),
+    /// Say whether protection is in force: one verdict and exit code for a monitor
+    #[command(long_about = CHECK_LONG, after_help = CHECK_AFTER)]
+    Check(CheckArgs),
     /// Serve the slices' metrics for Prometheus: GET /metrics over HTTP
     #[command(
         long_about = "Serve what `status` knows as Prometheus text exposition: GET /metrics over \
@@ -337,6 +344,12 @@ pub struct MoveArgs {
     /// Process IDs
     #[arg(required = true, value_name = "PID")]
     pub pids: Vec<i32>,
+    /// Move each PID with all its descendants (listed again until no new one appears)
+    #[arg(long, short = 't')]
+    pub tree: bool,
+    /// Say what would move, move nothing
+    #[arg(long)]
+    pub dry_run: bool,
     /// Print JSON
     #[arg(long)]
     pub json: bool,
@@ -364,6 +377,40 @@ pub enum StatusFormat {
     Table,
     Json,
     Prometheus,
+}
+
+const CHECK_LONG: &str = "Say whether protection is in force, in one verdict a monitor can alert on: \
+the known database servers (postgres, mysqld, mariadbd, redis-server, mongod, ...) are in the server \
+slice and the known helpers (pg_dump, pg_basebackup, restic, borg, rsync, node_exporter, ...) in the \
+helper slices ([guard] protect and sideloads, else the slices named *server and *helper); no drift \
+from the plan (what `apply --dry-run` would change; a missing slice); which directives have no \
+effect on this host and why; the I/O scheduler or io.cost on the disks the database's data is on, \
+swap and transparent huge pages as the database wants them, huge page pools as planned. Prints a \
+one-line summary, then the details.
+
+Exit codes (the Nagios/Icinga plugin convention):
+  0  OK        PROTECTED: everything checked is as planned
+  1  WARNING   DEGRADED: in force but weaker than planned (drift, a directive without effect,
+               a helper outside the helper slices, THP 'always', swap the server may use)
+  2  CRITICAL  NOT PROTECTED: a database server outside the server slice, a planned slice
+               missing, or a plan apply refuses
+  3  UNKNOWN   could not tell: no readable plan, or not root (drift and bulkhead's marks need
+               root; a database seen outside its slice is still reported as CRITICAL)";
+
+const CHECK_AFTER: &str = "Examples:
+  bulkhead check                       the summary line and the details
+  bulkhead check --json | jq .state    for a script
+  Icinga/Nagios: command_line = \"/usr/bin/bulkhead check --brief\"
+  Prometheus: `bulkhead exporter` serves bulkhead_protection{state=...} from the same check";
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// Print JSON: the state, exit code, summary, every finding, placement and disk
+    #[arg(long)]
+    pub json: bool,
+    /// Print only the summary line (a monitoring plugin's output)
+    #[arg(long, conflicts_with = "json")]
+    pub brief: bool,
 }
 
 #[derive(Args)]

@@ -54,6 +54,16 @@ const PAGES: &[(&str, &[Example])] = &[
         &[
             ("Move a running process (all its threads) into the server slice:", "sudo bulkhead move --slice db-server 1234"),
             ("Move it out of every slice again:", "sudo bulkhead move --slice / 1234"),
+            ("The PostgreSQL postmaster with every process it runs, after seeing which:", "sudo bulkhead move --tree --dry-run --slice db-server 1234"),
+            ("", "sudo bulkhead move --tree --slice db-server 1234"),
+        ],
+    ),
+    (
+        "bulkhead-place",
+        &[
+            ("What the plan's [place.NAME] rules would move now:", "sudo bulkhead place --dry-run"),
+            ("Move what matches now, then exit:", "sudo bulkhead place --once"),
+            ("Keep placing processes as they start, one JSON line each:", "sudo bulkhead place --interval 100ms --json"),
         ],
     ),
     (

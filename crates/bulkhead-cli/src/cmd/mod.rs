@@ -3,6 +3,7 @@
 mod agent;
 mod apply;
 mod bench;
+mod check;
 mod completions;
 mod destroy;
 mod examples;
@@ -13,6 +14,7 @@ mod hugepages;
 mod image;
 mod iocost;
 mod moves;
+mod place;
 mod plan;
 mod privilege;
 mod run;
@@ -47,7 +49,9 @@ pub fn dispatch(cli: &Cli) -> Result<i32> {
         Command::Apply(a) => apply::apply(cli, a),
         Command::Run(a) => Ok(run::run(cli, a)),
         Command::Move(a) => moves::move_pids(cli, a),
+        Command::Place(a) => place::place(cli, a),
         Command::Status(a) => status::status(cli, a),
+        Command::Check(a) => Ok(check::check(cli, a)),
         Command::Exporter(a) => exporter::exporter(cli, a),
         Command::Serve(a) => serve::serve(cli, a),
         Command::Destroy(a) => destroy::destroy(cli, a),

@@ -2,28 +2,82 @@
 
 use crate::args::{Cli, MoveArgs};
 use crate::cmd::json;
-use bulkhead::actions::moves;
+use bulkhead::actions::moves::{self, MoveRequest, Moved};
 use bulkhead::error::Result;
 
 pub fn move_pids(cli: &Cli, a: &MoveArgs) -> Result<i32> {
-    let (slice, results) = moves::move_pids(&cli.context(), &a.slice, &a.pids)?;
+    let req = MoveRequest {
+        slice: a.slice.clone(),
+        pids: a.pids.clone(),
+        tree: a.tree,
+        dry_run: a.dry_run,
+    };
+    let (slice, results) = moves::move_pids(&cli.context(), &req)?;
     if a.json {
         println!(
             "{}",
-            json(&serde_json::json!({"slice": slice, "results": results}))
+            json(&serde_json::json!({"slice": slice, "dry_run": a.dry_run, "results": results}))
         );
     } else {
+        let unit = slice.to_string();
         for r in &results {
-            match &r.error {
-                None if !cli.quiet => println!("moved {} to {slice}", r.pid),
-                None => {}
-                Some(e) => eprintln!("bulkhead: error: could not move {}: {e}", r.pid),
-            }
+            print_one(r, &unit, a.dry_run, cli.quiet);
+        }
+        if a.dry_run {
+            println!("dry run: nothing moved (run without --dry-run to move)");
         }
     }
-    Ok(if results.iter().any(|r| !r.moved) {
-        1
-    } else {
-        0
-    })
+    let failed = results
+        .iter()
+        .any(|r| r.error.is_some() || !r.refused.is_empty() || r.unstable);
+    Ok(i32::from(failed))
+}
+
+fn print_one(r: &Moved, unit: &str, dry_run: bool, quiet: bool) {
+    let verb = if dry_run { "would move" } else { "moved" };
+    if let Some(e) = &r.error {
+        eprintln!("bulkhead: error: could not move {}: {e}", r.pid);
+        return;
+    }
+    match &r.tree {
+        Some(t) if !quiet => println!(
+            "{verb} {} and {} descendant(s) to {unit}: {}",
+            r.pid,
+            t.len().saturating_sub(1),
+            list(t)
+        ),
+        _ if !quiet => println!("{verb} {} to {unit}", r.pid),
+        _ => {}
+    }
+    for f in &r.refused {
+        eprintln!(
+            "bulkhead: error: could not move {} (descendant of {}): {}",
+            f.pid, r.pid, f.error
+        );
+    }
+    if r.unstable {
+        eprintln!(
+            "bulkhead: error: the tree of {} was still forking new processes after the last round; some may stay outside {unit}: run `bulkhead move --tree` again, or stop what forks",
+            r.pid
+        );
+    }
+    if let Some(b) = &r.left_behind {
+        let stay = if dry_run { "would stay" } else { "stay" };
+        eprintln!(
+            "bulkhead: warning: {} descendant(s) of {} {stay} in {} ({}): add --tree to move them with it",
+            b.pids.len(),
+            r.pid,
+            b.cgroup,
+            list(&b.pids)
+        );
+    }
+}
+
+/// PIDs for a line: the first 10, then how many more.
+fn list(pids: &[i32]) -> String {
+    let shown: Vec<String> = pids.iter().take(10).map(i32::to_string).collect();
+    match pids.len().saturating_sub(10) {
+        0 => shown.join(", "),
+        more => format!("{}, and {more} more", shown.join(", ")),
+    }
 }

@@ -26,6 +26,9 @@ fn needs_root(c: &Command) -> Option<(&'static str, &'static str)> {
         }
         Command::Run(a) if a.uid.is_some() || a.gid.is_some() => "it changes the user and group",
         Command::Move(_) => "it moves processes into the slice's cgroups under /sys/fs/cgroup",
+        Command::Place(_) => {
+            "it reads every process's executable and moves processes into the slices' cgroups under /sys/fs/cgroup (its dry run too: only root sees other users' executables and the slices' marks)"
+        }
         Command::Spawn(a) if !a.dry_run => {
             "a sandbox needs namespaces, mounts and a cgroup of its own"
         }
@@ -54,6 +57,7 @@ fn needs_root(c: &Command) -> Option<(&'static str, &'static str)> {
         Command::Destroy(_) => "destroy",
         Command::Run(_) => "run",
         Command::Move(_) => "move",
+        Command::Place(_) => "place",
         Command::Spawn(_) => "spawn",
         Command::Serve(_) => "serve",
         Command::Guard(_) => "guard",
@@ -131,6 +135,17 @@ mod tests {
         for line in [
             &["bulkhead", "destroy"][..],
             &["bulkhead", "move", "--slice", "db", "1"],
+            &[
+                "bulkhead",
+                "move",
+                "--tree",
+                "--dry-run",
+                "--slice",
+                "db",
+                "1",
+            ],
+            &["bulkhead", "place", "--once"],
+            &["bulkhead", "place", "--dry-run"],
             &["bulkhead", "spawn", "-D", "/", "--", "true"],
             &["bulkhead", "guard"],
             &["bulkhead", "serve"],

@@ -26,6 +26,7 @@ pub fn status(cli: &Cli, a: &StatusArgs) -> Result<i32> {
                 print!("\x1b[H\x1b[2J");
             }
             print!("{}", show::status_table(&r.slices));
+            print!("{}", limits_table(&r.limits));
             if !r.sockets.is_empty() {
                 print!("{}", show::sockets_table(&r.sockets));
             }
@@ -37,6 +38,55 @@ pub fn status(cli: &Cli, a: &StatusArgs) -> Result<i32> {
             return Ok(0);
         }
     }
+}
+
+/// Each slice's planned directives: the plan's value beside what the kernel holds, and a
+/// mark where they differ.
+fn limits_table(limits: &[status::SliceLimits]) -> String {
+    let rows: Vec<[String; 5]> = limits
+        .iter()
+        .flat_map(|l| {
+            l.directives.iter().map(move |d| {
+                [
+                    l.slice.clone(),
+                    d.directive.clone(),
+                    d.file.clone(),
+                    d.planned.clone(),
+                    match &d.kernel {
+                        None => "(missing)".to_string(),
+                        Some(k) if d.matches() => k.clone(),
+                        Some(k) => format!("{k}  <- differs: bulkhead apply"),
+                    },
+                ]
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let head = ["SLICE", "PLANNED", "FILE", "PLAN", "KERNEL"].map(String::from);
+    let mut w = [0usize; 4];
+    for r in std::iter::once(&head).chain(&rows) {
+        for (i, c) in r.iter().take(4).enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let mut out = String::from("\n");
+    for r in std::iter::once(&head).chain(&rows) {
+        out.push_str(&format!(
+            "{:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {}\n",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3]
+        ));
+    }
+    out
 }
 
 /// One reading, no interval; with --watch, one exposition every SECONDS (a blank line

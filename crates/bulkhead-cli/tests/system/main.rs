@@ -11,6 +11,7 @@
 mod common;
 
 mod activate;
+mod check;
 mod escape;
 mod guard;
 mod hosts;
@@ -18,6 +19,8 @@ mod hugepages;
 mod metrics;
 mod nonroot;
 mod package;
+mod place;
+mod postgres;
 mod slices;
 mod snapshot_image;
 mod spawn;

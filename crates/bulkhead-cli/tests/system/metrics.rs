@@ -8,7 +8,7 @@ use bulkhead_testkit::prereq::missing;
 use crate::common::{prerequisites, stderr, stdout, TestRoot};
 use bulkhead::plan::EMBEDDED_DEFAULT;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -193,18 +193,8 @@ fn status_prometheus_and_exporter_match_the_cgroup_files() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let addr = common::exporter::address(&mut child);
     let exporter = Killed(child);
-    let addr: SocketAddr = line
-        .trim()
-        .strip_prefix("listening on http://")
-        .and_then(|r| r.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("first line {line:?}"))
-        .parse()
-        .unwrap();
     let before = cpu_seconds(&t);
     let r = http(addr, b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n");
     let after = cpu_seconds(&t);

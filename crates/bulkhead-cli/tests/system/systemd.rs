@@ -95,6 +95,7 @@ fn transient_slices_idempotent_rolled_back_and_refused() {
         "{}",
         out(&o)
     );
+    check_under_systemd(&c);
 
     // A slice systemd cannot start (a site's drop-in asserts a file that is not there; the
     // plan itself cannot know): the error names the unit and the journal, and everything is
@@ -817,4 +818,70 @@ fn spawn_in_a_slice_through_a_delegated_scope() {
         "{}",
         err(&o)
     );
+}
+
+/// `check` and `status`'s planned limits with the systemd backend, after an apply: the slices
+/// are systemd's units as planned (no missing slice, no drift, nothing critical); status
+/// lists the planned directives with what the kernel holds, and every one it finds no file
+/// for (this container's v1 hierarchies are read-only: systemd makes the slices on cgroup2
+/// only) check reports as not in force, so the verdict is degraded, never protected.
+fn check_under_systemd(c: &Container) {
+    let o = c.bulkhead(&["status", "--json", "--interval", "0.1"]);
+    let st: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let limits = st["limits"].as_array().unwrap_or_else(|| panic!("{st:#}"));
+    let server = limits
+        .iter()
+        .find(|s| s["slice"] == "db-server")
+        .unwrap_or_else(|| panic!("{st:#}"));
+    assert!(
+        server["directives"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["directive"] == "CPUWeight=1000"),
+        "{server:#}"
+    );
+    let o = c.bulkhead(&["check", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(
+        o.status.code(),
+        v["exit_code"].as_i64().map(|c| c as i32),
+        "{v:#}"
+    );
+    assert_eq!(v["backend"], "systemd", "{v:#}");
+    let findings = v["findings"].as_array().unwrap();
+    assert!(
+        findings
+            .iter()
+            .all(|f| f["level"] != "critical" && f["area"] != "slices"),
+        "{v:#}"
+    );
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["area"] == "drift" && f["level"] == "ok"),
+        "{v:#}"
+    );
+    let mut missing = 0;
+    for l in limits {
+        for d in l["directives"].as_array().unwrap() {
+            if d["kernel"].is_null() {
+                missing += 1;
+                let want = format!(
+                    "[slice.{}]: {} is not in force",
+                    l["slice"].as_str().unwrap(),
+                    d["directive"].as_str().unwrap()
+                );
+                assert!(
+                    findings
+                        .iter()
+                        .any(|f| f["message"].as_str().unwrap().starts_with(&want)),
+                    "no {want:?} in {v:#}"
+                );
+            }
+        }
+    }
+    if missing > 0 {
+        assert_eq!(v["state"], "degraded", "{v:#}");
+    }
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use toml::de::DeTable;
 
 /// The top-level sections a plan may have.
-const SECTIONS: &[&str] = &["slice", "socket", "hugepages", "guard", "iocost"];
+const SECTIONS: &[&str] = &["slice", "socket", "place", "hugepages", "guard", "iocost"];
 
 pub(super) fn parse(source: Source) -> Result<Plan> {
     let root = match DeTable::parse(&source.text) {
@@ -24,6 +24,7 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
     let mut hugepages = None;
     let mut guard = None;
     let mut iocost = None;
+    let mut place = BTreeMap::new();
 
     for (key, value) in root.get_ref().iter() {
         let here = source.at(source.loc(key.span().start));
@@ -63,6 +64,9 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
                     }
                 }
             }
+            "place" => {
+                crate::place::parse(&source, key.span().start, value, &mut place, &mut errors);
+            }
             "hugepages" => {
                 hugepages = crate::hugepages::parse(&source, key.span().start, value, &mut errors);
             }
@@ -81,6 +85,8 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
         crate::guard::check_slices(&source, g, &slices, &mut errors);
     }
     crate::socket::check_slices(&source, &sockets, &slices, &mut errors);
+    crate::services::check_unique(&source, &slices, &mut errors);
+    crate::place::check_slices(&source, &place, &slices, &mut errors);
     if !errors.is_empty() {
         return Err(Error::Invalid(errors));
     }
@@ -88,6 +94,7 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
         source,
         slices,
         sockets,
+        place,
         hugepages,
         guard,
         iocost,
@@ -146,7 +153,7 @@ fn unknown_section(other: &str, here: String) -> Diagnostic {
         }
         Some(s) => d.hint(format!("did you mean [{s}.NAME]?")),
         None => d.hint(
-            "a plan has [slice.NAME] and [socket.NAME] sections, one [hugepages], one [guard] and one [iocost]",
+            "a plan has [slice.NAME], [socket.NAME] and [place.NAME] sections, one [hugepages], one [guard] and one [iocost]",
         ),
     };
     d
@@ -176,6 +183,7 @@ fn add_implicit_parents(
                         loc: None,
                         description: None,
                         directives: BTreeMap::new(),
+                        services: Vec::new(),
                     },
                 );
             }

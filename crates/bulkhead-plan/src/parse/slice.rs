@@ -32,6 +32,7 @@ pub fn parse_slice(
         loc: Some(loc),
         description: None,
         directives: BTreeMap::new(),
+        services: Vec::new(),
     };
     let mut legacy: Vec<(&'static Legacy, At<Value>)> = Vec::new();
     for (k, v) in table.iter() {
@@ -114,6 +115,14 @@ impl Directive<'_> {
         }
     }
 
+    fn at_service(&self, value: crate::services::Service) -> At<crate::services::Service> {
+        At {
+            value,
+            loc: self.loc,
+            raw: self.raw_text.clone(),
+        }
+    }
+
     fn bad_value(&self, (m, hint): Bad) -> Diagnostic {
         let d = Diagnostic::error(format!("{} = {}: {m}", self.key, self.raw_text))
             .at(self.source.at(self.loc))
@@ -132,6 +141,16 @@ impl Directive<'_> {
         spec: &mut SliceSpec,
         legacy: &mut Vec<(&'static Legacy, At<Value>)>,
     ) -> Result<(), Diagnostic> {
+        if self.key == crate::services::KEY {
+            let names = crate::services::parse(v, &self.raw_text).map_err(|(m, hint)| {
+                Diagnostic::error(m)
+                    .at(self.source.at(self.loc))
+                    .context(format!("{} {}", self.ctx, self.key))
+                    .hint(hint)
+            })?;
+            spec.services = names.into_iter().map(|n| self.at_service(n)).collect();
+            return Ok(());
+        }
         let raw = to_raw(v).map_err(|m| {
             Diagnostic::error(m)
                 .at(self.source.at(self.loc))

@@ -12,21 +12,35 @@ pub fn weight(r: &mut ResolvedSlice, key: &str, w: u64) {
     r.settings.push(plain(key, w.to_string(), w.to_string()));
 }
 
-/// A device argument of the plan as a whole disk, from the host facts (looked up before
-/// resolving, see [`crate::Plan::device_paths`]), or an error at the directive.
-fn device(
+/// Each device argument of `list` as a whole disk, from the host facts (looked up before
+/// resolving, see [`crate::Plan::device_paths`]), or an error at the directive. `set` records
+/// an entry's value for its disk and returns the value's text for the setting `DISK TEXT`.
+fn per_device<T>(
     cx: &mut Ctx,
     name: &SliceName,
     key: &str,
     at: &At<Value>,
-    dev: &str,
-) -> Option<(DevNum, String)> {
-    match crate::devices::look_up(cx.host, dev) {
-        Ok(d) => Some(d),
-        Err(m) => {
-            cx.err(name, key, at, m, crate::devices::HINT);
-            None
-        }
+    list: &[(String, T)],
+    r: &mut ResolvedSlice,
+    mut set: impl FnMut(&mut ResolvedSlice, DevNum, &T) -> String,
+) {
+    for (dev, v) in list {
+        let (d, how) = match crate::devices::look_up(cx.host, dev) {
+            Ok(d) => d,
+            Err(m) => {
+                cx.err(name, key, at, m, crate::devices::HINT);
+                continue;
+            }
+        };
+        r.device_paths.insert(d, dev.clone());
+        let text = set(r, d, v);
+        r.settings.push(Setting {
+            directive: key.into(),
+            value: format!("{d} {text}"),
+            bytes: None,
+            from: Some(how),
+            toml: format!("\"{dev} {text}\""),
+        });
     }
 }
 
@@ -38,20 +52,10 @@ pub fn device_weights(
     list: &[(String, u64)],
     r: &mut ResolvedSlice,
 ) {
-    for (dev, w) in list {
-        let Some((d, how)) = device(cx, name, key, at, dev) else {
-            continue;
-        };
+    per_device(cx, name, key, at, list, r, |r, d, w| {
         r.io_device_weight.insert(d, *w);
-        r.device_paths.insert(d, dev.clone());
-        r.settings.push(Setting {
-            directive: key.into(),
-            value: format!("{d} {w}"),
-            bytes: None,
-            from: Some(how),
-            toml: format!("\"{dev} {w}\""),
-        });
-    }
+        w.to_string()
+    });
 }
 
 pub fn device_limits(
@@ -62,11 +66,7 @@ pub fn device_limits(
     list: &[(String, Limit)],
     r: &mut ResolvedSlice,
 ) {
-    for (dev, l) in list {
-        let Some((d, how)) = device(cx, name, key, at, dev) else {
-            continue;
-        };
-        r.device_paths.insert(d, dev.clone());
+    per_device(cx, name, key, at, list, r, |r, d, l| {
         let e = r.io_max.entry(d).or_default();
         match key {
             "IOReadBandwidthMax" => e.rbps = Some(*l),
@@ -74,15 +74,8 @@ pub fn device_limits(
             "IOReadIOPSMax" => e.riops = Some(*l),
             _ => e.wiops = Some(*l),
         }
-        let text = l.bytes().map_or("infinity".into(), |b| b.to_string());
-        r.settings.push(Setting {
-            directive: key.into(),
-            value: format!("{d} {text}"),
-            bytes: None,
-            from: Some(how),
-            toml: format!("\"{dev} {text}\""),
-        });
-    }
+        l.bytes().map_or("infinity".into(), |b| b.to_string())
+    });
 }
 
 /// IODeviceLatencyTargetSec: io.latency's target per disk, in microseconds (None: `max`, no
@@ -95,23 +88,12 @@ pub fn device_latency(
     list: &[(String, Option<Duration>)],
     r: &mut ResolvedSlice,
 ) {
-    for (dev, target) in list {
-        let Some((d, how)) = device(cx, name, key, at, dev) else {
-            continue;
-        };
-        r.device_paths.insert(d, dev.clone());
+    per_device(cx, name, key, at, list, r, |r, d, target| {
         // The kernel counts the target in microseconds; round up so 0.5us is not "none".
         let us = target.map(|t| (t.as_nanos().div_ceil(1000)).min(u64::MAX as u128) as u64);
         r.io_latency.insert(d, us);
-        let text = us.map_or("infinity".into(), micros);
-        r.settings.push(Setting {
-            directive: key.into(),
-            value: format!("{d} {text}"),
-            bytes: None,
-            from: Some(how),
-            toml: format!("\"{dev} {text}\""),
-        });
-    }
+        us.map_or("infinity".into(), micros)
+    });
 }
 
 /// Microseconds as a time span the plan reads back: `10ms`, `2500us`.

@@ -225,6 +225,7 @@ pub(crate) const KEYS: &[&str] = &[
     "socket_group",
     "target",
 ];
+/// Keys of a socket's target: the plain ones, then the seven only a sandboxed target takes.
 pub(crate) const TARGET_KEYS: &[&str] = &[
     "command",
     "rootfs",
@@ -241,6 +242,8 @@ pub(crate) const TARGET_KEYS: &[&str] = &[
     "shm_size",
     "overlay_size",
 ];
+/// The keys only a sandboxed target takes: the tail of [`TARGET_KEYS`].
+pub(crate) const SANDBOX_TARGET_KEYS: &[&str] = TARGET_KEYS.split_at(TARGET_KEYS.len() - 7).1;
 
 /// A socket name is a plain name: it names files under /run/bulkhead/sockets.
 fn check_name(n: &str) -> Result<(), String> {
@@ -311,6 +314,12 @@ mod tests {
             Ok(_) => panic!("accepted:\n{text}"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn the_sandbox_keys_are_the_tail_of_the_target_keys() {
+        assert_eq!(SANDBOX_TARGET_KEYS.first(), Some(&"network"));
+        assert_eq!(SANDBOX_TARGET_KEYS.last(), Some(&"overlay_size"));
     }
 
     #[test]

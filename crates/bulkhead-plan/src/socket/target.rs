@@ -1,6 +1,6 @@
 //! `[socket.NAME.target]`: the command behind a socket, plain or in a sandbox.
 
-use super::{TargetSpec, TARGET_KEYS};
+use super::{TargetSpec, SANDBOX_TARGET_KEYS, TARGET_KEYS};
 use crate::values::Ctx;
 use crate::{Loc, SliceName};
 use std::collections::HashMap;
@@ -223,15 +223,7 @@ fn check_command(c: &mut Ctx<'_>, t: &TargetSpec, seen: &HashMap<String, Loc>, l
 
 /// A plain target given a sandbox's key.
 fn sandbox_only(c: &mut Ctx<'_>, seen: &HashMap<String, Loc>) {
-    for k in [
-        "network",
-        "bind",
-        "snapshot",
-        "private_users",
-        "tmp_size",
-        "shm_size",
-        "overlay_size",
-    ] {
+    for &k in SANDBOX_TARGET_KEYS {
         if let Some(l) = seen.get(k) {
             c.err(
                 *l,

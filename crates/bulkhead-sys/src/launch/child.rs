@@ -1,6 +1,7 @@
 //! The child's side of a sandbox start: everything between clone and exec. System calls on
 //! data the parent prepared; a message is formatted only on the way out after a failure.
 
+use super::program::lossy;
 use super::title::{hide_host_command_line, Areas};
 use super::{listen_pid_var, signal_set, Create, Op, Program, Target};
 use crate::exit::{NOT_EXECUTABLE, NOT_FOUND, RUN_FAILED};
@@ -27,10 +28,6 @@ fn errno() -> i32 {
 
 fn strerror(e: i32) -> String {
     crate::error::errno_text(&std::io::Error::from_raw_os_error(e))
-}
-
-fn lossy(c: &CStr) -> String {
-    c.to_string_lossy().to_string()
 }
 
 fn opt_ptr(c: &Option<CString>) -> *const libc::c_char {

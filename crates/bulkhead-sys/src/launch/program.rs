@@ -2,7 +2,7 @@
 //! built by the caller before the clone. [`super::run`] executes it; [`Program::describe`]
 //! prints it for `--dry-run`.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 /// A user namespace: IDs 0..size inside are base..base+size outside.
@@ -160,13 +160,14 @@ pub struct Program {
 }
 
 /// A C string for a person.
-fn lossy(c: &CString) -> String {
+/// A C string for messages.
+pub(super) fn lossy(c: &CStr) -> String {
     c.to_string_lossy().to_string()
 }
 
 /// An optional C string for a person, `none` when absent.
 fn or_none(c: &Option<CString>) -> String {
-    c.as_ref().map(lossy).unwrap_or_else(|| "none".into())
+    c.as_deref().map(lossy).unwrap_or_else(|| "none".into())
 }
 
 impl Program {
@@ -225,28 +226,14 @@ impl Program {
                 fstype,
                 flags,
                 data,
-            } => format!(
-                "mount {} on {} type {} flags {} {}",
-                or_none(src),
-                t(target),
-                or_none(fstype),
-                mount_flags(*flags),
-                data.as_ref().map(lossy).unwrap_or_default()
-            ),
+            } => describe_mount(src, &t(target), fstype, *flags, data, ""),
             Op::MountIfExists {
                 src,
                 target,
                 fstype,
                 flags,
                 data,
-            } => format!(
-                "mount {} on {} type {} flags {} {} (if it exists)",
-                or_none(src),
-                lossy(target),
-                or_none(fstype),
-                mount_flags(*flags),
-                data.as_ref().map(lossy).unwrap_or_default()
-            ),
+            } => describe_mount(src, &lossy(target), fstype, *flags, data, " (if it exists)"),
             Op::BindTree {
                 src,
                 target,
@@ -303,10 +290,14 @@ impl Program {
         }
         out.push(format!(
             "execve {} (tried: {})",
-            self.argv.iter().map(lossy).collect::<Vec<_>>().join(" "),
+            self.argv
+                .iter()
+                .map(|c| lossy(c))
+                .collect::<Vec<_>>()
+                .join(" "),
             self.candidates
                 .iter()
-                .map(lossy)
+                .map(|c| lossy(c))
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
@@ -356,6 +347,24 @@ fn ns_names(flags: u64) -> String {
         .filter_map(|(_, _, short)| *short)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `mount SRC on TARGET type FSTYPE flags FLAGS DATA`, and what follows.
+fn describe_mount(
+    src: &Option<CString>,
+    target: &str,
+    fstype: &Option<CString>,
+    flags: libc::c_ulong,
+    data: &Option<CString>,
+    tail: &str,
+) -> String {
+    format!(
+        "mount {} on {target} type {} flags {} {}{tail}",
+        or_none(src),
+        or_none(fstype),
+        mount_flags(flags),
+        data.as_deref().map(lossy).unwrap_or_default()
+    )
 }
 
 fn mount_flags(f: libc::c_ulong) -> String {

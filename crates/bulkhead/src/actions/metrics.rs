@@ -1,5 +1,6 @@
 //! `status --format prometheus` and `exporter`: one reading of every slice, served socket,
-//! huge page pool and the guard (no interval: the counters are the point, rates are
+//! huge page pool and the guard, and `check`'s verdict (judged at most every
+//! [`CHECK_EVERY`]) (no interval: the counters are the point, rates are
 //! Prometheus's job), rendered by `exposition::render`, once or for every
 //! `GET /metrics`.
 
@@ -11,17 +12,27 @@ use bulkhead_cgroups::stats::{self, SliceStatus};
 use bulkhead_cgroups::{Chosen, Placement};
 use bulkhead_sys::error::{Error, Result};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-/// Reads the slices that exist under the cgroup root, as `status` does.
+/// The exporter runs `check` (a scan of every process, apply's plan) at most this often;
+/// scrapes in between show its last verdict.
+pub const CHECK_EVERY: Duration = Duration::from_secs(15);
+
+/// Reads the slices that exist under the cgroup root, as `status` does, and `check`'s verdict.
 pub struct Scraper {
     chosen: Chosen,
+    cx: Context,
+    /// The last check: when (monotonic, Unix time) and what it found.
+    checked: Mutex<Option<(Instant, f64, Arc<crate::check::Report>)>>,
 }
 
 /// Choose the backend once; every scrape then only reads files.
 pub fn scraper(cx: &Context) -> Result<Scraper> {
     Ok(Scraper {
         chosen: cx.choose()?,
+        cx: cx.clone(),
+        checked: Mutex::new(None),
     })
 }
 
@@ -43,7 +54,22 @@ impl Scraper {
             sockets: crate::activate::state::read_all(),
             hugepages: bulkhead_sys::host::hugepages::pools(&Default::default()),
             guard: crate::guard::status(),
+            protection: Some(self.protection()),
         }
+    }
+
+    /// `check`'s verdict, judged again when the last one is older than [`CHECK_EVERY`].
+    fn protection(&self) -> (Arc<crate::check::Report>, f64) {
+        let mut last = self.checked.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((when, at, r)) = last.as_ref() {
+            if when.elapsed() < CHECK_EVERY {
+                return (r.clone(), *at);
+            }
+        }
+        let r = Arc::new(super::check::check(&self.cx));
+        let at = bulkhead_sys::process::unix_now();
+        *last = Some((Instant::now(), at, r.clone()));
+        (r, at)
     }
 
     /// The exposition of one reading.

@@ -4,6 +4,8 @@
 //!
 //! - [`apply`]: the plan's slices and huge pages, as one transaction with undo.
 //! - [`destroy`], [`moves`], [`status`], [`show`]: slices after the fact.
+//! - [`place`]: placement rules applied to processes as they start.
+//! - [`check`]: one verdict on whether protection is in force, for a monitor.
 //! - [`run`]: a command in a slice (exec, a systemd service or scope, or with huge pages).
 //! - [`spawn`]: a command in a sandbox.
 //! - [`serve`]: socket activation.
@@ -17,6 +19,7 @@
 //! - [`metrics`]: the Prometheus exposition of the slices, once or served over HTTP.
 
 pub mod apply;
+pub mod check;
 pub mod destroy;
 pub mod export;
 pub mod groups;
@@ -27,6 +30,7 @@ pub mod image;
 pub mod iocost;
 pub mod metrics;
 pub mod moves;
+pub mod place;
 pub mod run;
 pub mod serve;
 pub mod show;

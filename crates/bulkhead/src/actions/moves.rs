@@ -1,18 +1,72 @@
-//! `move`: running processes, with all their threads, into a slice.
+//! `move`: running processes, with all their threads, into a slice (or back to the cgroup
+//! root); with `tree`, each with all its descendants.
 
 use super::slices::{parse_slice, require_slice};
 use super::Context;
+use crate::place::tree;
 use bulkhead_cgroups::Placement;
 use bulkhead_plan::SliceName;
 use bulkhead_sys::error::Result;
 
-/// One process's outcome.
+/// What to move.
+#[derive(Debug, Clone, Default)]
+pub struct MoveRequest {
+    pub slice: String,
+    pub pids: Vec<i32>,
+    /// Each PID with all its descendants.
+    pub tree: bool,
+    /// Only say what would move.
+    pub dry_run: bool,
+}
+
+/// A process refused while its tree moved.
+#[derive(Debug, serde::Serialize)]
+pub struct Refused {
+    pub pid: i32,
+    pub error: String,
+}
+
+/// Descendants a single-PID move did not take along.
+#[derive(Debug, serde::Serialize)]
+pub struct LeftBehind {
+    pub pids: Vec<i32>,
+    /// Where the first of them is (`cpu:/`, or a cgroup2 path).
+    pub cgroup: String,
+}
+
+/// One PID's outcome (with `tree`, its tree's).
 #[derive(Debug, serde::Serialize)]
 pub struct Moved {
     pub pid: i32,
     pub moved: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// With `tree`: every process moved (or, in a dry run, that would move), the root first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tree: Option<Vec<i32>>,
+    /// With `tree`: descendants that were refused.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<Refused>,
+    /// With `tree`: the tree kept forking and was still growing after the last round.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unstable: bool,
+    /// Without `tree`: descendants still outside the slice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub left_behind: Option<LeftBehind>,
+}
+
+impl Moved {
+    fn new(pid: i32, r: std::result::Result<(), String>) -> Moved {
+        Moved {
+            pid,
+            moved: r.is_ok(),
+            error: r.err(),
+            tree: None,
+            refused: Vec::new(),
+            unstable: false,
+            left_behind: None,
+        }
+    }
 }
 
 /// Where `move` puts processes: a slice, or back to the cgroup root (`--slice /`).
@@ -45,10 +99,10 @@ fn target(slice: &str) -> Result<Target> {
     }
 }
 
-/// Move each PID; a failure for one does not stop the others.
-pub fn move_pids(cx: &Context, slice: &str, pids: &[i32]) -> Result<(Target, Vec<Moved>)> {
+/// Move each PID (or tree); a failure for one does not stop the others.
+pub fn move_pids(cx: &Context, req: &MoveRequest) -> Result<(Target, Vec<Moved>)> {
     let chosen = cx.choose()?;
-    let to = target(slice)?;
+    let to = target(&req.slice)?;
     if let Target::Slice(s) = &to {
         require_slice(cx, &chosen, s)?;
     }
@@ -56,23 +110,87 @@ pub fn move_pids(cx: &Context, slice: &str, pids: &[i32]) -> Result<(Target, Vec
         Target::Slice(s) => crate::tasks::recorded(s),
         Target::Root => None,
     };
-    let results = pids
-        .iter()
-        .map(|&pid| {
-            let r = match &to {
-                _ if pid <= 0 => Err("is not a process ID".to_string()),
-                Target::Slice(s) => chosen.move_pid(s, pid),
-                Target::Root => chosen.move_pid_out(pid),
+    let mv = |pid: i32| -> std::result::Result<(), String> {
+        if pid <= 0 {
+            return Err("is not a process ID".to_string());
+        }
+        if req.dry_run {
+            return match bulkhead_sys::process::is_kernel_thread(pid) {
+                None => Err("no such process".into()),
+                Some(true) => Err("is a kernel thread; kernel threads cannot be moved".into()),
+                Some(false) => Ok(()),
             };
-            if let (Ok(()), Some(ns)) = (&r, sched) {
-                crate::tasks::set_on_pids(&[pid], ns);
-            }
-            Moved {
-                pid,
-                moved: r.is_ok(),
-                error: r.err(),
-            }
+        }
+        match &to {
+            Target::Slice(s) => chosen.move_pid(s, pid)?,
+            Target::Root => chosen.move_pid_out(pid)?,
+        }
+        if let Some(ns) = sched {
+            crate::tasks::set_on_pids(&[pid], ns);
+        }
+        Ok(())
+    };
+    let results = req
+        .pids
+        .iter()
+        .map(|&pid| match (req.tree, req.dry_run) {
+            (false, _) => single(pid, mv(pid), req.dry_run),
+            (true, true) => match mv(pid) {
+                Err(e) => Moved::new(pid, Err(e)),
+                Ok(()) => {
+                    let mut m = Moved::new(pid, Ok(()));
+                    m.moved = false;
+                    m.tree = Some(
+                        std::iter::once(pid)
+                            .chain(tree::descendants_now(pid))
+                            .collect(),
+                    );
+                    m
+                }
+            },
+            (true, false) => whole_tree(pid, mv),
         })
         .collect();
     Ok((to, results))
+}
+
+fn single(pid: i32, r: std::result::Result<(), String>, dry_run: bool) -> Moved {
+    let ok = r.is_ok();
+    let mut m = Moved::new(pid, r);
+    if ok {
+        // In a dry run nothing moved: every descendant would stay where it is.
+        let (pids, cgroup) = if dry_run {
+            let d = tree::descendants_now(pid);
+            let cg = d
+                .first()
+                .and_then(|&c| bulkhead_sys::procs::cgroup(c))
+                .map(|t| tree::where_is(&t));
+            (d, cg)
+        } else {
+            tree::left_behind(pid)
+        };
+        if let Some(cgroup) = cgroup.filter(|_| !pids.is_empty()) {
+            m.left_behind = Some(LeftBehind { pids, cgroup });
+        }
+        m.moved = !dry_run;
+    }
+    m
+}
+
+fn whole_tree(pid: i32, mv: impl FnMut(i32) -> std::result::Result<(), String>) -> Moved {
+    let gone = |p: i32| bulkhead_sys::process::is_kernel_thread(p).is_none();
+    match tree::move_tree(pid, || tree::descendants_now(pid), mv, gone) {
+        Err(e) => Moved::new(pid, Err(e)),
+        Ok(out) => {
+            let mut m = Moved::new(pid, Ok(()));
+            m.tree = Some(out.moved);
+            m.refused = out
+                .failed
+                .into_iter()
+                .map(|(pid, error)| Refused { pid, error })
+                .collect();
+            m.unstable = !out.stable;
+            m
+        }
+    }
 }

@@ -1,12 +1,15 @@
-//! `status`: what each slice uses and how much it stalls, and the state of served sockets.
+//! `status`: what each slice uses and how much it stalls, its planned limits beside what the
+//! kernel holds, and the state of served sockets.
 
 use super::Context;
 pub use crate::activate::state::SocketStatus;
+pub use bulkhead_cgroups::fs::Held;
 use bulkhead_cgroups::stats;
 pub use bulkhead_cgroups::stats::{Pressure, SliceStatus, Status};
 use bulkhead_cgroups::{Chosen, Placement};
-use bulkhead_plan::SliceName;
+use bulkhead_plan::{ResolvedPlan, SliceName};
 use bulkhead_sys::error::{Diagnostic, Error, Result};
+use bulkhead_sys::host::Host;
 use std::time::Duration;
 
 /// One reading: the slices (CPU shares over `interval`) and the sockets.
@@ -18,6 +21,17 @@ pub struct Report {
     /// The guard, when one runs or ran since boot.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub guard: Option<GuardReport>,
+    /// Each planned slice's directives: the plan's value beside what the kernel holds
+    /// (empty when the plan cannot be read or resolved).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<SliceLimits>,
+}
+
+/// A slice's planned directives and what the kernel holds for them.
+#[derive(Debug, serde::Serialize)]
+pub struct SliceLimits {
+    pub slice: String,
+    pub directives: Vec<Held>,
 }
 
 /// The guard's last status, and whether its process is alive.
@@ -32,6 +46,8 @@ pub struct GuardReport {
 pub struct Reader {
     chosen: Chosen,
     interval: Duration,
+    /// The plan resolved once, for the planned limits (None: it cannot be read).
+    plan: Option<ResolvedPlan>,
 }
 
 /// Check the interval and choose the backend.
@@ -41,9 +57,14 @@ pub fn reader(cx: &Context, seconds: f64) -> Result<Reader> {
             "the interval must be between 0 and 3600 seconds, not {seconds}"
         ))));
     }
+    let plan = cx
+        .load_plan()
+        .and_then(|p| p.resolve(&Host::detect_for(p.device_paths())))
+        .ok();
     Ok(Reader {
         chosen: cx.choose()?,
         interval: Duration::from_secs_f64(seconds),
+        plan,
     })
 }
 
@@ -59,7 +80,22 @@ impl Reader {
             slices: st,
             sockets: crate::activate::state::read_all(),
             guard: crate::guard::status().map(|(status, running)| GuardReport { running, status }),
+            limits: self.limits(),
         }
+    }
+
+    /// The planned limits of the plan's slices that exist, beside the kernel's values.
+    fn limits(&self) -> Vec<SliceLimits> {
+        let Some(plan) = &self.plan else {
+            return vec![];
+        };
+        self.chosen
+            .reader()
+            .held(plan)
+            .into_iter()
+            .filter(|(_, d)| !d.is_empty())
+            .map(|(slice, directives)| SliceLimits { slice, directives })
+            .collect()
     }
 }
 

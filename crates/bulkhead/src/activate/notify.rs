@@ -3,22 +3,18 @@
 //! send; SO_PASSCRED makes the kernel attach each sender's PID, and a datagram counts only
 //! when that process is the target or one of its descendants. A sandbox sees the directory
 //! read-only.
+// System calls only through bulkhead-sys (clippy.toml's list, issue 27).
+#![deny(clippy::disallowed_methods)]
 
 use super::sockfile;
-use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+use bulkhead_sys::net;
 use socket2::{Domain, Socket, Type};
 use std::io;
-use std::mem::MaybeUninit;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use tokio::io::Interest;
 
 /// Who sent a datagram, as the kernel says (PIDs in `serve`'s namespace).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sender {
-    pub pid: u32,
-    pub uid: u32,
-}
+pub type Sender = net::Credentials;
 
 /// A bound notify socket.
 pub struct NotifySocket {
@@ -28,10 +24,7 @@ pub struct NotifySocket {
 impl NotifySocket {
     /// Bind `dir`/notify, replacing the socket of an earlier start.
     pub fn open(dir: &Path) -> io::Result<NotifySocket> {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(dir)?;
+        bulkhead_sys::statefile::ensure_dir(dir, 0o755)?;
         let path = dir.join("notify");
         let place = sockfile::place(&path).map_err(|e| io::Error::other(e.to_string()))?;
         match rustix::fs::unlinkat(
@@ -44,7 +37,7 @@ impl NotifySocket {
         }
         let s = Socket::new(Domain::UNIX, Type::DGRAM.cloexec(), None)?;
         sockfile::bind(&s, &path, Some(0o666))?;
-        rustix::net::sockopt::set_socket_passcred(&s, true)?;
+        net::set_passcred(&s)?;
         s.set_nonblocking(true)?;
         let sock = tokio::net::UnixDatagram::from_std(s.into())?;
         Ok(NotifySocket { sock })
@@ -70,25 +63,8 @@ fn recv_with_sender(
     sock: &tokio::net::UnixDatagram,
     buf: &mut [u8],
 ) -> io::Result<(usize, Option<Sender>)> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmCredentials(1))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
-    let got = rustix::net::recvmsg(
-        sock,
-        &mut [io::IoSliceMut::new(buf)],
-        &mut control,
-        RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
-    )?;
-    let mut sender = None;
-    for m in control.drain() {
-        // Anything else (descriptors someone passed) is dropped, and so closed, here.
-        if let RecvAncillaryMessage::ScmCredentials(c) = m {
-            sender = Some(Sender {
-                pid: c.pid.as_raw_nonzero().get() as u32,
-                uid: c.uid.as_raw(),
-            });
-        }
-    }
-    Ok((got.bytes, sender))
+    use std::os::fd::AsFd;
+    net::recv_with_credentials(sock.as_fd(), buf)
 }
 
 /// Whether `pid` is `root` or one of its descendants.

@@ -2,9 +2,10 @@
 //! data never enters user space. Half-close is honoured (EOF one way shuts down the writing
 //! side of the other socket, the other way goes on), and a connection with no traffic either
 //! way for `idle` is closed.
+// System calls only through bulkhead-sys (clippy.toml's list, issue 27).
+#![deny(clippy::disallowed_methods)]
 
-use rustix::net::{RecvFlags, SendFlags};
-use rustix::pipe::SpliceFlags;
+use bulkhead_sys::net::{self, splice};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,9 +42,7 @@ impl Conn {
     pub async fn write_all(&self, mut buf: &[u8]) -> io::Result<()> {
         while !buf.is_empty() {
             self.ready(Interest::WRITABLE).await?;
-            match self.try_io(Interest::WRITABLE, || {
-                rustix::net::send(self.fd(), buf, SendFlags::NOSIGNAL).map_err(io::Error::from)
-            }) {
+            match self.try_io(Interest::WRITABLE, || net::send_nosignal(self.fd(), buf)) {
                 Ok(n) => buf = &buf[n..],
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
@@ -58,7 +57,7 @@ impl Conn {
         loop {
             self.ready(Interest::READABLE).await?;
             match self.try_io(Interest::READABLE, || {
-                let (n, _) = rustix::net::recv(self.fd(), &mut *buf, RecvFlags::PEEK)?;
+                let n = net::peek(self.fd(), &mut *buf)?;
                 if n > 0 && n <= have {
                     return Err(io::ErrorKind::WouldBlock.into());
                 }
@@ -73,7 +72,7 @@ impl Conn {
     /// Consume exactly `n` bytes that `peek` has shown are there.
     pub fn consume(&self, n: usize) -> io::Result<()> {
         let mut buf = vec![0u8; n];
-        let (got, _) = rustix::net::recv(self.fd(), &mut buf[..], RecvFlags::DONTWAIT)?;
+        let got = net::recv_nowait(self.fd(), &mut buf[..])?;
         if got != n {
             return Err(io::Error::other("short read while consuming a header"));
         }
@@ -98,26 +97,9 @@ struct Pipe {
 
 impl Pipe {
     fn new(size: Option<u64>) -> io::Result<Pipe> {
-        use rustix::pipe::PipeFlags;
-        let (r, w) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
-        if let Some(s) = size {
-            // Best effort: the kernel caps it at /proc/sys/fs/pipe-max-size for non-root.
-            let _ = rustix::pipe::fcntl_setpipe_size(&w, s as usize);
-        }
+        let (r, w) = net::splice_pipe(size)?;
         Ok(Pipe { r, w })
     }
-}
-
-fn splice(from: BorrowedFd<'_>, to: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
-    rustix::pipe::splice(
-        from,
-        None,
-        to,
-        None,
-        len,
-        SpliceFlags::MOVE | SpliceFlags::NONBLOCK,
-    )
-    .map_err(io::Error::from)
 }
 
 /// Time since `base`, in microseconds, for the shared "last traffic" stamp.
@@ -164,7 +146,7 @@ async fn pump(
         last.store(stamp(base), Ordering::Relaxed);
     }
     // Half-close: the other direction goes on.
-    let _ = rustix::net::shutdown(dst.fd(), rustix::net::Shutdown::Write);
+    let _ = net::shutdown_write(dst.fd());
     Ok(())
 }
 

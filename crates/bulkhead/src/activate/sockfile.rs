@@ -2,9 +2,11 @@
 //! a directory nobody but root can change ([`trusted::open_trusted_dir`]), their mode is set
 //! through the umask at bind time (the file never exists with a wider mode, and nothing is
 //! changed by path afterwards), and their owner is set without following a symlink.
+// System calls only through bulkhead-sys (clippy.toml's list, issue 27).
+#![deny(clippy::disallowed_methods)]
 
 use bulkhead_sys::trusted::{self, DirError};
-use rustix::fs::{AtFlags, Mode};
+use rustix::fs::AtFlags;
 use socket2::{SockAddr, Socket};
 use std::ffi::OsString;
 use std::io;
@@ -38,10 +40,7 @@ pub fn bind(sock: &Socket, path: &Path, mode: Option<u32>) -> io::Result<()> {
     let Some(m) = mode else {
         return sock.bind(&addr);
     };
-    let old = rustix::process::umask(Mode::from_raw_mode(!m & 0o777));
-    let r = sock.bind(&addr);
-    rustix::process::umask(old);
-    r
+    bulkhead_sys::process::with_umask(!m & 0o777, || sock.bind(&addr))
 }
 
 /// Set the owner of the file `place` names; a symlink put in its place is changed itself,
@@ -61,6 +60,7 @@ pub fn chown(place: &Place, uid: Option<u32>, gid: Option<u32>) -> io::Result<()
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // the tests set the scene by name
 mod tests {
     use super::*;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -1,6 +1,8 @@
 //! Stream listeners (TCP and unix): the accept loop with its limits (max_connections in all,
 //! max_connections_per_source per client), and each accepted connection proxied to the
 //! target's backend or handed to a target of its own (per-connection mode).
+// System calls only through bulkhead-sys (clippy.toml's list, issue 27).
+#![deny(clippy::disallowed_methods)]
 
 use super::proxy::{self, Conn};
 use super::sources::{Slot, Source, Sources};
@@ -20,8 +22,8 @@ enum AnyListener {
 
 impl AnyListener {
     fn new(fd: OwnedFd) -> std::io::Result<AnyListener> {
-        let dom = socket2::SockRef::from(&fd).domain()?;
-        Ok(if dom == socket2::Domain::UNIX {
+        use std::os::fd::AsFd;
+        Ok(if bulkhead_sys::net::is_unix(fd.as_fd())? {
             AnyListener::Unix(tokio::net::UnixListener::from_std(
                 std::os::unix::net::UnixListener::from(fd),
             )?)
@@ -280,7 +282,7 @@ async fn per_connection(act: &Arc<Activator>, conn: Conn, peer: Option<SocketAdd
         },
     };
     // The target reads and writes it with plain blocking calls.
-    let _ = socket2::SockRef::from(&fd).set_nonblocking(false);
+    let _ = bulkhead_sys::net::set_blocking(std::os::fd::AsFd::as_fd(&fd));
     let mut env = Vec::new();
     if let Some(p) = peer {
         env.push(("REMOTE_ADDR".to_string(), p.ip().to_string()));

@@ -79,6 +79,16 @@ mod tests {
             sockets: vec![socket],
             hugepages: vec![pool],
             guard: Some((guard, true)),
+            protection: Some((
+                std::sync::Arc::new(crate::check::Report::new(
+                    "p".into(),
+                    "cgroupfs".into(),
+                    vec![],
+                    vec![],
+                    vec![],
+                )),
+                1.0,
+            )),
         }
     }
 

@@ -3,7 +3,7 @@
 //! (`2Mi`, `1Gi`), as in `hugepages-2Mi`.
 
 use crate::exposition::text::{Kind, Sample, Value, Writer};
-use bulkhead_sys::host::hugepages::Pool;
+use bulkhead_sys::host::hugepages::{NodePool, Pool};
 
 /// `2Mi`, `1Gi`; another size in KiB.
 pub fn size_label(bytes: u64) -> String {
@@ -21,10 +21,7 @@ fn per_size(pools: &[Pool], f: impl Fn(&Pool) -> u64) -> Vec<Sample> {
         .collect()
 }
 
-fn per_node(
-    pools: &[Pool],
-    f: impl Fn(&bulkhead_sys::host::hugepages::NodePool) -> u64,
-) -> Vec<Sample> {
+fn per_node(pools: &[Pool], f: impl Fn(&NodePool) -> u64) -> Vec<Sample> {
     let mut out = Vec::new();
     for p in pools {
         for n in &p.nodes {
@@ -35,51 +32,60 @@ fn per_node(
     out
 }
 
+/// A family of a table: its name, its help, and the figure of each pool (or node).
+type Family<T> = (&'static str, &'static str, fn(&T) -> u64);
+
+/// The families per page size.
+const PER_SIZE: [Family<Pool>; 4] = [
+    (
+        "bulkhead_hugepages_pool_pages",
+        "Pages in the persistent pool (nr_hugepages).",
+        |p| p.total,
+    ),
+    (
+        "bulkhead_hugepages_free_pages",
+        "Pages of the pool not in use.",
+        |p| p.free,
+    ),
+    (
+        "bulkhead_hugepages_reserved_pages",
+        "Pages promised to mappings but not faulted in yet.",
+        |p| p.reserved,
+    ),
+    (
+        "bulkhead_hugepages_surplus_pages",
+        "Pages allocated beyond the persistent pool (overcommit).",
+        |p| p.surplus,
+    ),
+];
+
+/// The families per page size and NUMA node.
+const PER_NODE: [Family<NodePool>; 3] = [
+    (
+        "bulkhead_hugepages_node_pool_pages",
+        "Pages in the persistent pool, per NUMA node.",
+        |n| n.total,
+    ),
+    (
+        "bulkhead_hugepages_node_free_pages",
+        "Pages of the pool not in use, per NUMA node.",
+        |n| n.free,
+    ),
+    (
+        "bulkhead_hugepages_node_surplus_pages",
+        "Pages allocated beyond the persistent pool, per NUMA node.",
+        |n| n.surplus,
+    ),
+];
+
 /// Write the huge page families.
 pub fn write(w: &mut Writer, pools: &[Pool]) {
-    let g = Kind::Gauge;
-    w.family(
-        "bulkhead_hugepages_pool_pages",
-        g,
-        "Pages in the persistent pool (nr_hugepages).",
-        &per_size(pools, |p| p.total),
-    );
-    w.family(
-        "bulkhead_hugepages_free_pages",
-        g,
-        "Pages of the pool not in use.",
-        &per_size(pools, |p| p.free),
-    );
-    w.family(
-        "bulkhead_hugepages_reserved_pages",
-        g,
-        "Pages promised to mappings but not faulted in yet.",
-        &per_size(pools, |p| p.reserved),
-    );
-    w.family(
-        "bulkhead_hugepages_surplus_pages",
-        g,
-        "Pages allocated beyond the persistent pool (overcommit).",
-        &per_size(pools, |p| p.surplus),
-    );
-    w.family(
-        "bulkhead_hugepages_node_pool_pages",
-        g,
-        "Pages in the persistent pool, per NUMA node.",
-        &per_node(pools, |n| n.total),
-    );
-    w.family(
-        "bulkhead_hugepages_node_free_pages",
-        g,
-        "Pages of the pool not in use, per NUMA node.",
-        &per_node(pools, |n| n.free),
-    );
-    w.family(
-        "bulkhead_hugepages_node_surplus_pages",
-        g,
-        "Pages allocated beyond the persistent pool, per NUMA node.",
-        &per_node(pools, |n| n.surplus),
-    );
+    for (name, help, f) in PER_SIZE {
+        w.family(name, Kind::Gauge, help, &per_size(pools, f));
+    }
+    for (name, help, f) in PER_NODE {
+        w.family(name, Kind::Gauge, help, &per_node(pools, f));
+    }
 }
 
 #[cfg(test)]

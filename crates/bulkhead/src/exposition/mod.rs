@@ -1,7 +1,7 @@
 //! Prometheus text exposition (format 0.0.4) of what `status` knows, and a small HTTP
 //! server for it. Pure up to [`http`]: [`text`] writes families with their HELP and TYPE
-//! lines and escapes label values; [`slices`], [`sockets`], [`hugepages`] and [`guard`] turn
-//! readings into families (a metric a slice's hierarchy cannot give is left out, never
+//! lines and escapes label values; [`slices`], [`sockets`], [`hugepages`], [`guard`] and
+//! [`protection`] (`bulkhead check`'s verdict) turn readings into families (a metric a slice's hierarchy cannot give is left out, never
 //! reported as 0); [`http`] answers `GET /metrics` with whatever a render function returns,
 //! within fixed limits.
 
@@ -10,6 +10,7 @@ mod dashboard;
 pub mod guard;
 pub mod http;
 pub mod hugepages;
+pub mod protection;
 pub mod served;
 pub mod slices;
 pub mod sockets;
@@ -30,6 +31,8 @@ pub struct Reading {
     pub hugepages: Vec<Pool>,
     /// The guard's last status and whether it runs; None when no guard ran since boot.
     pub guard: Option<(crate::guard::state::Status, bool)>,
+    /// `bulkhead check`'s last verdict and when it was judged (Unix time); None: not checked.
+    pub protection: Option<(std::sync::Arc<crate::check::Report>, f64)>,
 }
 
 /// The exposition of a reading.
@@ -40,6 +43,9 @@ pub fn render(r: &Reading) -> String {
     hugepages::write(&mut w, &r.hugepages);
     if let Some((status, running)) = &r.guard {
         guard::write(&mut w, status, *running);
+    }
+    if let Some((report, at)) = &r.protection {
+        protection::write(&mut w, report, *at);
     }
     w.finish()
 }

@@ -21,49 +21,52 @@ fn each(sockets: &[SocketStatus], f: impl Fn(&SocketStatus) -> u64) -> Vec<Sampl
         .collect()
 }
 
-fn states(sockets: &[SocketStatus]) -> Vec<Sample> {
+/// One series per socket and value of the label `key`: `values` gives each value's figure.
+fn labelled<L: ToString>(
+    sockets: &[SocketStatus],
+    key: &'static str,
+    values: impl Fn(&SocketStatus) -> Vec<(L, u64)>,
+) -> Vec<Sample> {
     let mut out = Vec::new();
     for s in sockets {
-        for st in STATES {
+        for (value, n) in values(s) {
             let mut l = socket(s);
-            l.push(("state", st.to_string()));
-            out.push((l, Value::Int(u64::from(s.state == st))));
+            l.push((key, value.to_string()));
+            out.push((l, Value::Int(n)));
         }
     }
     out
 }
 
+fn states(sockets: &[SocketStatus]) -> Vec<Sample> {
+    labelled(sockets, "state", |s| {
+        STATES.map(|st| (st, u64::from(s.state == st))).to_vec()
+    })
+}
+
 /// Connections closed before they reached a target, by why.
 fn refused(sockets: &[SocketStatus]) -> Vec<Sample> {
-    let mut out = Vec::new();
-    for s in sockets {
+    labelled(sockets, "reason", |s| {
         let l = &s.limits;
-        for (reason, n) in [
+        vec![
             ("target_unavailable", s.connections_refused),
             ("max_connections_per_source", l.per_source),
             (
                 "proxy_header",
                 l.proxy_header_timeouts + l.proxy_header_invalid,
             ),
-        ] {
-            let mut labels = socket(s);
-            labels.push(("reason", reason.to_string()));
-            out.push((labels, Value::Int(n)));
-        }
-    }
-    out
+        ]
+    })
 }
 
 fn limits(sockets: &[SocketStatus]) -> Vec<Sample> {
-    let mut out = Vec::new();
-    for s in sockets {
-        for (limit, _, n) in s.limits.all() {
-            let mut l = socket(s);
-            l.push(("limit", limit.to_string()));
-            out.push((l, Value::Int(n)));
-        }
-    }
-    out
+    labelled(sockets, "limit", |s| {
+        s.limits
+            .all()
+            .into_iter()
+            .map(|(limit, _, n)| (limit, n))
+            .collect()
+    })
 }
 
 fn start_latency(sockets: &[SocketStatus]) -> Vec<HistogramSample> {
@@ -76,56 +79,71 @@ fn start_latency(sockets: &[SocketStatus]) -> Vec<HistogramSample> {
         .collect()
 }
 
-/// Write the socket families.
-pub fn write(w: &mut Writer, sockets: &[SocketStatus]) {
-    w.family(
+/// A family of the table: its name, kind, help, and its samples from the sockets.
+type Family = (
+    &'static str,
+    Kind,
+    &'static str,
+    fn(&[SocketStatus]) -> Vec<Sample>,
+);
+
+/// The families of counts, in the order they are written.
+const COUNTS: [Family; 8] = [
+    (
         "bulkhead_socket_state",
         Kind::Gauge,
         "The socket's target state (1 for the current one): idle, starting, ready, stopping, backoff (starts failed in a row).",
-        &states(sockets),
-    );
-    w.family(
+        states,
+    ),
+    (
         "bulkhead_socket_connections",
         Kind::Gauge,
         "Connections open now.",
-        &each(sockets, |s| s.connections_active),
-    );
-    w.family(
+        |ss| each(ss, |s| s.connections_active),
+    ),
+    (
         "bulkhead_socket_connections_total",
         Kind::Counter,
         "Connections accepted.",
-        &each(sockets, |s| s.connections_total),
-    );
-    w.family(
+        |ss| each(ss, |s| s.connections_total),
+    ),
+    (
         "bulkhead_socket_connections_refused_total",
         Kind::Counter,
         "Connections closed before reaching a target: target_unavailable (it could not start, or serve backs off), max_connections_per_source, proxy_header.",
-        &refused(sockets),
-    );
-    w.family(
+        refused,
+    ),
+    (
         "bulkhead_socket_received_bytes_total",
         Kind::Counter,
         "Bytes from clients to the target.",
-        &each(sockets, |s| s.bytes_in),
-    );
-    w.family(
+        |ss| each(ss, |s| s.bytes_in),
+    ),
+    (
         "bulkhead_socket_sent_bytes_total",
         Kind::Counter,
         "Bytes from the target to clients.",
-        &each(sockets, |s| s.bytes_out),
-    );
-    w.family(
+        |ss| each(ss, |s| s.bytes_out),
+    ),
+    (
         "bulkhead_socket_cold_starts_total",
         Kind::Counter,
         "Times the target was started by a connection.",
-        &each(sockets, |s| s.cold_starts),
-    );
-    w.family(
+        |ss| each(ss, |s| s.cold_starts),
+    ),
+    (
         "bulkhead_socket_failed_starts_total",
         Kind::Counter,
         "Starts that failed (the target exited early or was never ready).",
-        &each(sockets, |s| s.failed_starts),
-    );
+        |ss| each(ss, |s| s.failed_starts),
+    ),
+];
+
+/// Write the socket families.
+pub fn write(w: &mut Writer, sockets: &[SocketStatus]) {
+    for (name, kind, help, samples) in COUNTS {
+        w.family(name, kind, help, &samples(sockets));
+    }
     w.histogram(
         "bulkhead_socket_start_duration_seconds",
         "Time from a cold start to the target being ready.",

@@ -7,7 +7,7 @@
 //! MADV_NOHUGEPAGE are left alone. Collapsing a partly used 2M range fills it, so resident
 //! memory can grow: the report shows it.
 
-use super::usage::{parse_rollup, parse_smaps, Rollup};
+use super::usage::{parse_rollup, parse_smaps, Rollup, Vma};
 use bulkhead_sys::error::{errno_text, Diagnostic, Error, Result};
 use bulkhead_sys::units::human_bytes;
 use std::os::fd::OwnedFd;
@@ -94,51 +94,65 @@ pub fn collapse(pid: i32, pmd_size: u64) -> Result<CollapseReport> {
     if !kernel_has_collapse(release.trim()) {
         return Err(no_collapse(release.trim()));
     }
-    let missing = || {
-        Error::invalid(
-            Diagnostic::error(format!("no process with PID {pid}"))
-                .hint("check the PID (ps -e, pgrep NAME); nothing was changed"),
-        )
-    };
     let pidfd = bulkhead_sys::process::pidfd_open(pid).map_err(|e| match e.raw_os_error() {
-        Some(libc::ESRCH) => missing(),
+        Some(libc::ESRCH) => missing(pid),
         _ => Error::failed(format!(
             "bulkhead_sys::process::pidfd_open({pid}): {}",
             errno_text(&e)
         )),
     })?;
-    let gone_midway = |done: usize| {
-        move || {
-            Error::failed_with(
-                Diagnostic::error(format!("process {pid} exited during the collapse")).hint(
-                    format!("{done} range(s) were collapsed before it went; nothing else changed"),
-                ),
-            )
-        }
-    };
-    let comm = read_proc(pid, "comm", &missing)?.trim().to_string();
+    let comm = read_proc(pid, "comm", &|| missing(pid))?.trim().to_string();
     if super::usage::is_kernel_thread(std::path::Path::new("/proc"), pid) {
         return Err(Error::invalid(Diagnostic::error(format!(
             "PID {pid} ({comm}) is a kernel thread: it has no memory to collapse"
         ))));
     }
-    let before_text = read_proc(pid, "smaps_rollup", &gone_midway(0))?;
+    let before_text = read_proc(pid, "smaps_rollup", &|| gone_midway(pid, 0))?;
     if before_text.trim().is_empty() {
         return Err(Error::invalid(Diagnostic::error(format!(
             "PID {pid} ({comm}) is a kernel thread or a zombie: it has no memory to collapse"
         ))));
     }
-    let vmas = parse_smaps(&read_proc(pid, "smaps", &gone_midway(0))?);
+    let vmas = parse_smaps(&read_proc(pid, "smaps", &|| gone_midway(pid, 0))?);
     let mut r = CollapseReport {
         pid,
         comm,
         before: Coverage::from(&parse_rollup(&before_text)),
         ..Default::default()
     };
+    let ranges = ranges(&vmas, pmd_size, &mut r.skipped_nohugepage);
+    for (i, &(s, e)) in ranges.iter().enumerate() {
+        advise_range(&pidfd, i, s, e, &mut r)?;
+    }
+    let after_text = read_proc(pid, "smaps_rollup", &|| gone_midway(pid, r.ranges))?;
+    r.after = Coverage::from(&parse_rollup(&after_text));
+    Ok(r)
+}
+
+/// No process has that PID (nothing was done yet).
+fn missing(pid: i32) -> Error {
+    Error::invalid(
+        Diagnostic::error(format!("no process with PID {pid}"))
+            .hint("check the PID (ps -e, pgrep NAME); nothing was changed"),
+    )
+}
+
+/// The process exited after `done` ranges were collapsed.
+fn gone_midway(pid: i32, done: usize) -> Error {
+    Error::failed_with(
+        Diagnostic::error(format!("process {pid} exited during the collapse")).hint(format!(
+            "{done} range(s) were collapsed before it went; nothing else changed"
+        )),
+    )
+}
+
+/// The 2M-aligned parts of the private anonymous areas with something resident, in pieces of
+/// at most [`CHUNK`]; areas marked MADV_NOHUGEPAGE are counted in `skipped` and left alone.
+fn ranges(vmas: &[Vma], pmd_size: u64, skipped: &mut usize) -> Vec<(u64, u64)> {
     let mut ranges = Vec::new();
     for v in vmas.iter().filter(|v| v.is_anon_private()) {
         if v.has("nh") {
-            r.skipped_nohugepage += 1;
+            *skipped += 1;
             continue;
         }
         let start = v.start.div_ceil(pmd_size) * pmd_size;
@@ -154,44 +168,47 @@ pub fn collapse(pid: i32, pmd_size: u64) -> Result<CollapseReport> {
             s = e;
         }
     }
-    for (i, (s, e)) in ranges.iter().enumerate() {
-        let mut tries = 0;
-        loop {
-            match advise(&pidfd, *s, e - s) {
-                Ok(_) => {
-                    r.ranges += 1;
-                    r.bytes += e - s;
-                }
-                Err(err) => match err.raw_os_error() {
-                    Some(libc::ESRCH) => return Err(gone_midway(i)()),
-                    Some(libc::EAGAIN) if tries < 2 => {
-                        tries += 1;
-                        continue;
-                    }
-                    Some(libc::EPERM) => return Err(Error::failed_with(
-                        Diagnostic::error(format!(
-                            "process_madvise on PID {pid}: {}",
-                            errno_text(&err)
-                        ))
-                        .hint(
-                            "collapse needs root (CAP_SYS_NICE and ptrace access to the process)",
-                        ),
-                    )),
-                    _ => r.failed.push(format!(
-                        "{:#x}-{:#x} ({}): {}",
-                        s,
-                        e,
-                        human_bytes(e - s),
-                        errno_text(&err)
-                    )),
-                },
+    ranges
+}
+
+/// Advise the range `s..e` (the `i`th), trying twice more while the kernel says EAGAIN; a
+/// range the kernel cannot collapse goes into the report's failures.
+fn advise_range(pidfd: &OwnedFd, i: usize, s: u64, e: u64, r: &mut CollapseReport) -> Result<()> {
+    let pid = r.pid;
+    let mut tries = 0;
+    loop {
+        let err = match advise(pidfd, s, e - s) {
+            Ok(_) => {
+                r.ranges += 1;
+                r.bytes += e - s;
+                return Ok(());
             }
-            break;
+            Err(err) => err,
+        };
+        match err.raw_os_error() {
+            Some(libc::ESRCH) => return Err(gone_midway(pid, i)),
+            Some(libc::EAGAIN) if tries < 2 => tries += 1,
+            Some(libc::EPERM) => {
+                return Err(Error::failed_with(
+                    Diagnostic::error(format!(
+                        "process_madvise on PID {pid}: {}",
+                        errno_text(&err)
+                    ))
+                    .hint("collapse needs root (CAP_SYS_NICE and ptrace access to the process)"),
+                ))
+            }
+            _ => {
+                r.failed.push(format!(
+                    "{:#x}-{:#x} ({}): {}",
+                    s,
+                    e,
+                    human_bytes(e - s),
+                    errno_text(&err)
+                ));
+                return Ok(());
+            }
         }
     }
-    let after_text = read_proc(pid, "smaps_rollup", &gone_midway(r.ranges))?;
-    r.after = Coverage::from(&parse_rollup(&after_text));
-    Ok(r)
 }
 
 fn no_collapse(release: &str) -> Error {

@@ -105,19 +105,8 @@ pub struct Prepared {
 /// switches to the spec's environment. Bad input (an empty pool, THP off, jemalloc with
 /// hugetlb) is refused before anything starts.
 pub fn prepare(spec: &mut RunSpec, mode: RunMode, facts: &Facts) -> Result<Prepared> {
-    let mut env: Vec<(String, String)> = Vec::new();
-    for f in &spec.env_files {
-        env.extend(bulkhead_plan::env::read_env_file(f)?);
-    }
-    env.extend(spec.env.iter().cloned());
-    let current = |k: &str| -> Option<String> {
-        env.iter()
-            .rev()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| v.clone())
-            .or_else(|| std::env::var(k).ok())
-    };
-    let path_var = current("PATH");
+    let env = spec_env(spec)?;
+    let path_var = current(&env, "PATH");
     let program = spec
         .argv
         .first()
@@ -132,6 +121,61 @@ pub fn prepare(spec: &mut RunSpec, mode: RunMode, facts: &Facts) -> Result<Prepa
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
     let mut notes = Vec::new();
+    check_mode(mode, facts, &allocator, &prog_name, &mut notes)?;
+    check_allocator(mode, &allocator, &prog_name, &mut notes)?;
+    let set = settings(mode, facts, &allocator, &env);
+    if let (Allocator::Other(what), Some(_)) = (&allocator, &program) {
+        notes.push(Diagnostic::warning(format!(
+            "{prog_name}: {what}; GLIBC_TUNABLES reaches only programs that use glibc's malloc"
+        )));
+    }
+    if let Some(p) = &program {
+        use std::os::unix::fs::PermissionsExt;
+        if std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o6000 != 0) {
+            notes.push(Diagnostic::warning(format!(
+                "{} is set-user/group-ID: glibc ignores GLIBC_TUNABLES for it",
+                p.display()
+            )));
+        }
+    }
+    spec.env.extend(set.iter().cloned());
+    Ok(Prepared {
+        mode,
+        program,
+        allocator,
+        env: set,
+        notes,
+    })
+}
+
+/// The variables the run will set: its env files', then its own.
+fn spec_env(spec: &RunSpec) -> Result<Vec<(String, String)>> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    for f in &spec.env_files {
+        env.extend(bulkhead_plan::env::read_env_file(f)?);
+    }
+    env.extend(spec.env.iter().cloned());
+    Ok(env)
+}
+
+/// The value the program will see for `k`: the run's last setting, else bulkhead's own.
+fn current(env: &[(String, String)], k: &str) -> Option<String> {
+    env.iter()
+        .rev()
+        .find(|(n, _)| n == k)
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var(k).ok())
+}
+
+/// The machine can give this mode: THP switched on, or a hugetlb pool with free pages (and
+/// an allocator that can use it).
+fn check_mode(
+    mode: RunMode,
+    facts: &Facts,
+    allocator: &Allocator,
+    prog_name: &str,
+    notes: &mut Vec<Diagnostic>,
+) -> Result<()> {
     match mode {
         RunMode::Thp => {
             let Some(en) = &facts.thp.enabled else {
@@ -167,17 +211,27 @@ pub fn prepare(spec: &mut RunSpec, mode: RunMode, facts: &Facts) -> Result<Prepa
             )));
         }
     }
-    let mut set = Vec::new();
-    match &allocator {
+    Ok(())
+}
+
+/// The allocator takes the switch: glibc new enough for its tunable (a warning where its THP
+/// check is flaky); tcmalloc has none.
+fn check_allocator(
+    mode: RunMode,
+    allocator: &Allocator,
+    prog_name: &str,
+    notes: &mut Vec<Diagnostic>,
+) -> Result<()> {
+    match allocator {
         Allocator::Glibc | Allocator::Jemalloc(_) | Allocator::Other(_) => {
             if let Some((maj, min)) = glibc_version() {
-                if (maj, min) < (2, 35) && allocator == Allocator::Glibc {
+                if (maj, min) < (2, 35) && *allocator == Allocator::Glibc {
                     return Err(Error::invalid(
                         Diagnostic::error(format!("--hugepages: glibc {maj}.{min} has no glibc.malloc.hugetlb tunable (2.35 or newer has it)"))
                             .hint("the program can madvise(MADV_HUGEPAGE) itself, or set thp = \"always\" in the plan"),
                     ));
                 }
-                if mode == RunMode::Thp && allocator == Allocator::Glibc && glibc_thp_check_flaky((maj, min)) {
+                if mode == RunMode::Thp && *allocator == Allocator::Glibc && glibc_thp_check_flaky((maj, min)) {
                     notes.push(Diagnostic::warning(format!(
                         "glibc {maj}.{min} decides at each start whether THP is in madvise mode by comparing a buffer it does not terminate, so some starts get no THP; the check below says which"
                     )));
@@ -188,44 +242,33 @@ pub fn prepare(spec: &mut RunSpec, mode: RunMode, facts: &Facts) -> Result<Prepa
             "{prog_name} links tcmalloc, which has no huge page switch bulkhead knows; GLIBC_TUNABLES is set but tcmalloc ignores it"
         ))),
     }
-    set.push((
+    Ok(())
+}
+
+/// The variables that switch the allocator to huge pages, merged with their current values.
+fn settings(
+    mode: RunMode,
+    facts: &Facts,
+    allocator: &Allocator,
+    env: &[(String, String)],
+) -> Vec<(String, String)> {
+    let mut set = vec![(
         "GLIBC_TUNABLES".to_string(),
         merge_setting(
-            current("GLIBC_TUNABLES").as_deref(),
+            current(env, "GLIBC_TUNABLES").as_deref(),
             ':',
             '=',
             "glibc.malloc.hugetlb",
             &mode.glibc_value(facts.default_size),
         ),
-    ));
-    if let Allocator::Jemalloc(var) = &allocator {
+    )];
+    if let Allocator::Jemalloc(var) = allocator {
         set.push((
             var.clone(),
-            merge_setting(current(var).as_deref(), ',', ':', "thp", "always"),
+            merge_setting(current(env, var).as_deref(), ',', ':', "thp", "always"),
         ));
     }
-    if let (Allocator::Other(what), Some(_)) = (&allocator, &program) {
-        notes.push(Diagnostic::warning(format!(
-            "{prog_name}: {what}; GLIBC_TUNABLES reaches only programs that use glibc's malloc"
-        )));
-    }
-    if let Some(p) = &program {
-        use std::os::unix::fs::PermissionsExt;
-        if std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o6000 != 0) {
-            notes.push(Diagnostic::warning(format!(
-                "{} is set-user/group-ID: glibc ignores GLIBC_TUNABLES for it",
-                p.display()
-            )));
-        }
-    }
-    spec.env.extend(set.iter().cloned());
-    Ok(Prepared {
-        mode,
-        program,
-        allocator,
-        env: set,
-        notes,
-    })
+    set
 }
 
 /// Huge page memory of a process tree at one moment.

@@ -7,7 +7,7 @@
 //! kernel command line that reserves the pages at boot.
 
 use super::state::{Saved, SavedMount};
-use bulkhead_plan::hugepages::Resolved;
+use bulkhead_plan::hugepages::{MountTarget, Resolved};
 use bulkhead_sys::cgroupfs::write_file;
 use bulkhead_sys::error::{errno_text, Diagnostic, Error, Result};
 use bulkhead_sys::host::hugepages::{self as sysfs, Choice, Facts, Paths};
@@ -129,6 +129,25 @@ fn missing_dirs(path: &Path) -> Vec<PathBuf> {
 /// What `apply` must do so the machine matches the section. Reads the system, changes nothing.
 pub fn plan_apply(r: &Resolved, facts: &Facts, paths: &Paths) -> Result<Vec<HpOp>> {
     let mut errors = Vec::new();
+    let mut ops = pool_ops(r, paths, &mut errors);
+    ops.extend(thp_ops(r, paths));
+    for m in &r.mounts {
+        match mount_op(m, facts) {
+            Ok(Some(op)) => ops.push(op),
+            Ok(None) => {}
+            Err(d) => errors.push(d),
+        }
+    }
+    if errors.is_empty() {
+        Ok(ops)
+    } else {
+        Err(Error::Invalid(errors))
+    }
+}
+
+/// The pool writes: shrinking ones first, then growing ones with the largest pages first (a 1G
+/// page needs 1G of contiguous memory, easiest to find before the smaller pools take theirs).
+fn pool_ops(r: &Resolved, paths: &Paths, errors: &mut Vec<Diagnostic>) -> Vec<HpOp> {
     let mut shrink = Vec::new();
     let mut grow = Vec::new();
     for t in &r.pools {
@@ -157,11 +176,15 @@ pub fn plan_apply(r: &Resolved, facts: &Facts, paths: &Paths) -> Result<Vec<HpOp
             grow.push((t.size, op));
         }
     }
-    // Largest pages first: a 1G page needs 1G of contiguous memory, easiest to find before
-    // the smaller pools take theirs.
     grow.sort_by_key(|(size, _)| std::cmp::Reverse(*size));
     let mut ops = shrink;
     ops.extend(grow.into_iter().map(|(_, op)| op));
+    ops
+}
+
+/// The transparent huge page switches that differ from the plan.
+fn thp_ops(r: &Resolved, paths: &Paths) -> Vec<HpOp> {
+    let mut ops = Vec::new();
     for t in &r.thp {
         let file = paths.thp_dir().join(&t.file);
         let was = Choice::read(&file).map(|c| c.active).unwrap_or_default();
@@ -174,62 +197,52 @@ pub fn plan_apply(r: &Resolved, facts: &Facts, paths: &Paths) -> Result<Vec<HpOp
             });
         }
     }
-    for m in &r.mounts {
-        let why = format!("[hugepages] mount {}", m.path.display());
-        if let Some(existing) = facts.mounts.iter().rev().find(|x| x.path == m.path) {
-            if mount_at(&m.path).as_deref() == Some("hugetlbfs") {
-                if existing.pagesize == m.pagesize {
-                    continue;
-                }
-                errors.push(
-                    Diagnostic::error(format!(
-                        "{} is already a hugetlbfs of {} pages, the plan wants {}",
-                        m.path.display(),
-                        human_bytes(existing.pagesize),
-                        human_bytes(m.pagesize)
-                    ))
-                    .context(why.clone())
-                    .hint(format!(
-                        "unmount it first (umount {}) or pick another path",
-                        m.path.display()
-                    )),
-                );
-                continue;
+    ops
+}
+
+/// The mount a hugetlbfs of the plan needs: none when it is mounted as planned, an error when
+/// something else is there.
+fn mount_op(m: &MountTarget, facts: &Facts) -> std::result::Result<Option<HpOp>, Diagnostic> {
+    let why = format!("[hugepages] mount {}", m.path.display());
+    if let Some(existing) = facts.mounts.iter().rev().find(|x| x.path == m.path) {
+        if mount_at(&m.path).as_deref() == Some("hugetlbfs") {
+            if existing.pagesize == m.pagesize {
+                return Ok(None);
             }
+            return Err(Diagnostic::error(format!(
+                "{} is already a hugetlbfs of {} pages, the plan wants {}",
+                m.path.display(),
+                human_bytes(existing.pagesize),
+                human_bytes(m.pagesize)
+            ))
+            .context(why)
+            .hint(format!(
+                "unmount it first (umount {}) or pick another path",
+                m.path.display()
+            )));
         }
-        if let Some(fstype) = mount_at(&m.path) {
-            errors.push(
-                Diagnostic::error(format!(
-                    "{} is already a mount point ({fstype})",
-                    m.path.display()
-                ))
-                .context(why.clone())
-                .hint("pick another path for the hugetlbfs"),
-            );
-            continue;
-        }
-        if m.path.exists() && !m.path.is_dir() {
-            errors.push(
-                Diagnostic::error(format!(
-                    "{} exists and is not a directory",
-                    m.path.display()
-                ))
-                .context(why.clone()),
-            );
-            continue;
-        }
-        ops.push(HpOp::Mount {
-            path: m.path.clone(),
-            options: m.options.clone(),
-            mkdirs: missing_dirs(&m.path),
-            why,
-        });
     }
-    if errors.is_empty() {
-        Ok(ops)
-    } else {
-        Err(Error::Invalid(errors))
+    if let Some(fstype) = mount_at(&m.path) {
+        return Err(Diagnostic::error(format!(
+            "{} is already a mount point ({fstype})",
+            m.path.display()
+        ))
+        .context(why)
+        .hint("pick another path for the hugetlbfs"));
     }
+    if m.path.exists() && !m.path.is_dir() {
+        return Err(Diagnostic::error(format!(
+            "{} exists and is not a directory",
+            m.path.display()
+        ))
+        .context(why));
+    }
+    Ok(Some(HpOp::Mount {
+        path: m.path.clone(),
+        options: m.options.clone(),
+        mkdirs: missing_dirs(&m.path),
+        why,
+    }))
 }
 
 /// A pool write read back.
@@ -447,27 +460,45 @@ pub fn execute(ops: &[HpOp], paths: &Paths, state: &Path) -> Result<Applied> {
     };
     for op in ops {
         // Record first: a kill right after the write still leaves the original known.
-        match op {
-            HpOp::Pool { file, was, .. } => {
-                if saved.remember(file, &was.to_string()) {
-                    saved.save(state)?;
-                }
-            }
-            HpOp::Switch { file, was, .. } => {
-                if saved.remember(file, was) {
-                    saved.save(state)?;
-                }
-            }
-            HpOp::Mount { path, mkdirs, .. } => {
-                saved.mounts.push(SavedMount {
-                    path: path.clone(),
-                    created: mkdirs.clone(),
-                });
+        record(&mut saved, op, state)?;
+        match applied.run(op) {
+            Ok(()) => applied.done += 1,
+            Err(e) => return Err(applied.roll_back(e)),
+        }
+    }
+    Ok(applied)
+}
+
+/// Write what `op` is about to change into the record, when it is not there yet.
+fn record(saved: &mut Saved, op: &HpOp, state: &Path) -> Result<()> {
+    match op {
+        HpOp::Pool { file, was, .. } => {
+            if saved.remember(file, &was.to_string()) {
                 saved.save(state)?;
             }
-            HpOp::Umount { .. } => {}
         }
-        let result: Result<()> = match op {
+        HpOp::Switch { file, was, .. } => {
+            if saved.remember(file, was) {
+                saved.save(state)?;
+            }
+        }
+        HpOp::Mount { path, mkdirs, .. } => {
+            saved.mounts.push(SavedMount {
+                path: path.clone(),
+                created: mkdirs.clone(),
+            });
+            saved.save(state)?;
+        }
+        HpOp::Umount { .. } => {}
+    }
+    Ok(())
+}
+
+impl Applied {
+    /// Carry out one op with its read-back check; a change made is in the undo log even when
+    /// its check fails.
+    fn run(&mut self, op: &HpOp) -> Result<()> {
+        match op {
             HpOp::Pool {
                 size,
                 node,
@@ -475,97 +506,95 @@ pub fn execute(ops: &[HpOp], paths: &Paths, state: &Path) -> Result<Applied> {
                 why,
                 file,
                 ..
-            } => match set_pool(paths, *size, *node, *pages) {
-                Ok(r) => {
-                    applied.undo.push(undo_of(op));
-                    applied.pools.push((why.clone(), r));
-                    if r.got < *pages {
-                        let mut hint = boot_hint(*size, *node, *pages);
-                        if *size <= 2 << 20 {
-                            hint.push_str("; or free memory first (page cache: sync; echo 3 > /proc/sys/vm/drop_caches) and apply again");
-                        }
-                        Err(Error::failed_with(
-                            Diagnostic::error(format!(
-                                "{why}: the kernel gave only {} of {pages} {} pages{}",
-                                r.got,
-                                human_bytes(*size),
-                                if r.compacted {
-                                    ", also after compacting memory"
-                                } else {
-                                    ""
-                                }
-                            ))
-                            .at(file.display().to_string())
-                            .hint(hint),
-                        ))
-                    } else {
-                        Ok(())
-                    }
+            } => {
+                let r = set_pool(&self.paths, *size, *node, *pages)?;
+                self.undo.push(undo_of(op));
+                self.pools.push((why.clone(), r));
+                match r.got < *pages {
+                    true => Err(pool_short(file, *size, *node, why, r)),
+                    false => Ok(()),
                 }
-                Err(e) => Err(e),
-            },
+            }
             HpOp::Switch {
                 file, value, why, ..
-            } => match write_file(file, value) {
-                Ok(()) => {
-                    applied.undo.push(undo_of(op));
-                    let now = Choice::read(file).map(|c| c.active).unwrap_or_default();
-                    if &now == value {
-                        Ok(())
-                    } else {
-                        Err(Error::failed_with(
-                            Diagnostic::error(format!("{why}: the kernel reads back '{now}'"))
-                                .at(file.display().to_string()),
-                        ))
-                    }
+            } => {
+                write_file(file, value).map_err(|e| {
+                    Error::failed_with(
+                        Diagnostic::error(format!("{why}: {}", errno_text(&e)))
+                            .at(file.display().to_string()),
+                    )
+                })?;
+                self.undo.push(undo_of(op));
+                let now = Choice::read(file).map(|c| c.active).unwrap_or_default();
+                match &now == value {
+                    true => Ok(()),
+                    false => Err(Error::failed_with(
+                        Diagnostic::error(format!("{why}: the kernel reads back '{now}'"))
+                            .at(file.display().to_string()),
+                    )),
                 }
-                Err(e) => Err(Error::failed_with(
-                    Diagnostic::error(format!("{why}: {}", errno_text(&e)))
-                        .at(file.display().to_string()),
-                )),
-            },
+            }
             HpOp::Mount {
                 path,
                 options,
                 mkdirs,
                 why,
-            } => match mount(path, options, mkdirs) {
-                Ok(()) => {
-                    applied.undo.push(undo_of(op));
-                    Ok(())
-                }
-                Err(e) => Err(Error::failed_with(
-                    Diagnostic::error(e).context(why.clone()),
-                )),
-            },
-            HpOp::Umount { .. } => run_plain(op, paths).map_err(Error::failed),
-        };
-        match result {
-            Ok(()) => applied.done += 1,
-            Err(e) => {
-                let failed = undo_all(&applied.undo, paths);
-                let _ = applied.saved_before.save(state);
-                let mut d = e.diagnostics().remove(0);
-                let undone = if failed.is_empty() {
-                    format!(
-                        "nothing was left changed: the {} huge page change(s) made were undone",
-                        applied.undo.len()
-                    )
-                } else {
-                    format!(
-                        "undoing the earlier changes failed too, check by hand: {}",
-                        failed.join("; ")
-                    )
-                };
-                d.hint = Some(match d.hint {
-                    Some(h) => format!("{h}\n  {undone}"),
-                    None => undone,
-                });
-                return Err(Error::failed_with(d));
+            } => {
+                mount(path, options, mkdirs)
+                    .map_err(|e| Error::failed_with(Diagnostic::error(e).context(why.clone())))?;
+                self.undo.push(undo_of(op));
+                Ok(())
             }
+            HpOp::Umount { .. } => run_plain(op, &self.paths).map_err(Error::failed),
         }
     }
-    Ok(applied)
+
+    /// After a failed op: undo every change made, put the record back, and say so in the
+    /// failure's hint.
+    fn roll_back(self, e: Error) -> Error {
+        let failed = undo_all(&self.undo, &self.paths);
+        let _ = self.saved_before.save(&self.state);
+        let mut d = e.diagnostics().remove(0);
+        let undone = if failed.is_empty() {
+            format!(
+                "nothing was left changed: the {} huge page change(s) made were undone",
+                self.undo.len()
+            )
+        } else {
+            format!(
+                "undoing the earlier changes failed too, check by hand: {}",
+                failed.join("; ")
+            )
+        };
+        d.hint = Some(match d.hint {
+            Some(h) => format!("{h}\n  {undone}"),
+            None => undone,
+        });
+        Error::failed_with(d)
+    }
+}
+
+/// A pool the kernel filled only in part.
+fn pool_short(file: &Path, size: u64, node: Option<u32>, why: &str, r: PoolSet) -> Error {
+    let mut hint = boot_hint(size, node, r.asked);
+    if size <= 2 << 20 {
+        hint.push_str("; or free memory first (page cache: sync; echo 3 > /proc/sys/vm/drop_caches) and apply again");
+    }
+    Error::failed_with(
+        Diagnostic::error(format!(
+            "{why}: the kernel gave only {} of {} {} pages{}",
+            r.got,
+            r.asked,
+            human_bytes(size),
+            if r.compacted {
+                ", also after compacting memory"
+            } else {
+                ""
+            }
+        ))
+        .at(file.display().to_string())
+        .hint(hint),
+    )
 }
 
 /// What `reset` must do to put back what the record holds.

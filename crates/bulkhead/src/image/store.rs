@@ -78,20 +78,62 @@ pub fn read_store() -> Result<Option<StoreRecord>> {
 /// midway undoes every step.
 pub fn store_create(file: &Path, size: u64, mount: Option<&Path>) -> Result<StoreRecord> {
     let record_path = store_record_path();
-    if let Some(rec) = read_store()? {
+    refuse_second_store(&record_path)?;
+    let (file, mount) = store_paths(file, mount)?;
+    check_file(&file, size)?;
+    let mkfs = find_tool("mkfs.btrfs").ok_or_else(|| {
+        Error::invalid(
+            Diagnostic::error("mkfs.btrfs is not installed")
+                .hint("apt install btrfs-progs (dnf install btrfs-progs)"),
+        )
+    })?;
+    if file.starts_with(&mount) {
         return Err(Error::invalid(
             Diagnostic::error(format!(
-                "an image store is already recorded: {} at {}",
-                rec.file.display(),
-                rec.mount.display()
+                "{} is inside the mount point {}, where the store would hide it",
+                file.display(),
+                mount.display()
             ))
-            .at(record_path.display().to_string())
-            .hint(format!(
-                "use it, or retire it first: bulkhead image store umount; rm {}",
-                record_path.display()
-            )),
+            .hint("put the store file outside --mount"),
         ));
     }
+    check_mount_dir(&mount)?;
+
+    let mut undo = Undo::default();
+    let rec = StoreRecord {
+        file,
+        mount,
+        size,
+        created: 0,
+    };
+    let result = make_store(rec, &mkfs, &record_path, &mut undo);
+    if result.is_ok() {
+        undo.disarm();
+    }
+    result
+}
+
+/// One store at a time: a recorded one is used or retired first.
+fn refuse_second_store(record_path: &Path) -> Result<()> {
+    let Some(rec) = read_store()? else {
+        return Ok(());
+    };
+    Err(Error::invalid(
+        Diagnostic::error(format!(
+            "an image store is already recorded: {} at {}",
+            rec.file.display(),
+            rec.mount.display()
+        ))
+        .at(record_path.display().to_string())
+        .hint(format!(
+            "use it, or retire it first: bulkhead image store umount; rm {}",
+            record_path.display()
+        )),
+    ))
+}
+
+/// The store file and its mount point as absolute paths the TOML record can hold.
+fn store_paths(file: &Path, mount: Option<&Path>) -> Result<(PathBuf, PathBuf)> {
     let file = std::path::absolute(file).map_err(|e| io_failed("cannot use", file, e))?;
     let mount = mount.map(PathBuf::from).unwrap_or_else(default_images_dir);
     let mount = std::path::absolute(&mount).map_err(|e| io_failed("cannot use", &mount, e))?;
@@ -103,7 +145,13 @@ pub fn store_create(file: &Path, size: u64, mount: Option<&Path>) -> Result<Stor
             ));
         }
     }
-    if statefile::exists(&file) {
+    Ok((file, mount))
+}
+
+/// The store file is new, in a directory, and `size` is big enough for mkfs.btrfs and fits
+/// the file system holding it.
+fn check_file(file: &Path, size: u64) -> Result<()> {
+    if statefile::exists(file) {
         return Err(Error::invalid(
             Diagnostic::error(format!("{} exists already", file.display()))
                 .hint("give a new file name; bulkhead never formats an existing file"),
@@ -138,55 +186,35 @@ pub fn store_create(file: &Path, size: u64, mount: Option<&Path>) -> Result<Stor
             .hint("give a smaller --size, or put the store file on another file system"),
         ));
     }
-    let mkfs = find_tool("mkfs.btrfs").ok_or_else(|| {
-        Error::invalid(
-            Diagnostic::error("mkfs.btrfs is not installed")
-                .hint("apt install btrfs-progs (dnf install btrfs-progs)"),
-        )
-    })?;
-    if file.starts_with(&mount) {
-        return Err(Error::invalid(
-            Diagnostic::error(format!(
-                "{} is inside the mount point {}, where the store would hide it",
-                file.display(),
-                mount.display()
-            ))
-            .hint("put the store file outside --mount"),
-        ));
-    }
-    check_mount_dir(&mount)?;
+    Ok(())
+}
 
-    let mut undo = Undo::default();
-    let result = (|| {
-        allocate(&file, size, &mut undo)?;
-        let out = Command::new(&mkfs)
-            .args(["-q", "-L", "bulkhead-images"])
-            .arg(&file)
-            .output()
-            .map_err(|e| io_failed("cannot run", &mkfs, e))?;
-        if !out.status.success() {
-            return Err(Error::failed(format!(
-                "mkfs.btrfs {} failed: {}",
-                file.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        undo.dirs = create_dirs(&mount)?;
-        loop_mount(&file, &mount)?;
-        undo.mounted = Some((file.clone(), mount.clone()));
-        let rec = StoreRecord {
-            file: file.clone(),
-            mount: mount.clone(),
-            size,
-            created: now_secs(),
-        };
-        write_record(&record_path, &rec)?;
-        Ok(rec)
-    })();
-    if result.is_ok() {
-        undo.disarm();
+/// The steps, each recorded in `undo` as it is done: allocate, format, mount, record.
+fn make_store(
+    mut rec: StoreRecord,
+    mkfs: &Path,
+    record_path: &Path,
+    undo: &mut Undo,
+) -> Result<StoreRecord> {
+    allocate(&rec.file, rec.size, undo)?;
+    let out = Command::new(mkfs)
+        .args(["-q", "-L", "bulkhead-images"])
+        .arg(&rec.file)
+        .output()
+        .map_err(|e| io_failed("cannot run", mkfs, e))?;
+    if !out.status.success() {
+        return Err(Error::failed(format!(
+            "mkfs.btrfs {} failed: {}",
+            rec.file.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
     }
-    result
+    undo.dirs = create_dirs(&rec.mount)?;
+    loop_mount(&rec.file, &rec.mount)?;
+    undo.mounted = Some((rec.file.clone(), rec.mount.clone()));
+    rec.created = now_secs();
+    write_record(record_path, &rec)?;
+    Ok(rec)
 }
 
 /// Everything `store_create` did so far, undone on drop unless disarmed.
@@ -225,8 +253,7 @@ impl Drop for Undo {
 fn allocate(file: &Path, size: u64, undo: &mut Undo) -> Result<()> {
     let f = statefile::create_new(file, 0o600).map_err(|e| io_failed("cannot create", file, e))?;
     undo.file = Some(file.to_path_buf());
-    if let Err(e) = rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, size) {
-        let e = io::Error::from(e);
+    if let Err(e) = bulkhead_sys::fd::allocate(&f, size) {
         if e.raw_os_error() == Some(libc::ENOSPC) {
             return Err(Error::failed(format!(
                 "the file system holding {} has no room for {}",

@@ -45,8 +45,8 @@ pub fn allocate() -> Result<Lease> {
     let lock_path = dir.join(".lock");
     let lock = statefile::open_lock(&lock_path, 0o600)
         .map_err(|e| io_failed("cannot open", &lock_path, e))?;
-    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| io_failed("cannot lock", &lock_path, e.into()))?;
+    bulkhead_sys::process::lock_file(&lock, true)
+        .map_err(|e| io_failed("cannot lock", &lock_path, e))?;
     let slots = candidates(&read_ids("/etc/subuid"), &read_ids("/etc/subgid"));
     let start = std::process::id() as usize;
     for i in 0..slots.len() {

@@ -159,73 +159,89 @@ fn auto(src: &Source) -> Result<Snapshot> {
 /// Try one method. `Ok(Err(_))`: this method does not apply here (nothing was left behind);
 /// `Err(_)`: it applied and failed.
 fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot, Refusal>> {
+    if let Some(refusal) = refusal(src, method) {
+        return Ok(Err(refusal));
+    }
+    match method {
+        Method::Overlay => overlay(src, method).map(Ok),
+        Method::Btrfs | Method::Reflink | Method::Copy => on_disk(src, method),
+    }
+}
+
+/// Why `method` cannot work on this source at all, decided before anything is made.
+fn refusal(src: &Source, method: Method) -> Option<Refusal> {
     let lower = src.lower.display();
     match method {
-        Method::Btrfs => {
-            if src.magic != BTRFS_MAGIC {
-                return Ok(Err(Refusal::new(
-                    format!("{} has no subvolumes", src.fs()),
-                    format!("ROOTFS {lower} is on {}, not btrfs: --snapshot btrfs needs a btrfs subvolume", src.fs()),
-                    format!("import it into the btrfs image store (bulkhead image store create --size 10G FILE; bulkhead image import {lower} NAME), or use --snapshot auto"),
-                )));
-            }
-            if src.ino != FIRST_FREE_OBJECTID {
-                return Ok(Err(Refusal::new(
-                    "ROOTFS is on btrfs but not a subvolume",
-                    format!("ROOTFS {lower} is a directory on btrfs, not a subvolume"),
-                    format!("make it a subvolume with bulkhead image import {lower} NAME, or use --snapshot reflink, which works on it as it is"),
-                )));
-            }
-        }
-        Method::Reflink => {
-            if src.magic != XFS_MAGIC && src.magic != BTRFS_MAGIC {
-                return Ok(Err(Refusal::new(
-                    format!("{} cannot reflink", src.fs()),
-                    format!("ROOTFS {lower} is on {}, which cannot share extents (reflink needs XFS or btrfs)", src.fs()),
-                    format!("use --snapshot overlay or --snapshot copy, or import it into the btrfs image store (bulkhead image import {lower} NAME)"),
-                )));
-            }
-        }
-        Method::Overlay => {
-            if !overlay_available() {
-                return Ok(Err(Refusal::new(
-                    "overlayfs is not available",
-                    "overlayfs is not available: it is not in /proc/filesystems and its module did not load".into(),
-                    "load it with modprobe overlay, or use --snapshot copy",
-                )));
-            }
-            // The source is given as /proc/self/fd/N: only bulkhead's own directory is named
-            // in the options.
-            let bad = [',', ':', '\\'];
-            let state = state_root();
-            let text = state.to_string_lossy();
-            if let Some(c) = text.chars().find(|c| bad.contains(c)) {
-                return Ok(Err(Refusal::new(
-                    format!("the path {} has '{c}', which overlayfs options cannot carry", state.display()),
-                    format!("{} contains '{c}', which overlayfs mount options cannot carry", state.display()),
-                    "use a state directory without ',', ':' or '\\' (BULKHEAD_STATE_DIR), or --snapshot copy",
-                )));
-            }
-            let dir = ensure_mount_point()?;
-            return Ok(Ok(Snapshot {
-                method,
-                why: String::new(),
-                root: dir.join("root"),
-                state_dir: dir,
-                lower: src.lower.clone(),
-                tree: src
-                    .fd
-                    .try_clone()
-                    .map_err(|e| io_failed("cannot open", &src.lower, e))?,
-                disk: None,
-                pool: None,
-                discarded: false,
-                owner: std::process::id(),
-            }));
-        }
-        Method::Copy => {}
+        Method::Btrfs if src.magic != BTRFS_MAGIC => Some(Refusal::new(
+            format!("{} has no subvolumes", src.fs()),
+            format!("ROOTFS {lower} is on {}, not btrfs: --snapshot btrfs needs a btrfs subvolume", src.fs()),
+            format!("import it into the btrfs image store (bulkhead image store create --size 10G FILE; bulkhead image import {lower} NAME), or use --snapshot auto"),
+        )),
+        Method::Btrfs if src.ino != FIRST_FREE_OBJECTID => Some(Refusal::new(
+            "ROOTFS is on btrfs but not a subvolume",
+            format!("ROOTFS {lower} is a directory on btrfs, not a subvolume"),
+            format!("make it a subvolume with bulkhead image import {lower} NAME, or use --snapshot reflink, which works on it as it is"),
+        )),
+        Method::Reflink if src.magic != XFS_MAGIC && src.magic != BTRFS_MAGIC => Some(Refusal::new(
+            format!("{} cannot reflink", src.fs()),
+            format!("ROOTFS {lower} is on {}, which cannot share extents (reflink needs XFS or btrfs)", src.fs()),
+            format!("use --snapshot overlay or --snapshot copy, or import it into the btrfs image store (bulkhead image import {lower} NAME)"),
+        )),
+        Method::Overlay => overlay_refusal(),
+        Method::Btrfs | Method::Reflink | Method::Copy => None,
     }
-    // Btrfs, Reflink, Copy: an on-disk copy in the holder beside the source.
+}
+
+/// overlayfs is missing, or the state directory's path cannot be spelled in its options.
+fn overlay_refusal() -> Option<Refusal> {
+    if !overlay_available() {
+        return Some(Refusal::new(
+            "overlayfs is not available",
+            "overlayfs is not available: it is not in /proc/filesystems and its module did not load".into(),
+            "load it with modprobe overlay, or use --snapshot copy",
+        ));
+    }
+    // The source is given as /proc/self/fd/N: only bulkhead's own directory is named
+    // in the options.
+    let bad = [',', ':', '\\'];
+    let state = state_root();
+    let text = state.to_string_lossy();
+    let c = text.chars().find(|c| bad.contains(c))?;
+    Some(Refusal::new(
+        format!(
+            "the path {} has '{c}', which overlayfs options cannot carry",
+            state.display()
+        ),
+        format!(
+            "{} contains '{c}', which overlayfs mount options cannot carry",
+            state.display()
+        ),
+        "use a state directory without ',', ':' or '\\' (BULKHEAD_STATE_DIR), or --snapshot copy",
+    ))
+}
+
+/// An overlay snapshot: its mount point is made now, the mount when the sandbox starts.
+fn overlay(src: &Source, method: Method) -> Result<Snapshot> {
+    let dir = ensure_mount_point()?;
+    Ok(Snapshot {
+        method,
+        why: String::new(),
+        root: dir.join("root"),
+        state_dir: dir,
+        lower: src.lower.clone(),
+        tree: src
+            .fd
+            .try_clone()
+            .map_err(|e| io_failed("cannot open", &src.lower, e))?,
+        disk: None,
+        pool: None,
+        discarded: false,
+        owner: std::process::id(),
+    })
+}
+
+/// Btrfs, Reflink, Copy: an on-disk copy in the holder beside the source.
+fn on_disk(src: &Source, method: Method) -> Result<std::result::Result<Snapshot, Refusal>> {
     let (Some(parent), Some(base)) = (src.lower.parent(), src.lower.file_name()) else {
         return Ok(Err(Refusal::new(
             "ROOTFS is /",
@@ -237,113 +253,155 @@ fn attempt(src: &Source, method: Method) -> Result<std::result::Result<Snapshot,
         Ok(fd) => fd,
         Err(refusal) => return Ok(Err(refusal)),
     };
-    let holder_path = parent.join(SNAPSHOT_DIR);
-    let holder = private_dir_at(parent_fd.as_fd(), OsStr::new(SNAPSHOT_DIR)).map_err(|e| {
-        io_failed(
-            "cannot make the private snapshot directory",
-            &holder_path,
-            e,
-        )
-        .with_hint(format!(
-            "{} must be a directory of root's, or absent (bulkhead makes it, mode 0700)",
-            holder_path.display()
-        ))
-    })?;
-    let pool = if method == Method::Btrfs {
-        PoolKey::of(src, parent)
-    } else {
-        None
-    };
+    let holder = Holder::open(src, method, parent, parent_fd)?;
     // A leftover from a crash with the same PID may hold the name: take the next one.
     for _ in 0..64 {
-        let (entry, disk) = Entry::new(|pid, seq| holder_path.join(snapshot_name(base, pid, seq)))?;
+        let (entry, disk) = Entry::new(|pid, seq| holder.path.join(snapshot_name(base, pid, seq)))?;
         let name = disk.file_name().unwrap_or_default().to_os_string();
+        let err = match holder.make(&name, &disk) {
+            Ok((tree, pooled)) => return Ok(Ok(holder.snapshot(entry, disk, tree, pooled))),
+            Err(e) => e,
+        };
+        // Nothing of a failed attempt stays: the partial copy, then the entry.
+        let taken = matches!(&err, CopyFail::At(p, _, e) if e.raw_os_error() == Some(libc::EEXIST) && p == &disk);
+        if !taken {
+            let _ = remove_tree_at(holder.fd.as_fd(), &name, &disk);
+        }
+        let _ = entry.remove();
+        if !taken {
+            return holder.failed(err);
+        }
+    }
+    Err(Error::failed(format!(
+        "cannot find a free snapshot name beside {}",
+        src.lower.display()
+    ))
+    .with_hint(format!(
+        "remove stale {SNAPSHOT_PREFIX}* directories in {}",
+        holder.path.display()
+    )))
+}
+
+/// The private directory beside the source that on-disk copies are made in.
+struct Holder<'a> {
+    src: &'a Source,
+    method: Method,
+    /// The source's directory, shown, and opened by [`beside`].
+    parent: &'a Path,
+    parent_fd: OwnedFd,
+    /// The holder, shown, and opened.
+    path: PathBuf,
+    fd: OwnedFd,
+    /// Btrfs only: the read-only source's pool of snapshots made ahead of time.
+    pool: Option<PoolKey>,
+}
+
+impl<'a> Holder<'a> {
+    fn open(src: &'a Source, method: Method, parent: &'a Path, parent_fd: OwnedFd) -> Result<Self> {
+        let path = parent.join(SNAPSHOT_DIR);
+        let fd = private_dir_at(parent_fd.as_fd(), OsStr::new(SNAPSHOT_DIR)).map_err(|e| {
+            io_failed("cannot make the private snapshot directory", &path, e).with_hint(format!(
+                "{} must be a directory of root's, or absent (bulkhead makes it, mode 0700)",
+                path.display()
+            ))
+        })?;
+        let pool = if method == Method::Btrfs {
+            PoolKey::of(src, parent)
+        } else {
+            None
+        };
+        Ok(Holder {
+            src,
+            method,
+            parent,
+            parent_fd,
+            path,
+            fd,
+            pool,
+        })
+    }
+
+    /// Make the copy as `name` (`disk` when shown) and open it; true when the pool had it.
+    fn make(&self, name: &OsStr, disk: &Path) -> std::result::Result<(OwnedFd, bool), CopyFail> {
         let mut pooled = false;
-        let made = match method {
+        let made = match self.method {
             Method::Btrfs
-                if pool
+                if self
+                    .pool
                     .as_ref()
-                    .is_some_and(|k| k.claim(parent_fd.as_fd(), holder.as_fd(), &name)) =>
+                    .is_some_and(|k| k.claim(self.parent_fd.as_fd(), self.fd.as_fd(), name)) =>
             {
                 pooled = true;
                 Ok(())
             }
-            Method::Btrfs => btrfs::snapshot_at(src.fd.as_fd(), holder.as_fd(), &name)
-                .map_err(|e| CopyFail::At(disk.clone(), "cannot create the btrfs snapshot", e)),
+            Method::Btrfs => btrfs::snapshot_at(self.src.fd.as_fd(), self.fd.as_fd(), name)
+                .map_err(|e| {
+                    CopyFail::At(disk.to_path_buf(), "cannot create the btrfs snapshot", e)
+                }),
             _ => copy_tree(
                 &CopyFrom {
-                    src: src.fd.as_fd(),
-                    src_shown: &src.lower,
-                    dst_parent: holder.as_fd(),
-                    dst_name: &name,
-                    dst_shown: &disk,
+                    src: self.src.fd.as_fd(),
+                    src_shown: &self.src.lower,
+                    dst_parent: self.fd.as_fd(),
+                    dst_name: name,
+                    dst_shown: disk,
                 },
-                method == Method::Reflink,
+                self.method == Method::Reflink,
                 true,
             ),
         };
-        let made = made.and_then(|()| {
-            rustix::fs::openat(
-                &holder,
-                &name,
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(|e| CopyFail::At(disk.clone(), "cannot open", e.into()))
-        });
-        let err = match made {
-            Ok(tree) => {
-                return Ok(Ok(Snapshot {
-                    method,
-                    why: if pooled {
-                        "made ahead of time: ROOTFS is a read-only subvolume".into()
-                    } else {
-                        String::new()
-                    },
-                    state_dir: entry.file.clone(),
-                    root: disk.clone(),
-                    lower: src.lower.clone(),
-                    tree,
-                    disk: Some(Disk { path: disk, holder }),
-                    pool,
-                    discarded: false,
-                    owner: entry.pid,
-                }))
-            }
-            Err(e) => e,
-        };
-        // Nothing of a failed attempt stays: the partial copy, then the entry.
-        let exists = matches!(&err, CopyFail::At(p, _, e) if e.raw_os_error() == Some(libc::EEXIST) && p == &disk);
-        if !exists {
-            let _ = remove_tree_at(holder.as_fd(), &name, &disk);
+        made?;
+        let tree = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| CopyFail::At(disk.to_path_buf(), "cannot open", e.into()))?;
+        Ok((tree, pooled))
+    }
+
+    fn snapshot(self, entry: Entry, disk: PathBuf, tree: OwnedFd, pooled: bool) -> Snapshot {
+        Snapshot {
+            method: self.method,
+            why: if pooled {
+                "made ahead of time: ROOTFS is a read-only subvolume".into()
+            } else {
+                String::new()
+            },
+            state_dir: entry.file.clone(),
+            root: disk.clone(),
+            lower: self.src.lower.clone(),
+            tree,
+            disk: Some(Disk {
+                path: disk,
+                holder: self.fd,
+            }),
+            pool: self.pool,
+            discarded: false,
+            owner: entry.pid,
         }
-        let _ = entry.remove();
-        if exists {
-            continue;
-        }
-        return match err {
-            CopyFail::NoReflink(e) => Ok(Err(no_reflink(src, e))),
+    }
+
+    /// A failed copy (its leftovers removed): a refusal where the method does not apply here.
+    fn failed(&self, err: CopyFail) -> Result<std::result::Result<Snapshot, Refusal>> {
+        let lower = self.src.lower.display();
+        match err {
+            CopyFail::NoReflink(e) => Ok(Err(no_reflink(self.src, e))),
             CopyFail::At(_, _, e) if e.raw_os_error() == Some(libc::EXDEV) => {
                 Ok(Err(Refusal::new(
                     "ROOTFS is the top of a mount",
                     format!(
-                        "ROOTFS {lower} is the top of a mounted file system, so --snapshot {method} cannot place its copy beside it in {}",
-                        parent.display()
+                        "ROOTFS {lower} is the top of a mounted file system, so --snapshot {} cannot place its copy beside it in {}",
+                        self.method,
+                        self.parent.display()
                     ),
                     "use a directory or subvolume below the mount point (bulkhead image import puts images there), or --snapshot overlay",
                 )))
             }
-            CopyFail::At(p, what, e) => Err(copy_error(&p, what, e, parent)),
-        };
+            CopyFail::At(p, what, e) => Err(copy_error(&p, what, e, self.parent)),
+        }
     }
-    Err(
-        Error::failed(format!("cannot find a free snapshot name beside {lower}")).with_hint(
-            format!(
-                "remove stale {SNAPSHOT_PREFIX}* directories in {}",
-                holder_path.display()
-            ),
-        ),
-    )
 }
 
 /// The directory the copy is kept beside the source in, opened, when it is root's alone:

@@ -8,15 +8,15 @@ use super::{POOL_PREFIX, POOL_SIZE, POOL_TMP_PREFIX};
 use bulkhead_sys::btrfs::{
     self, subvol_info, BTRFS_MAGIC, FIRST_FREE_OBJECTID, ROOT_SUBVOL_RDONLY,
 };
+use bulkhead_sys::dir::open_subdir;
 use bulkhead_sys::hostpath::reopen_dir;
 use bulkhead_sys::process::detach;
 use bulkhead_sys::statefile::names_in;
 use bulkhead_sys::tree::remove_tree_at;
 use bulkhead_sys::trusted::open_trusted_dir;
-use rustix::fs::{Mode, OFlags};
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 /// Which pool a read-only subvolume's snapshots go to. A change to the subvolume (made
@@ -41,16 +41,6 @@ fn entries(dir: BorrowedFd<'_>, prefix: &str) -> Vec<OsString> {
         .into_iter()
         .filter(|n| n.to_str().is_some_and(|n| n.starts_with(prefix)))
         .collect()
-}
-
-fn open_subvolume(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
-    rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(Into::into)
 }
 
 impl PoolKey {
@@ -92,8 +82,8 @@ impl PoolKey {
     pub(super) fn fill(&self) -> io::Result<()> {
         let dir = open_trusted_dir(&self.parent).map_err(|e| io::Error::other(e.to_string()))?;
         let dir = reopen_dir(dir.as_fd())?;
-        let src = open_subvolume(dir.as_fd(), &self.name)?;
-        if rustix::fs::flock(&src, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        let src = open_subdir(dir.as_fd(), &self.name)?;
+        if !bulkhead_sys::process::lock_file(&src, false).unwrap_or(false) {
             return Ok(());
         }
         let (treeid, flags, ctransid) = subvol_info(src.as_raw_fd())?;
@@ -142,7 +132,7 @@ pub fn refill_pool(key: &PoolKey) {
 /// Remove every pooled snapshot of the subvolume `name` in the directory open (for reading) as
 /// `dir` (before the image is removed); `dir_path` names that directory in messages.
 pub fn drop_pool_at(dir: BorrowedFd<'_>, dir_path: &Path, name: &OsStr) {
-    let Ok(src) = open_subvolume(dir, name) else {
+    let Ok(src) = open_subdir(dir, name) else {
         return;
     };
     let Ok((treeid, _, _)) = subvol_info(src.as_raw_fd()) else {

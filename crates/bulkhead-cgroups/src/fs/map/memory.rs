@@ -115,17 +115,15 @@ impl Mapper<'_> {
     /// memory.swappiness: MemorySwapMax=0 without a memory+swap limit, else the default.
     fn memory_v1_swappiness(&mut self, max: Limit) {
         let s = self.slice;
-        let swap = s.memory_swap_max;
-        match (swap, max, self.caps.memsw) {
-            (None, _, _) => {
-                self.wants.push(v(
-                    "memory.swappiness",
-                    self.swappiness.to_string(),
-                    "MemorySwapMax (default)",
-                    Cmp::Number,
-                    true,
-                ));
-            }
+        let default = v(
+            "memory.swappiness",
+            self.swappiness.to_string(),
+            "MemorySwapMax (default)",
+            Cmp::Number,
+            true,
+        );
+        match (s.memory_swap_max, max, self.caps.memsw) {
+            (None, _, _) | (Some(_), Limit::Bytes(_), true) => self.wants.push(default),
             (Some(Limit::Bytes(0)), Limit::Infinity, _) | (Some(Limit::Bytes(0)), _, false) => {
                 self.wants.push(v(
                     "memory.swappiness",
@@ -141,23 +139,8 @@ impl Mapper<'_> {
                     .context(format!("[slice.{}]", s.name())),
                 );
             }
-            (Some(_), Limit::Bytes(_), true) => {
-                self.wants.push(v(
-                    "memory.swappiness",
-                    self.swappiness.to_string(),
-                    "MemorySwapMax (default)",
-                    Cmp::Number,
-                    true,
-                ));
-            }
             (Some(_), _, memsw) => {
-                self.wants.push(v(
-                    "memory.swappiness",
-                    self.swappiness.to_string(),
-                    "MemorySwapMax (default)",
-                    Cmp::Number,
-                    true,
-                ));
+                self.wants.push(default);
                 self.warn(
                     "MemorySwapMax",
                     if memsw {

@@ -10,6 +10,7 @@
 //! `import(export(plan))` gives the plan back.
 
 mod lines;
+pub mod services;
 mod text;
 
 pub use text::value_toml;
@@ -135,6 +136,7 @@ pub fn unit_files(plan: &Plan, host: &Host, version: Version) -> Result<Export> 
             });
         }
     }
+    out.files.extend(services::drop_ins(plan));
     Ok(out)
 }
 

@@ -4,6 +4,7 @@
 //! bulkhead-testkit; the names these tests call them by are re-exported here.
 
 pub mod container;
+pub mod exporter;
 pub mod rootfs;
 pub mod serve;
 

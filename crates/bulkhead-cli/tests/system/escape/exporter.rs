@@ -4,7 +4,7 @@
 
 use crate::common::serve::{as_nobody, cpu_time, python_ok, Scratch, PY};
 use crate::common::{prerequisites, TestRoot};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,17 +46,7 @@ impl Exporter {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on http://")
-            .and_then(|r| r.strip_suffix("/metrics"))
-            .unwrap_or_else(|| panic!("first line {line:?}"))
-            .parse()
-            .unwrap();
+        let addr = crate::common::exporter::address(&mut child);
         Exporter { child, addr, _t: t }
     }
 }

@@ -1,0 +1,34 @@
+//! `bulkhead place`: the plan's placement rules.
+
+use clap::Args;
+use std::time::Duration;
+
+pub const PLACE_LONG: &str = "Place processes as they start, by the plan's [place.NAME] rules: \
+match on user, executable, command line, parent and systemd unit (every key a rule gives must \
+match), and move each match into its rule's slice. Runs until SIGTERM or SIGINT, scanning /proc \
+every --interval; a new process is read again for --recheck, since some (PostgreSQL's backends) \
+change their command line after they start. As root the plan file must be root's and writable \
+only by root.";
+
+pub const PLACE_AFTER: &str =
+    "Exit status: 0 when every match moved, 1 when a move failed, 2 for a bad plan or arguments, \
+4 without root. Examples: `man bulkhead-place`; docs/PLACEMENT.md.";
+
+#[derive(Args)]
+pub struct PlaceArgs {
+    /// One scan: move what matches now, then exit
+    #[arg(long)]
+    pub once: bool,
+    /// Say what one scan would move, move nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Time between scans of /proc
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = super::guard::positive_duration)]
+    pub interval: Duration,
+    /// How long a new process is read again (its command line may change)
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = bulkhead::units::parse_duration)]
+    pub recheck: Duration,
+    /// Print JSON: one object per process placed, one line each
+    #[arg(long)]
+    pub json: bool,
+}

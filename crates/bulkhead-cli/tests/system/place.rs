@@ -1,0 +1,696 @@
+//! Placing what already runs: `move --tree` on a real process tree, placement rules
+//! (`bulkhead place`), and a real PostgreSQL cluster placed end to end. Each test under its
+//! own cgroup root, removed even when the test fails.
+
+use crate::common::{prerequisites, stderr, stdout, TestRoot};
+use bulkhead::plan::EMBEDDED_DEFAULT;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child killed (with its process group) and reaped when the test ends.
+struct Reaped(Option<Child>);
+
+impl Reaped {
+    fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+
+    /// SIGTERM, then its exit and output.
+    fn stop(mut self) -> std::process::Output {
+        let child = self.0.take().unwrap();
+        bulkhead_sys::process::kill(child.id() as i32, libc::SIGTERM).unwrap();
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", c.id())])
+                .stderr(Stdio::null())
+                .status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `sh` in a process group of its own, running `script`.
+fn tree(script: &str) -> Reaped {
+    use std::os::unix::process::CommandExt;
+    Reaped(Some(
+        Command::new("sh")
+            .args(["-c", script])
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    ))
+}
+
+fn descendants(pid: u32) -> Vec<i32> {
+    let table = bulkhead_sys::procs::table();
+    bulkhead_sys::procs::descendants(pid as i32, &table)
+}
+
+/// Wait until `pid` has at least `n` descendants.
+fn wait_descendants(pid: u32, n: usize) -> Vec<i32> {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let d = descendants(pid);
+        if d.len() >= n || Instant::now() > end {
+            return d;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn in_slice(pid: i32, t: &TestRoot, slice_path: &str) -> bool {
+    let want = format!("{}/{slice_path}", t.cgroup);
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .is_ok_and(|c| c.lines().any(|l| l.ends_with(&want)))
+}
+
+/// A test root with the plan `text` applied (None: no prerequisites).
+fn applied(text: &str) -> Option<(TestRoot, std::path::PathBuf)> {
+    if !prerequisites() {
+        return None;
+    }
+    let t = TestRoot::new();
+    let plan = t.plan(text);
+    let o = t.run(&["-c", plan.to_str().unwrap(), "apply", "-q"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    Some((t, plan))
+}
+
+#[test]
+fn move_tree_takes_every_descendant_and_a_single_move_says_who_stays() {
+    let _suite = crate::suite::shared();
+    let Some((t, plan)) = applied(EMBEDDED_DEFAULT) else {
+        return;
+    };
+    let p = plan.to_str().unwrap();
+    // sh -> (sh -> sleep), sleep: three descendants, two levels.
+    let root = tree("(sleep 60 & wait) & sleep 60 & wait");
+    let pid = root.id();
+    let kids = wait_descendants(pid, 3);
+    assert_eq!(kids.len(), 3, "{kids:?}");
+    let pid_s = pid.to_string();
+
+    // A single move takes the one process and says which descendants stay where.
+    let o = t.run(&["-c", p, "move", "--slice", "db-helper", &pid_s]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("3 descendant(s) of {pid} stay in")) && err.contains("add --tree"),
+        "{err}"
+    );
+    assert!(in_slice(pid as i32, &t, "db.slice/db-helper.slice"));
+    assert!(kids
+        .iter()
+        .all(|&k| !in_slice(k, &t, "db.slice/db-helper.slice")));
+
+    // The dry run lists the tree and moves nothing.
+    let o = t.run(&[
+        "-c",
+        p,
+        "move",
+        "--tree",
+        "--dry-run",
+        "--slice",
+        "db-server",
+        &pid_s,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("would move {pid} and 3 descendant(s)")),
+        "{}",
+        stdout(&o)
+    );
+    assert!(!in_slice(pid as i32, &t, "db.slice/db-server.slice"));
+
+    // --tree moves all four, threads included, and --json lists them.
+    let o = t.run(&[
+        "-c",
+        p,
+        "move",
+        "--tree",
+        "--json",
+        "--slice",
+        "db-server",
+        &pid_s,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let moved: Vec<i64> = v["results"][0]["tree"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_i64().unwrap())
+        .collect();
+    assert_eq!(moved.len(), 4, "{v}");
+    assert_eq!(moved[0], i64::from(pid));
+    for k in std::iter::once(pid as i32).chain(kids) {
+        assert!(in_slice(k, &t, "db.slice/db-server.slice"), "{k} not moved");
+    }
+    drop(root);
+    let o = t.run(&["-c", p, "destroy", "--kill"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn move_tree_catches_a_tree_that_forks_while_it_moves() {
+    let _suite = crate::suite::shared();
+    let Some((t, plan)) = applied(EMBEDDED_DEFAULT) else {
+        return;
+    };
+    let p = plan.to_str().unwrap();
+    // A shell that starts a new sleeper every 10 ms, up to 300.
+    let root = tree("i=0; while [ $i -lt 300 ]; do sleep 30 & i=$((i+1)); sleep 0.01; done; wait");
+    let pid = root.id();
+    wait_descendants(pid, 20);
+    let o = t.run(&[
+        "-c",
+        p,
+        "move",
+        "--tree",
+        "--slice",
+        "db-server",
+        &pid.to_string(),
+    ]);
+    // Either stable (every process moved) or said that it was not.
+    if o.status.success() {
+        // Children forked after the move are born in the slice: none is outside it.
+        std::thread::sleep(Duration::from_millis(100));
+        let outside: Vec<i32> = descendants(pid)
+            .into_iter()
+            .filter(|&k| !in_slice(k, &t, "db.slice/db-server.slice"))
+            .collect();
+        // A sleeper that exited between the scan and the read is gone, not outside.
+        let outside: Vec<i32> = outside
+            .into_iter()
+            .filter(|k| std::path::Path::new(&format!("/proc/{k}")).exists())
+            .collect();
+        assert!(outside.is_empty(), "left outside: {outside:?}");
+    } else {
+        assert!(stderr(&o).contains("still forking"), "{}", stderr(&o));
+    }
+    drop(root);
+    let o = t.run(&["-c", p, "destroy", "--kill"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// A marker no other process on the machine has in its command line.
+fn marker(tag: &str) -> String {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    format!("bh-{tag}-{}-{n}", std::process::id())
+}
+
+/// `sleep 60` whose command line becomes `MARKER 60` after `delay` (as a PostgreSQL
+/// backend's title changes after fork); the script itself never names the marker whole.
+fn renamed_sleeper(marker: &str, delay: &str) -> Reaped {
+    let (a, b) = marker.split_at(3);
+    tree(&format!(
+        "exec bash -c 'sleep {delay}; m={a}; exec -a \"${{m}}{b}\" sleep 60'"
+    ))
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(15);
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn rules_place_once_dry_run_and_as_processes_start() {
+    let _suite = crate::suite::shared();
+    let m = marker("rule");
+    let Some((t, plan)) = applied(&format!(
+        "{EMBEDDED_DEFAULT}\n[place.t]\nslice = \"db-helper\"\ncmdline = \"{m} *\"\n"
+    )) else {
+        return;
+    };
+    let p = plan.to_str().unwrap();
+    let helper = "db.slice/db-helper.slice";
+
+    let first = renamed_sleeper(&m, "0");
+    let pid = first.id() as i32;
+    wait_until("the title", || {
+        bulkhead_sys::procs::read(pid).is_some_and(|p| p.cmdline.starts_with(&m))
+    });
+    // Dry run: says it, moves nothing.
+    let o = t.run(&["-c", p, "place", "--dry-run"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!(
+            "would place {pid} (sleep: {m} 60) in db-helper.slice (rule t)"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("dry run: 1 process(es) would move"), "{out}");
+    assert!(!in_slice(pid, &t, helper));
+    // --once moves it.
+    let o = t.run(&["-c", p, "place", "--once", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["pid"], pid);
+    assert_eq!(v["moved"], true);
+    assert!(in_slice(pid, &t, helper));
+    // Already there: nothing more to do.
+    let o = t.run(&["-c", p, "place", "--once"]);
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+
+    // Running: a process that takes its title 300 ms after it starts is placed.
+    let running = Reaped(Some(
+        t.cmd()
+            .args(["-c", p, "place", "--interval", "50ms", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let second = renamed_sleeper(&m, "0.3");
+    let pid2 = second.id() as i32;
+    wait_until("the new process in the helper slice", || {
+        in_slice(pid2, &t, helper)
+    });
+    let o = running.stop();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = stdout(&o);
+    assert!(lines.contains(&format!("\"pid\":{pid2}")), "{lines}");
+    drop((first, second));
+
+    // A plan others can write is refused as root, before anything moves.
+    let loose = t.plan(&std::fs::read_to_string(&plan).unwrap());
+    std::fs::set_permissions(&loose, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let o = t.run(&["-c", loose.to_str().unwrap(), "place", "--once"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("writable by its group or others (mode 0666)"),
+        "{}",
+        stderr(&o)
+    );
+    // A plan without rules says what to add.
+    let none = t.plan(EMBEDDED_DEFAULT);
+    let o = t.run(&["-c", none.to_str().unwrap(), "place", "--once"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("[place.NAME]"), "{}", stderr(&o));
+    let o = t.run(&["-c", p, "destroy", "--kill"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// Where a process's cgroups are, for messages.
+fn cgroups_of(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_else(|_| "(gone)".into())
+}
+
+/// The CPU time a slice used, where cpuacct is a v1 controller (None elsewhere).
+fn cpu_usage(t: &TestRoot, slice_path: &str) -> Option<u64> {
+    if !t.v1("cpuacct") {
+        return None;
+    }
+    let f = t
+        .controller_dir("cpuacct", slice_path)
+        .join("cpuacct.usage");
+    std::fs::read_to_string(f).ok()?.trim().parse().ok()
+}
+
+#[test]
+fn postgres_cluster_in_the_server_slice_and_its_backup_backend_in_the_helper_slice() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() || !bulkhead_testkit::prereq::require(crate::postgres::problem()) {
+        return;
+    }
+    let t = TestRoot::new();
+    let name = marker("pg");
+    let pg = crate::postgres::Cluster::start(&name);
+    // The rules: the backends serving the backup role of this cluster (their title is
+    // "postgres: NAME: backup postgres [local] ..." once the connection is set up), and
+    // pg_dump itself when it dumps this cluster.
+    // The cluster as a service of db-server: no systemd here, so `bulkhead place` places it
+    // by its pidfile (the postmaster and its tree). And two rules: the backends serving the
+    // backup role of this cluster (their title is "postgres: NAME: backup postgres [local]
+    // ..." once the connection is set up), and pg_dump itself when it dumps this cluster.
+    let pidfile = pg.data().join("postmaster.pid");
+    let server = EMBEDDED_DEFAULT.replace(
+        "[slice.db-server]\n",
+        &format!(
+            "[slice.db-server]\nservices = [{{ name = \"postgresql@15-main\", pidfile = \"{}\" }}]\n",
+            pidfile.display()
+        ),
+    );
+    let plan = t.plan(&format!(
+        "{server}
+[place.backup-backends]
+slice = \"db-helper\"
+user = \"postgres\"
+cmdline = \"postgres: {name}: backup *\"
+
+[place.dump]
+slice = \"db-helper\"
+exe = \"pg_dump\"
+cmdline = \"* -p {port} *\"
+",
+        port = pg.port
+    ));
+    let p = plan.to_str().unwrap();
+    let o = t.run(&["-c", p, "apply", "--backend", "cgroupfs"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("postgresql@15-main.service is placed by `bulkhead place`"),
+        "{}",
+        stderr(&o)
+    );
+    let (server, helper) = ("db.slice/db-server.slice", "db.slice/db-helper.slice");
+
+    // The whole cluster: the postmaster and every process it runs.
+    let pm = pg.postmaster_pid();
+    let children = descendants(pm as u32);
+    assert!(
+        children.len() >= 4,
+        "checkpointer, background writer, walwriter, autovacuum launcher...: {children:?}"
+    );
+    let o = t.run(&[
+        "-c",
+        p,
+        "move",
+        "--tree",
+        "--dry-run",
+        "--slice",
+        "db-server",
+        &pm.to_string(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!(
+            "would move {pm} and {} descendant(s)",
+            children.len()
+        )),
+        "{}",
+        stdout(&o)
+    );
+    // The rules and the service's pidfile, placed as they go, while the backup runs.
+    let placer = Reaped(Some(
+        t.cmd()
+            .args(["-c", p, "place", "--interval", "50ms", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    wait_until("the cluster in db-server", || {
+        std::iter::once(pm)
+            .chain(children.iter().copied())
+            .all(|k| in_slice(k, &t, server))
+    });
+
+    // A backup role, and enough data that the dump's backend works for a while.
+    let setup = "create role backup login; grant pg_read_all_data to backup; \
+                 create table t as select g, md5(g::text) as h from generate_series(1, 200000) g";
+    let o = pg.sql("postgres", setup);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // An application's backend is born in the server slice (the postmaster's).
+    let o = pg.sql("postgres", "select pg_read_file('/proc/self/cgroup')");
+    assert!(
+        stdout(&o).contains(&format!("{}/{server}", t.cgroup)),
+        "{}",
+        stdout(&o)
+    );
+
+    let helper_cpu_before = cpu_usage(&t, helper);
+    // Another session holds the table for 2 s, so the dump's backend waits on its lock
+    // first: it lives long enough to be seen in the helper slice while it runs.
+    let mut lock = pg
+        .psql(
+            "postgres",
+            "begin; lock table t in access exclusive mode; select pg_sleep(2); commit;",
+        )
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let dump_file = pg.dir.join("dump.sql.gz");
+    let mut dump = pg
+        .as_postgres(&format!("{}/pg_dump", crate::postgres::BIN))
+        .args(["-U", "backup", "-Z9", "-h"])
+        .arg(&pg.dir)
+        .args(["-p", &pg.port.to_string(), "-f"])
+        .arg(&dump_file)
+        .arg("postgres")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dump_pid = dump.id() as i32;
+    // While it runs: its backend (a child of the postmaster) and pg_dump are in db-helper.
+    let mut seen_backend = None;
+    let end = Instant::now() + Duration::from_secs(20);
+    while dump.try_wait().unwrap().is_none() && Instant::now() < end {
+        let backend = descendants(pm as u32).into_iter().find(|&b| {
+            bulkhead_sys::procs::read(b)
+                .is_some_and(|p| p.cmdline.starts_with(&format!("postgres: {name}: backup ")))
+        });
+        if let Some(b) = backend.filter(|&b| in_slice(b, &t, helper)) {
+            assert!(
+                in_slice(dump_pid, &t, helper),
+                "pg_dump: {}",
+                cgroups_of(dump_pid)
+            );
+            seen_backend = Some(b);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let backend = seen_backend.expect("the dump's backend was placed in db-helper while it ran");
+    let status = dump.wait().unwrap();
+    let _ = lock.wait();
+    assert!(status.success(), "pg_dump failed");
+    assert!(std::fs::metadata(&dump_file).unwrap().len() > 1000);
+    // The backend's work (the COPY of 200,000 rows) was counted in the helper slice.
+    if let (Some(before), Some(after)) = (helper_cpu_before, cpu_usage(&t, helper)) {
+        assert!(after > before, "helper CPU {before} -> {after}");
+        println!(
+            "db-helper used {} ms of CPU during the dump",
+            (after - before) / 1_000_000
+        );
+    }
+
+    // The cluster stays where the plan puts it: every other process of the postmaster
+    // (and the postmaster) still in db-server.
+    for k in std::iter::once(pm).chain(descendants(pm as u32)) {
+        if k != backend {
+            assert!(
+                in_slice(k, &t, server),
+                "{k} left db-server: {}",
+                cgroups_of(k)
+            );
+        }
+    }
+    // check judges the plan's own placements: with the postmaster moved out of db-server,
+    // the service's claim is broken and the verdict is "not protected" (exit 2).
+    let o = t.run(&["-c", p, "--backend", "cgroupfs", "check"]);
+    assert!(
+        stdout(&o)
+            .contains("placement service postgresql@15-main.service: 6 process(es) in db-server"),
+        "{}",
+        stdout(&o)
+    );
+    let o = placer.stop();
+    let out_of = t.run(&["-c", p, "move", "--slice", "/", &pm.to_string()]);
+    assert!(out_of.status.success(), "{}", stderr(&out_of));
+    let c = t.run(&["-c", p, "--backend", "cgroupfs", "check"]);
+    println!("{}{}", stdout(&c), stderr(&c));
+    assert_eq!(c.status.code(), Some(2), "{}{}", stdout(&c), stderr(&c));
+    assert!(
+        stdout(&c).contains("postgresql@15-main.service"),
+        "{}",
+        stdout(&c)
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = stdout(&o);
+    println!("{}", lines.trim());
+    assert!(lines.contains(&format!("\"pid\":{backend}")), "{lines}");
+    assert!(lines.contains("\"rule\":\"backup-backends\""), "{lines}");
+    assert!(lines.contains(&format!("\"pid\":{dump_pid}")), "{lines}");
+    assert!(
+        lines.contains(&format!("\"pid\":{pm},"))
+            && lines.contains("\"rule\":\"service postgresql@15-main.service\""),
+        "{lines}"
+    );
+    drop(pg);
+    let o = t.run(&["-c", p, "destroy", "--kill"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// A service of the plan gets a `Slice=` drop-in from apply (dry run, warning, no restart),
+/// export writes it, and removing the service from the plan or destroying the slice removes
+/// it: against the real systemd of the booted container.
+#[test]
+fn services_are_attached_by_slice_drop_ins_on_systemd() {
+    use crate::common::container::{err, out, Container};
+    let _suite = crate::suite::shared();
+    let Some(c) = Container::boot() else { return };
+    let unit = "pgdemo@15-main.service";
+    let drop_in = format!("/etc/systemd/system/{unit}.d/50-bulkhead-slice.conf");
+    c.write(
+        "/etc/systemd/system/pgdemo@.service",
+        "[Service]\nExecStart=/bin/sleep infinity\n",
+    );
+    let o = c.sh(&format!(
+        "systemctl daemon-reload && systemctl start {unit}"
+    ));
+    assert!(o.status.success(), "{}", err(&o));
+    let main_pid = c.show(unit, "MainPID");
+    let with = EMBEDDED_DEFAULT.replace(
+        "[slice.db-server]\n",
+        &format!("[slice.db-server]\nservices = [\"{unit}\", \"absent\"]\n"),
+    );
+    c.write("/tmp/svc.toml", &with);
+    c.write("/tmp/nosvc.toml", EMBEDDED_DEFAULT);
+
+    // The dry run prints the file and the reload, and writes nothing.
+    let o = c.bulkhead(&["-c", "/tmp/svc.toml", "apply", "--dry-run"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let text = out(&o);
+    assert!(text.contains(&format!("write {drop_in}:")), "{text}");
+    assert!(text.contains("Slice=db-server.slice"), "{text}");
+    assert!(text.contains("After=bulkhead-apply.service"), "{text}");
+    assert!(text.contains("dbus Reload()"), "{text}");
+    assert!(!c.path(&drop_in).exists());
+
+    // apply writes it, reloads, says the service needs a restart, and does not restart it.
+    let o = c.bulkhead(&["-c", "/tmp/svc.toml", "apply"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let e = err(&o);
+    assert!(
+        e.contains(&format!(
+            "{unit} runs in /system.slice/system-pgdemo.slice: it moves to db-server.slice when it restarts"
+        )) && e.contains(&format!("systemctl restart {unit}")),
+        "{e}"
+    );
+    assert!(e.contains("absent.service is not installed here"), "{e}");
+    assert!(c.path(&drop_in).exists());
+    assert_eq!(c.show(unit, "DropInPaths"), drop_in);
+    assert_eq!(
+        c.show(unit, "MainPID"),
+        main_pid,
+        "restarted behind the user's back"
+    );
+    // The user restarts it: it runs in the plan's slice.
+    let o = c.sh(&format!("systemctl restart {unit}"));
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(
+        c.show(unit, "ControlGroup"),
+        format!("/db.slice/db-server.slice/{unit}")
+    );
+    let o = c.bulkhead(&["-c", "/tmp/svc.toml", "apply"]);
+    assert!(out(&o).contains("nothing to change"), "{}", out(&o));
+    assert!(!err(&o).contains("restarts"), "{}", err(&o));
+
+    // export systemd writes the same drop-in beside the slices.
+    let o = c.bulkhead(&["-c", "/tmp/svc.toml", "export", "systemd", "/tmp/exported"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(
+        std::fs::read_to_string(c.path(&format!("/tmp/exported/{unit}.d/50-bulkhead-slice.conf")))
+            .unwrap(),
+        std::fs::read_to_string(c.path(&drop_in)).unwrap()
+    );
+
+    // Out of the plan: the drop-in goes, and the service goes back at its next restart.
+    let o = c.bulkhead(&["-c", "/tmp/nosvc.toml", "apply"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(!c.path(&drop_in).exists());
+    assert!(!c.path(&format!("/etc/systemd/system/{unit}.d")).exists());
+    let o = c.sh(&format!("systemctl restart {unit}"));
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(
+        c.show(unit, "ControlGroup"),
+        format!("/system.slice/system-pgdemo.slice/{unit}")
+    );
+
+    // move --tree through systemd: a shell and its two children, into one scope of the slice.
+    let o = c.sh("setsid sh -c 'sleep 60 & sleep 60 & wait' >/dev/null 2>&1 & echo $!");
+    let root = out(&o).trim().to_string();
+    let kids = || {
+        out(&c.sh(&format!("pgrep -P {root}")))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let end = Instant::now() + Duration::from_secs(10);
+    while kids().len() < 2 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = c.bulkhead(&["move", "--tree", "--slice", "db-helper", &root]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(
+        out(&o).contains(&format!("moved {root} and 2 descendant(s)")),
+        "{}",
+        out(&o)
+    );
+    for pid in std::iter::once(root.clone()).chain(kids()) {
+        let cg = out(&c.sh(&format!("cat /proc/{pid}/cgroup")));
+        assert!(cg.contains("/db.slice/db-helper.slice/"), "{pid}: {cg}");
+    }
+
+    // destroy removes the drop-ins of the slices it removes.
+    let o = c.bulkhead(&["-c", "/tmp/svc.toml", "-q", "apply"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(c.path(&drop_in).exists());
+    let o = c.bulkhead(&["-c", "/tmp/svc.toml", "destroy", "--kill"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(!c.path(&drop_in).exists());
+    assert_eq!(c.show(unit, "DropInPaths"), "");
+}
+
+/// Without systemd a service is placed by its pidfile, which may name only a process of the
+/// file's owner: a pidfile another user can write does not get root to move root's processes.
+#[test]
+fn a_pidfile_names_only_its_owners_processes() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let dir = bulkhead_testkit::fs::TempDir::new("place-pidfile");
+    let pidfile = dir.path().join("svc.pid");
+    let Some((t, plan)) = applied(&EMBEDDED_DEFAULT.replace(
+        "[slice.db-server]\n",
+        &format!(
+            "[slice.db-server]\nservices = [{{ name = \"svc\", pidfile = \"{}\" }}]\n",
+            pidfile.display()
+        ),
+    )) else {
+        return;
+    };
+    let p = plan.to_str().unwrap();
+    let victim = tree("sleep 60");
+    let pid = victim.id() as i32;
+    std::fs::write(&pidfile, format!("{pid}\n")).unwrap();
+    // Owned by nobody, naming root's process: refused, nothing moves.
+    std::os::unix::fs::chown(&pidfile, Some(65534), Some(65534)).unwrap();
+    let o = t.run(&["-c", p, "--backend", "cgroupfs", "place", "--once"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("may name only its owner's processes"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!in_slice(pid, &t, "db.slice/db-server.slice"));
+    // Root's pidfile may name it: the process moves, with its tree.
+    std::os::unix::fs::chown(&pidfile, Some(0), Some(0)).unwrap();
+    let o = t.run(&["-c", p, "--backend", "cgroupfs", "place", "--once"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("(service svc.service)"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(in_slice(pid, &t, "db.slice/db-server.slice"));
+    drop(victim);
+    let o = t.run(&["-c", p, "destroy", "--kill"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

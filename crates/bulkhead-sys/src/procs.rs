@@ -1,0 +1,275 @@
+//! The process table from /proc, bounded: who is whose parent, and what one process is (its
+//! user, executable, command line, cgroups). Each process is read through one descriptor of
+//! its /proc/PID directory, so all its files describe the same process even if the PID is
+//! reused meanwhile (then the reads fail, never mix two processes).
+
+use rustix::fs::{openat, readlinkat, Mode, OFlags, CWD};
+use std::io::Read;
+use std::os::fd::OwnedFd;
+
+/// At most this many processes are read in one scan of /proc.
+pub const MAX_PROCS: usize = 1 << 17;
+/// At most this many bytes of a command line are read.
+pub const MAX_CMDLINE: usize = 4096;
+/// At most this many bytes of any other /proc file are read.
+const MAX_FILE: usize = 16 << 10;
+
+/// One scan of /proc: `(pid, parent pid)` of every process (not threads), in PID order.
+#[derive(Debug, Clone, Default)]
+pub struct Table {
+    pub parents: Vec<(i32, i32)>,
+    /// The scan stopped at [`MAX_PROCS`].
+    pub truncated: bool,
+}
+
+/// The PIDs in /proc now, at most [`MAX_PROCS`] (the bool: there were more).
+pub fn pids() -> (Vec<i32>, bool) {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return (Vec::new(), false);
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if out.len() == MAX_PROCS {
+            return (out, true);
+        }
+        out.push(pid);
+    }
+    out.sort_unstable();
+    (out, false)
+}
+
+/// Every process with its parent (processes gone during the scan are left out).
+pub fn table() -> Table {
+    let (pids, truncated) = pids();
+    let parents = pids
+        .into_iter()
+        .filter_map(|p| {
+            let ppid = crate::process::parent(u32::try_from(p).ok()?)?;
+            Some((p, i32::try_from(ppid).ok()?))
+        })
+        .collect();
+    Table { parents, truncated }
+}
+
+/// The descendants of `root` in `table`, parents before their children (breadth first).
+pub fn descendants(root: i32, table: &Table) -> Vec<i32> {
+    let mut children: std::collections::HashMap<i32, Vec<i32>> = Default::default();
+    for &(c, pp) in &table.parents {
+        children.entry(pp).or_default().push(c);
+    }
+    let mut seen = std::collections::HashSet::from([root]);
+    let mut out = Vec::new();
+    let mut next = 0;
+    let mut frontier = vec![root];
+    // Breadth first; `seen` ends a ring (impossible in a real table, possible in a torn scan).
+    while let Some(&p) = frontier.get(next) {
+        next += 1;
+        for &c in children.get(&p).map_or(&[][..], Vec::as_slice) {
+            if seen.insert(c) {
+                out.push(c);
+                frontier.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// What a process is, as placement rules see it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Proc {
+    pub pid: i32,
+    pub ppid: i32,
+    /// The real UID.
+    pub uid: u32,
+    /// The command name (`comm`, 15 bytes at most).
+    pub comm: String,
+    /// The executable's path (None: a kernel thread, or not readable).
+    pub exe: Option<String>,
+    /// The command line, its arguments joined by spaces (as `ps` shows it), at most
+    /// [`MAX_CMDLINE`] bytes.
+    pub cmdline: String,
+    /// Start time, clock ticks after boot (with the PID, names one process for good).
+    pub start: u64,
+    /// /proc/PID/cgroup.
+    pub cgroup: String,
+}
+
+/// Read one process (None: gone, a kernel thread, or not readable).
+pub fn read(pid: i32) -> Option<Proc> {
+    let dir = openat(
+        CWD,
+        format!("/proc/{pid}"),
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let stat = read_at(&dir, "stat", MAX_FILE)?;
+    let stat = String::from_utf8_lossy(&stat);
+    let flags = crate::process::parse_stat_flags(&stat)?;
+    if flags & 0x0020_0000 != 0 {
+        return None; // PF_KTHREAD
+    }
+    let comm = stat.get(stat.find('(')? + 1..stat.rfind(')')?)?.to_string();
+    let status = read_at(&dir, "status", MAX_FILE)?;
+    let uid = String::from_utf8_lossy(&status)
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())?;
+    let cmdline = read_at(&dir, "cmdline", MAX_CMDLINE).unwrap_or_default();
+    let cgroup = read_at(&dir, "cgroup", MAX_FILE).unwrap_or_default();
+    let exe = readlinkat(&dir, "exe", Vec::new())
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned());
+    Some(Proc {
+        pid,
+        ppid: i32::try_from(crate::process::parse_stat_ppid(&stat)?).ok()?,
+        uid,
+        comm,
+        exe,
+        cmdline: join_cmdline(&cmdline),
+        start: crate::process::parse_stat_start(&stat)?,
+        cgroup: String::from_utf8_lossy(&cgroup).into_owned(),
+    })
+}
+
+/// The clock processes' start times are on: clock ticks since boot (/proc/uptime).
+pub fn now_ticks() -> Option<u64> {
+    let up = std::fs::read_to_string("/proc/uptime").ok()?;
+    let secs: f64 = up.split_whitespace().next()?.parse().ok()?;
+    Some((secs * crate::process::clock_ticks() as f64) as u64)
+}
+
+/// The PID a pidfile names (its first line) and the file's owner, read through one
+/// descriptor (a regular file, its last component not a symlink, at most 4 KiB). Err: why not.
+pub fn read_pidfile(path: &std::path::Path) -> Result<(i32, u32), String> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    )
+    .map_err(|e| crate::error::errno_text(&e.into()))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| crate::error::errno_text(&e.into()))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err("is not a regular file".into());
+    }
+    let mut text = String::new();
+    std::fs::File::from(fd)
+        .take(4096)
+        .read_to_string(&mut text)
+        .map_err(|e| crate::error::errno_text(&e))?;
+    let pid = text
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse::<i32>().ok())
+        .filter(|&p| p > 0)
+        .ok_or("does not start with a process ID")?;
+    Ok((pid, st.st_uid))
+}
+
+/// /proc/PID/cgroup of one process (None: gone).
+pub fn cgroup(pid: i32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()
+}
+
+/// The arguments of a /proc/PID/cmdline, NUL-separated, joined by spaces. A process that
+/// rewrote its arguments (PostgreSQL's "postgres: 15/main: backup \[local\] idle") may have
+/// one long argument padded with NULs: trailing empty ones are dropped.
+pub fn join_cmdline(raw: &[u8]) -> String {
+    let text = String::from_utf8_lossy(raw);
+    let args: Vec<&str> = text.split('\0').collect();
+    let end = args
+        .iter()
+        .rposition(|a| !a.is_empty())
+        .map_or(0, |i| i + 1);
+    args[..end].join(" ")
+}
+
+fn read_at(dir: &OwnedFd, name: &str, cap: usize) -> Option<Vec<u8>> {
+    let fd = openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )
+    .ok()?;
+    let mut buf = Vec::new();
+    std::fs::File::from(fd)
+        .take(cap as u64)
+        .read_to_end(&mut buf)
+        .ok()?;
+    Some(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descendants_in_order_and_bounded_by_cycles() {
+        let t = Table {
+            parents: vec![
+                (1, 0),
+                (10, 1),
+                (11, 10),
+                (12, 10),
+                (13, 11),
+                (20, 1),
+                (30, 30),
+            ],
+            truncated: false,
+        };
+        assert_eq!(descendants(10, &t), vec![11, 12, 13]);
+        assert_eq!(descendants(13, &t), Vec::<i32>::new());
+        assert_eq!(descendants(30, &t), Vec::<i32>::new());
+        // A ring (impossible in a real table) ends.
+        let ring = Table {
+            parents: vec![(2, 3), (3, 2)],
+            truncated: false,
+        };
+        assert_eq!(descendants(2, &ring), vec![3]);
+    }
+
+    #[test]
+    fn cmdline_joined_like_ps() {
+        assert_eq!(join_cmdline(b"pg_dump\0-Z9\0db\0"), "pg_dump -Z9 db");
+        assert_eq!(
+            join_cmdline(b"postgres: 15/main: backup [local] idle\0\0\0\0"),
+            "postgres: 15/main: backup [local] idle"
+        );
+        assert_eq!(join_cmdline(b""), "");
+        assert_eq!(join_cmdline(b"\xff\0x"), "\u{fffd} x");
+    }
+
+    #[test]
+    fn pidfiles() {
+        let dir = std::env::temp_dir().join(format!("bh-pidfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("x.pid");
+        std::fs::write(&f, "4242\n/var/lib/x\n").unwrap();
+        let (pid, _owner) = read_pidfile(&f).unwrap();
+        assert_eq!(pid, 4242);
+        std::fs::write(&f, "-1\n").unwrap();
+        assert!(read_pidfile(&f).unwrap_err().contains("process ID"));
+        let link = dir.join("l.pid");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        assert!(read_pidfile(&link).is_err(), "a symlink is not followed");
+        assert!(read_pidfile(&dir).unwrap_err().contains("regular file"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn this_process_reads() {
+        let me = read(std::process::id() as i32).expect("this process");
+        assert_eq!(me.ppid as u32, std::os::unix::process::parent_id());
+        assert!(me.exe.is_some());
+        assert!(!me.cmdline.is_empty());
+        let t = table();
+        assert!(t
+            .parents
+            .iter()
+            .any(|&(p, _)| p == std::process::id() as i32));
+    }
+}

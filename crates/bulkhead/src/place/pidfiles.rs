@@ -1,0 +1,83 @@
+//! Services of the plan on a host without systemd: each scan reads the pidfile the plan names
+//! and, when its process is not in the service's slice, says to move that process's tree.
+//! A pidfile is trusted as far as its owner: it may name only a process of the user who owns
+//! the file (root's may name any), so the postgres user cannot have root move sshd.
+
+use super::rules::in_slice;
+use bulkhead_plan::services::Service;
+use bulkhead_plan::SliceName;
+use bulkhead_sys::procs;
+use std::collections::HashSet;
+use std::path::Path;
+
+/// A service's main process to move with its tree, or why its pidfile was refused.
+#[derive(Debug)]
+pub(crate) struct ServiceMove {
+    pub service: String,
+    pub slice: SliceName,
+    pub pid: i32,
+    pub comm: String,
+    pub cmdline: String,
+    pub refused: Option<String>,
+}
+
+pub(crate) struct Pidfiles {
+    services: Vec<(Service, SliceName)>,
+    /// (service, pid) refusals already reported: each once.
+    reported: HashSet<(String, i32)>,
+}
+
+impl Pidfiles {
+    pub(crate) fn new(services: Vec<(Service, SliceName)>) -> Pidfiles {
+        let services = services
+            .into_iter()
+            .filter(|(s, _)| s.pidfile.is_some())
+            .collect();
+        Pidfiles {
+            services,
+            reported: HashSet::new(),
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.services.is_empty()
+    }
+
+    /// The services whose main process is outside their slice now. A missing pidfile is a
+    /// stopped service: nothing to do, nothing to say.
+    pub(crate) fn scan(&mut self) -> Vec<ServiceMove> {
+        let mut out = Vec::new();
+        for (svc, slice) in &self.services {
+            let Some(path) = svc.pidfile.as_deref() else {
+                continue;
+            };
+            let Ok((pid, owner)) = procs::read_pidfile(Path::new(path)) else {
+                continue;
+            };
+            let Some(p) = procs::read(pid) else {
+                continue;
+            };
+            if in_slice(&p.cgroup, slice) {
+                continue;
+            }
+            let refused = (owner != 0 && p.uid != owner).then(|| {
+                format!(
+                    "the pidfile {path} is owned by UID {owner} and names PID {pid} of UID {}: refused (a pidfile may name only its owner's processes)",
+                    p.uid
+                )
+            });
+            if refused.is_some() && !self.reported.insert((svc.name.clone(), pid)) {
+                continue;
+            }
+            out.push(ServiceMove {
+                service: svc.name.clone(),
+                slice: slice.clone(),
+                pid,
+                comm: p.comm,
+                cmdline: p.cmdline,
+                refused,
+            });
+        }
+        out
+    }
+}
