@@ -57,6 +57,11 @@ pub fn stdout() -> BorrowedFd<'static> {
     rustix::stdio::stdout()
 }
 
+/// Standard error.
+pub fn stderr() -> BorrowedFd<'static> {
+    rustix::stdio::stderr()
+}
+
 /// Whether `fd` is an open descriptor of this process.
 pub fn is_open(fd: i32) -> bool {
     // SAFETY: F_GETFD only asks the kernel about the descriptor number; nothing is read or

@@ -75,20 +75,37 @@ pub fn copy_window_size(from: BorrowedFd<'_>, to: BorrowedFd<'_>) {
 
 /// Copy from one descriptor to another until EOF or an error (EIO: the terminal closed).
 pub fn copy(from: BorrowedFd<'_>, to: BorrowedFd<'_>) {
+    copy_counted(from, to);
+}
+
+/// [`copy`], returning how many bytes were read from `from`.
+pub fn copy_counted(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> u64 {
     let mut buf = [0u8; 8192];
+    let mut total = 0u64;
     loop {
         let n = match rustix::io::read(from, &mut buf) {
             Err(rustix::io::Errno::INTR) => continue,
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return total,
             Ok(n) => n,
         };
+        total += n as u64;
         let mut off = 0;
         while off < n {
             match rustix::io::write(to, &buf[off..n]) {
                 Err(rustix::io::Errno::INTR) => continue,
-                Err(_) => return,
+                Err(_) => return total,
                 Ok(w) => off += w,
             }
         }
     }
+}
+
+/// Make `uid`:`gid` the owner of the terminal side `fd` (the root of a user namespace, so
+/// that it can reopen the terminal by its path, e.g. as /dev/console).
+pub fn give_terminal(fd: std::os::fd::RawFd, uid: u32, gid: u32) -> std::io::Result<()> {
+    // SAFETY: fchown with integer arguments; a bad descriptor is an error, not a fault.
+    if unsafe { libc::fchown(fd, uid, gid) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }

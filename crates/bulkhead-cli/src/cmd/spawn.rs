@@ -86,5 +86,33 @@ fn spawn_inner(cli: &Cli, a: &SpawnArgs) -> Result<i32, RunError> {
             out.elapsed.as_secs_f64() * 1e3
         );
     }
+    if let Some(line) = silent_early_exit(a, &out) {
+        if !cli.quiet {
+            eprintln!("{line}");
+        }
+    }
     Ok(out.code)
+}
+
+/// How soon a failing PID 1 counts as one that died while starting.
+const EARLY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A PID 1 (`--as-pid1`) that failed within [`EARLY`] and wrote nothing to /dev/console
+/// never leaves the user with a bare exit code: say what bulkhead knows.
+fn silent_early_exit(a: &SpawnArgs, out: &spawn::Outcome) -> Option<String> {
+    if out.timed_out || out.code == 0 || out.elapsed >= EARLY || out.console_bytes != Some(0) {
+        return None;
+    }
+    let cmd = a
+        .command
+        .first()
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Some(format!(
+        "bulkhead: {cmd} (PID 1 of the sandbox) exited {} {:.0} ms after the start and wrote nothing to /dev/console\n  \
+         hint: anything it wrote to stdout or stderr is above; an init that wrote nothing failed before it opened its console: \
+         run it again under `strace -f -o FILE bulkhead spawn ...` to see its last calls",
+        out.code,
+        out.elapsed.as_secs_f64() * 1e3
+    ))
 }

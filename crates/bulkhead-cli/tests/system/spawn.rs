@@ -788,3 +788,68 @@ fn tmpfs_sizes_are_set_and_enforced() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("at least 1M"), "{}", stderr(&o));
 }
+
+/// Issue 29 item 4: a PID 1 that writes to /dev/console reaches the user (systemd reopens
+/// /dev/console and, with none, writes its fatal errors to /dev/null), and one that fails at
+/// once and writes nothing there is named with its exit code, never left silent.
+#[test]
+fn a_pid1_reaches_the_user_through_dev_console() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let root = Root::new();
+    let o = spawn(
+        &root,
+        &["--as-pid1"],
+        "test -c /dev/console || echo 'no console' >&2; echo 'to the console' >/dev/console; exit 4",
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains("to the console"), "{err}");
+    assert!(!err.contains("no console"), "{err}");
+    assert!(!err.contains("wrote nothing"), "{err}");
+
+    let o = spawn(&root, &["--as-pid1"], "exit 3");
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("/bin/sh (PID 1 of the sandbox) exited 3")
+            && err.contains("wrote nothing to /dev/console"),
+        "{err}"
+    );
+    // Root of a user namespace opens it too (it is given the terminal).
+    let o = spawn(
+        &root,
+        &["--as-pid1", "--private-users=auto"],
+        "echo 'to the console' >/dev/console; exit 4",
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains("to the console"), "{err}");
+    // Under bulkhead's init the command is not PID 1: no console, no note.
+    let o = spawn(&root, &[], "test -e /dev/console && echo console; exit 3");
+    assert_eq!(o.status.code(), Some(3));
+    assert!(
+        !stdout(&o).contains("console") && stderr(&o).is_empty(),
+        "{}",
+        stderr(&o)
+    );
+
+    // systemd as PID 1 of a snapshot of the Debian root: its errors (the mounts a container
+    // manager has to prepare, see `spawn --boot`) reach the user.
+    let Some(debian) = crate::common::container::debian_root() else {
+        return;
+    };
+    let o = bulkhead()
+        .args(["spawn", "-D", debian, "-x", "--as-pid1", "--"])
+        .arg("/lib/systemd/systemd")
+        .output()
+        .expect("run bulkhead");
+    let err = stderr(&o);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("Failed to mount"), "{err}");
+    // A pipe is no terminal: the lines come without the terminal's carriage returns.
+    assert!(!err.contains('\r'), "{err:?}");
+    println!("systemd as PID 1 (exit {:?}):\n{err}", o.status.code());
+}

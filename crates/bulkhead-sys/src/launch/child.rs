@@ -2,6 +2,7 @@
 //! data the parent prepared; a message is formatted only on the way out after a failure.
 
 use super::program::lossy;
+use super::title::{hide_host_command_line, Areas};
 use super::{listen_pid_var, signal_set, Create, Op, Program, Target};
 use crate::exit::{NOT_EXECUTABLE, NOT_FOUND, RUN_FAILED};
 use std::ffi::{CStr, CString};
@@ -56,6 +57,7 @@ macro_rules! fail {
 pub(super) fn main(
     p: &Program,
     trees: RawTrees<'_>,
+    areas: Option<Areas>,
     err_w: RawFd,
     life_r: RawFd,
     go_r: RawFd,
@@ -64,9 +66,11 @@ pub(super) fn main(
     own_session(p, err_w);
     build_root(p, &trees, err_w);
     enter_root(p, err_w);
-    if !p.init {
+    let Some(areas) = areas.filter(|_| p.init) else {
         exec_command(p, err_w);
-    }
+    };
+    // Before the command exists: it never sees the host's command line in /proc/1.
+    hide_host_command_line(areas, c"bulkhead-init");
     // SAFETY: in the forked child: fork has no pointer arguments; the new child only
     // execs (exec_command never returns).
     let child = unsafe { libc::fork() };
@@ -101,7 +105,9 @@ fn wait_for_go(p: &Program, err_w: RawFd, life_r: RawFd, go_r: RawFd) {
         }
         libc::close(go_r);
         // Become root of the new user namespace (the creator's UID is unmapped in it).
-        if p.userns.is_some() && (libc::setresgid(0, 0, 0) != 0 || libc::setresuid(0, 0, 0) != 0) {
+        if p.userns.is_some()
+            && (set_ids(libc::SYS_setresgid, 0) != 0 || set_ids(libc::SYS_setresuid, 0) != 0)
+        {
             fail!(err_w, "setresuid(0) in the user namespace");
         }
     }
@@ -192,7 +198,6 @@ fn init_loop(child: libc::pid_t, err_w: RawFd) -> ! {
         libc::close(err_w);
         // Not dumpable: /proc/1/exe (the host's bulkhead binary) cannot be opened from inside.
         libc::prctl(libc::PR_SET_DUMPABLE, 0);
-        libc::prctl(libc::PR_SET_NAME, c"bulkhead-init".as_ptr());
         libc::close_range(3, u32::MAX, 0);
         let set = signal_set();
         loop {
@@ -286,6 +291,16 @@ fn exec_command(p: &Program, err_w: RawFd) -> ! {
     exec_candidates(p, err_w)
 }
 
+/// setresuid or setresgid (`nr`) to `id` for all three, as the raw system call: glibc's
+/// wrappers apply the change to every thread it knows of, and this copy of a process whose
+/// other threads (a `--pty` or console relay) did not come along would wait for them forever
+/// (for one still starting at the clone, on its `setxid_futex`).
+fn set_ids(nr: libc::c_long, id: u32) -> libc::c_long {
+    // SAFETY: a credentials system call with integer arguments; it changes only the calling
+    // thread, the only one of this process.
+    unsafe { libc::syscall(nr, id, id, id) }
+}
+
 /// Close what the command must not inherit; drop capabilities; become the user.
 fn drop_privileges(p: &Program, err_w: RawFd) {
     // SAFETY: in the forked child: FFI calls on descriptors it owns and on buffers of the
@@ -315,9 +330,9 @@ fn drop_privileges(p: &Program, err_w: RawFd) {
                 &format!("clearing inheritable capabilities: {}", strerror(e)),
             );
         }
-        if libc::setgroups(p.groups.len(), p.groups.as_ptr()) != 0
-            || libc::setresgid(p.gid, p.gid, p.gid) != 0
-            || libc::setresuid(p.uid, p.uid, p.uid) != 0
+        if libc::syscall(libc::SYS_setgroups, p.groups.len(), p.groups.as_ptr()) != 0
+            || set_ids(libc::SYS_setresgid, p.gid) != 0
+            || set_ids(libc::SYS_setresuid, p.uid) != 0
         {
             fail!(err_w, "switching to uid {} gid {}", p.uid, p.gid);
         }

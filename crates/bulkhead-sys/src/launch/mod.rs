@@ -14,6 +14,7 @@ pub mod command;
 mod idmap;
 mod parent;
 mod program;
+mod title;
 mod trees;
 
 pub use command::{exec_here, spawn_into_cgroup, ExecFailure, ExecSpec, Running, SpawnError, Step};

@@ -8,6 +8,7 @@
 //! ([`super::command`]) waits with the same loop and the same mask.
 
 use super::idmap::write_id_maps;
+use super::title::Areas;
 use super::trees::Trees;
 use super::{child, clone3, close, pipe, signal_set, Failure, Program};
 use crate::error::{errno_text, Diagnostic, Error};
@@ -35,6 +36,7 @@ pub fn run(
     // the child. Raw numbers made before the clone: the child does not allocate.
     let trees = Trees::prepare(p)?;
     let (root_trees, op_trees) = (Trees::raw(&trees.root), Trees::raw(&trees.ops));
+    let areas = init_areas(p)?;
     let set = signal_set();
     let restore = Restore::block(&set);
     let pipes = Pipes {
@@ -61,7 +63,7 @@ pub fn run(
             root: &root_trees,
             ops: &op_trees,
         };
-        child::main(p, raw, pipes.err.1, pipes.life.0, pipes.go.0)
+        child::main(p, raw, areas, pipes.err.1, pipes.life.0, pipes.go.0)
     }
     let pid = pid as libc::pid_t;
     close(pipes.err.1);
@@ -96,6 +98,23 @@ pub fn run(
         ));
     }
     Ok((code, false))
+}
+
+/// Where the init blanks the host's command line and environment (with an init only).
+fn init_areas(p: &Program) -> Result<Option<Areas>, Failure> {
+    if !p.init {
+        return Ok(None);
+    }
+    Areas::of_self().map(Some).ok_or_else(|| {
+        Failure::new(
+            RUN_FAILED,
+            Error::failed(
+                "cannot read the argument area of this process from /proc/self/stat, \
+                 so the sandbox's init could not hide the host's command line; \
+                 is /proc mounted?",
+            ),
+        )
+    })
 }
 
 fn clone_failed(e: &std::io::Error) -> Failure {

@@ -7,8 +7,8 @@
 use super::slices::{parse_slice, require_slice};
 use super::Context;
 use crate::run::{RunError, EXIT_RUN_FAILED};
-use crate::sandbox::{self, Outcome};
-pub use crate::sandbox::{Bind, Choice, Net, SandboxSpec, TmpfsSizes};
+use crate::sandbox;
+pub use crate::sandbox::{Bind, Choice, Net, Outcome, SandboxSpec, TmpfsSizes};
 use bulkhead_cgroups::Placement;
 use bulkhead_plan::sandbox::{parse_private_users, PrivateUsers};
 use bulkhead_sys::error::{Diagnostic, Error};

@@ -19,6 +19,7 @@
 
 #![deny(clippy::disallowed_methods)]
 
+mod console;
 mod request;
 pub mod seccomp;
 pub mod setup;
@@ -32,6 +33,7 @@ pub use bulkhead_plan::sandbox::{Bind, Choice, Net, TmpfsSizes, UserRange};
 use bulkhead_plan::SliceName;
 use bulkhead_sys::error::{errno_text, Diagnostic, Error};
 use bulkhead_sys::hostpath::{DirError, HostPath};
+use setup::Program;
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -92,6 +94,8 @@ pub struct Outcome {
     pub elapsed: Duration,
     /// Time spent making the snapshot.
     pub snapshot_time: Duration,
+    /// With `--as-pid1` and no `--pty`: how many bytes the command wrote to /dev/console.
+    pub console_bytes: Option<u64>,
 }
 
 fn invalid(msg: impl Into<String>, hint: &str) -> RunError {
@@ -360,8 +364,10 @@ pub fn spawn(
     } else {
         None
     };
+    let console = start_console(spec, &mut program, relay.as_ref())?;
     let result =
         bulkhead_sys::launch::run(&program, spec.timeout, spec.stop_timeout).map_err(launch_failed);
+    let console_bytes = console.map(console::Console::finish);
     if let Some(r) = relay {
         r.finish();
     }
@@ -379,7 +385,39 @@ pub fn spawn(
         method,
         elapsed: start.elapsed(),
         snapshot_time,
+        console_bytes,
     })
+}
+
+/// With `--as-pid1`, /dev/console ([`console`]): the `--pty` terminal, else a console of its
+/// own, returned to be finished after the sandbox has exited.
+fn start_console(
+    spec: &SandboxSpec,
+    program: &mut Program,
+    relay: Option<&terminal::Relay>,
+) -> Result<Option<console::Console>, RunError> {
+    if !spec.as_pid1 {
+        return Ok(None);
+    }
+    let (fd, own) = match relay {
+        Some(r) => (r.terminal(), None),
+        None => {
+            let c = console::Console::start().map_err(failed)?;
+            (c.terminal(), Some(c))
+        }
+    };
+    if let Some(range) = spec.private_users {
+        // Root of the user namespace reopens it as /dev/console.
+        bulkhead_sys::pty::give_terminal(fd, range.base, range.base).map_err(|e| {
+            failed(Error::failed(format!(
+                "cannot give the console's pseudo-terminal to the sandbox's root (UID {}): {e}",
+                range.base
+            )))
+        })?;
+    }
+    let ops = console::ops(program.root.as_bytes(), fd).map_err(failed)?;
+    program.ops.extend(ops);
+    Ok(own)
 }
 
 /// Join the sandbox's slice, if it has one. With systemd: the scope
@@ -432,6 +470,10 @@ pub fn describe(spec: &SandboxSpec) -> Result<Vec<String>, RunError> {
     let mut program = setup::build(&shown, &opened, None, ids).map_err(failed)?;
     // The pseudo-terminal is opened at start; the description only needs to know there is one.
     program.pty = spec.pty.then_some(-1);
+    if spec.as_pid1 {
+        let ops = console::ops(program.root.as_bytes(), -1).map_err(failed)?;
+        program.ops.extend(ops);
+    }
     out.extend(program.describe());
     Ok(out)
 }

@@ -130,6 +130,16 @@ fn prerequisites() -> Result<(), String> {
     ensure_root().map_err(|e| format!("cannot build the Debian root: {e}"))
 }
 
+/// The cached Debian root (built on first use), for tests that only read it, e.g. through
+/// `spawn -x`; `None` where a prerequisite is missing (skipped outside CI).
+pub fn debian_root() -> Option<&'static str> {
+    if let Err(e) = prerequisites() {
+        missing(&e);
+        return None;
+    }
+    Some(ROOT)
+}
+
 /// A root that keeps what a boot wrote for the next boot: an overlay of a scratch upper
 /// directory over the cached root, mounted by this process at `dir/root`. Drop unmounts it
 /// and removes the scratch directory (the cached root is never written).

@@ -541,3 +541,52 @@ fn two_live_sandboxes_never_share_a_user_range() {
         &format!("ranges {} and {}, leases released", bases[0], bases[1]),
     );
 }
+
+/// Class 15: a program in a sandbox learns nothing of the host from its PID 1. bulkhead's
+/// init is a copy of the host's bulkhead process, so its `/proc/1/cmdline` held the host's
+/// whole `bulkhead spawn ...` line (the binary's and the root's host paths, every argument)
+/// until it blanked it; `/proc/1/environ` (the host's environment) and `/proc/1/exe` stay
+/// unreadable (the init is not dumpable).
+#[test]
+fn pid1_shows_no_host_command_line_or_environment() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let s = Scratch::new("pid1");
+    let secret = "bulkhead-host-secret-7f3a";
+    let probe = "od -An -v -c /proc/1/cmdline | tr -d ' \\n'; echo; \
+                 echo comm=$(cat /proc/1/comm); \
+                 cat /proc/1/environ >/dev/null 2>&1 && echo environ=readable; \
+                 readlink /proc/1/exe >/dev/null 2>&1 && echo exe=readable; true";
+    for opts in [&[][..], &["--private-users=auto"][..]] {
+        let o = bulkhead()
+            .args(["spawn", "-D", s.root(), "--hostname", secret])
+            .args(opts)
+            .args(["--", "/bin/sh", "-c", probe])
+            .env("BULKHEAD_ESCAPE_SECRET", secret)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run bulkhead");
+        let out = stdout(&o);
+        assert!(o.status.success(), "{opts:?}: {out} {}", stderr(&o));
+        let cmdline = out.lines().next().unwrap_or_default();
+        // od -c prints NUL bytes as \0: the title, then only NUL bytes where the kernel
+        // would not shorten the area.
+        let title = cmdline.trim_end_matches("\\0");
+        assert_eq!(
+            title, "bulkhead-init",
+            "{opts:?}: /proc/1/cmdline is {cmdline}"
+        );
+        for leak in [secret, s.root(), "spawn"] {
+            assert!(!out.contains(leak), "{opts:?}: {leak} leaked: {out}");
+        }
+        assert!(out.contains("comm=bulkhead-init"), "{opts:?}: {out}");
+        assert!(!out.contains("environ=readable"), "{opts:?}: {out}");
+        assert!(!out.contains("exe=readable"), "{opts:?}: {out}");
+        say(
+            &format!("reading the host's command line from /proc/1 ({opts:?})"),
+            "bulkhead-init, no environment, no exe",
+        );
+    }
+}
