@@ -24,8 +24,12 @@ const SUITE: &str = "bookworm";
 /// What debootstrap adds to minbase: systemd as PID 1, its bus, man-db (with groff-base)
 /// for the package test's `man bulkhead`, procps (`pgrep`, `ps`), and Debian's PostgreSQL 15,
 /// whose package scripts create the `15/main` cluster that `postgresql@15-main.service` runs
-/// at boot (the DBA's path on systemd, `place::postgres_systemd`).
+/// (the DBA's path on systemd, `place::postgres_systemd`). The cluster is `manual` in its
+/// start.conf ([`PG_START_CONF`]): started by the test that wants it, so every other boot
+/// stays as fast as before and no other test's `check` finds a database outside its slices.
 const INCLUDE: &str = "systemd,systemd-sysv,dbus,man-db,procps,postgresql-15";
+/// The 15/main cluster's start.conf in the root, and what it holds there.
+const PG_START_CONF: (&str, &str) = ("etc/postgresql/15/main/start.conf", "manual\n");
 const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
@@ -53,6 +57,7 @@ fn root_complete(root: &Path) -> bool {
     ]
     .iter()
     .all(|p| root.join(p).exists())
+        && std::fs::read_to_string(root.join(PG_START_CONF.0)).is_ok_and(|t| t == PG_START_CONF.1)
 }
 
 fn ensure_root() -> Result<(), String> {
@@ -91,6 +96,8 @@ fn ensure_root() -> Result<(), String> {
                 .join(" | ")
         ));
     }
+    // Debian starts the cluster at boot ("auto"); here only the test that wants it does.
+    let _ = std::fs::write(tmp.join(PG_START_CONF.0), PG_START_CONF.1);
     if !root_complete(&tmp) {
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(format!(

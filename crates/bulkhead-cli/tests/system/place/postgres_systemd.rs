@@ -1,5 +1,5 @@
 //! The DBA's path on a systemd host: Debian's real `postgresql@15-main.service` (the
-//! `postgresql-15` package's cluster, started at boot) in the booted container, placed by the
+//! `postgresql-15` package's 15/main cluster) in the booted container, placed by the
 //! plan's `services`, its backup's backend placed in the helper slice by a rule, and `check`
 //! judging both.
 
