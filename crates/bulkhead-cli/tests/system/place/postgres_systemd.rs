@@ -46,13 +46,29 @@ fn find(c: &Container, comm: &str, cmdline: &str) -> Option<String> {
     (!pid.is_empty()).then_some(pid)
 }
 
+/// `runuser -u USER -- ARGV` inside the container, its stdin closed.
+fn as_user(c: &Container, user: &str, argv: &[&str]) -> std::process::Command {
+    let mut cmd = c.cmd(&[&["runuser", "-u", user, "--"], argv].concat());
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
 fn psql(c: &Container, sql: &str) {
-    let o = c
-        .cmd(&["runuser", "-u", "postgres", "--", "psql", "-XAtqc", sql])
-        .stdin(Stdio::null())
+    let o = as_user(c, "postgres", &["psql", "-XAtqc", sql])
         .output()
         .unwrap();
     assert!(o.status.success(), "psql {sql}: {}", err(&o));
+}
+
+/// `bulkhead check` with the plan: its exit code and its output (printed, for the log).
+fn check(c: &Container) -> (Option<i32>, String) {
+    let o = c.bulkhead(&["-c", PLAN, "check"]);
+    let text = out(&o) + &err(&o);
+    println!(
+        "$ bulkhead -c {PLAN} check   (exit {:?})\n{text}",
+        o.status.code()
+    );
+    (o.status.code(), text)
 }
 
 #[test]
@@ -148,36 +164,22 @@ exe = \"pg_dump\"
     }
     // Another session holds the table for 3 s: the dump's backend waits on its lock first, so
     // it lives long enough to be seen in the helper slice.
-    let mut lock = c
-        .cmd(&[
-            "runuser",
-            "-u",
-            "postgres",
-            "--",
-            "psql",
-            "-Xqc",
-            "begin; lock table t in access exclusive mode; select pg_sleep(3); commit;",
-        ])
-        .stdin(Stdio::null())
+    let sql = "begin; lock table t in access exclusive mode; select pg_sleep(3); commit;";
+    let mut lock = as_user(&c, "postgres", &["psql", "-Xqc", sql])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let mut dump = c
-        .cmd(&[
-            "runuser",
-            "-u",
-            "backup",
-            "--",
-            "pg_dump",
-            "-U",
-            "backup",
-            "-Z9",
-            "-f",
-            "/tmp/dump.sql.gz",
-            "postgres",
-        ])
-        .stdin(Stdio::null())
+    let dump_argv = [
+        "pg_dump",
+        "-U",
+        "backup",
+        "-Z9",
+        "-f",
+        "/tmp/dump.sql.gz",
+        "postgres",
+    ];
+    let mut dump = as_user(&c, "backup", &dump_argv)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -210,13 +212,7 @@ exe = \"pg_dump\"
     }
 
     // check: the service in place while `place` runs.
-    let o = c.bulkhead(&["-c", PLAN, "check"]);
-    let text = out(&o);
-    println!(
-        "$ bulkhead -c {PLAN} check   (exit {:?})\n{text}{}",
-        o.status.code(),
-        err(&o)
-    );
+    let (code, text) = check(&c);
     // Every process of the unit (an autovacuum worker may have joined the cluster's six).
     let placed_ok = text.lines().find_map(|l| {
         let rest = l.trim_start().strip_prefix("OK")?.trim_start();
@@ -229,7 +225,7 @@ exe = \"pg_dump\"
     // The verdict: degraded (exit 1), only for directives with no effect here. The container's
     // v1 controllers are read-only, so systemd records CPUWeight, IOWeight, MemoryMax...
     // without a cgroup to write them to; on a host (or with v2 controllers) that is exit 0.
-    assert_eq!(o.status.code(), Some(1), "{text}{}", err(&o));
+    assert_eq!(code, Some(1), "{text}");
     assert!(text.starts_with("bulkhead check: DEGRADED: "), "{text}");
     for l in text.lines().skip(1) {
         let l = l.trim_start();
@@ -270,14 +266,8 @@ exe = \"pg_dump\"
     let o = c.bulkhead(&["move", "--slice", "db-helper", &stray]);
     assert!(o.status.success(), "{}", err(&o));
     assert!(systemd_cgroup(&c, &stray).starts_with(helper));
-    let o = c.bulkhead(&["-c", PLAN, "check"]);
-    let text = out(&o);
-    println!(
-        "$ bulkhead -c {PLAN} check   (exit {:?})\n{text}{}",
-        o.status.code(),
-        err(&o)
-    );
-    assert_eq!(o.status.code(), Some(2), "{text}{}", err(&o));
+    let (code, text) = check(&c);
+    assert_eq!(code, Some(2), "{text}");
     assert!(text.starts_with("bulkhead check: NOT PROTECTED"), "{text}");
     // The process left the unit, so it is no longer the service's: a database server outside
     // db-server, named by PID (its cgroup as the read-only v1 cpu hierarchy has it: `/`).
