@@ -7,6 +7,8 @@ use bulkhead::plan::EMBEDDED_DEFAULT;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod postgres_systemd;
+
 /// A child killed (with its process group) and reaped when the test ends.
 struct Reaped(Option<Child>);
 

@@ -1,7 +1,8 @@
 //! A real systemd to test against: a Debian bookworm root made by debootstrap (with systemd,
-//! dbus and man-db), cached in /var/cache/bulkhead/test/debian-systemd, booted with
-//! `systemd-nspawn --boot` on a throw-away overlay (`--volatile=overlay`, so the cache stays
-//! clean) with this build's bulkhead bound in at /usr/local/bin/bulkhead.
+//! dbus, man-db, procps and PostgreSQL 15 with its `15/main` cluster), cached in
+//! /var/cache/bulkhead/test/debian-systemd, booted with `systemd-nspawn --boot` on a
+//! throw-away overlay (`--volatile=overlay`, so the cache stays clean) with this build's
+//! bulkhead bound in at /usr/local/bin/bulkhead.
 //!
 //! For tests that need a second boot of the same system (install, reboot, check), a
 //! [`PersistentRoot`] is an overlay this process mounts over the cached root (upper and work
@@ -20,9 +21,15 @@ use std::time::{Duration, Instant};
 
 pub const ROOT: &str = "/var/cache/bulkhead/test/debian-systemd";
 const SUITE: &str = "bookworm";
-/// What debootstrap adds to minbase: systemd as PID 1, its bus, and man-db (with groff-base)
-/// for the package test's `man bulkhead`.
-const INCLUDE: &str = "systemd,systemd-sysv,dbus,man-db";
+/// What debootstrap adds to minbase: systemd as PID 1, its bus, man-db (with groff-base)
+/// for the package test's `man bulkhead`, procps (`pgrep`, `ps`), and Debian's PostgreSQL 15,
+/// whose package scripts create the `15/main` cluster that `postgresql@15-main.service` runs
+/// (the DBA's path on systemd, `place::postgres_systemd`). The cluster is `manual` in its
+/// start.conf ([`PG_START_CONF`]): started by the test that wants it, so every other boot
+/// stays as fast as before and no other test's `check` finds a database outside its slices.
+const INCLUDE: &str = "systemd,systemd-sysv,dbus,man-db,procps,postgresql-15";
+/// The 15/main cluster's start.conf in the root, and what it holds there.
+const PG_START_CONF: (&str, &str) = ("etc/postgresql/15/main/start.conf", "manual\n");
 const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
@@ -31,13 +38,26 @@ use bulkhead_testkit::prereq::{missing, on_path as have};
 
 /// Build the cached root once (several tests may ask at the same time: one builds, under a
 /// lock, the others wait for it).
-/// The cached root has everything the tests use (a root built before man-db was added is
-/// built again).
+/// The cached root has everything the tests use (a root built before man-db, procps or
+/// PostgreSQL was added is built again).
 fn root_ready() -> bool {
-    let root = Path::new(ROOT);
-    ["lib/systemd/systemd", "usr/bin/dbus-daemon", "usr/bin/man"]
-        .iter()
-        .all(|p| root.join(p).exists())
+    root_complete(Path::new(ROOT))
+}
+
+/// What INCLUDE puts in a root, down to the cluster the PostgreSQL package creates.
+fn root_complete(root: &Path) -> bool {
+    [
+        "lib/systemd/systemd",
+        "usr/bin/dbus-daemon",
+        "usr/bin/man",
+        "usr/bin/pgrep",
+        "usr/lib/postgresql/15/bin/postgres",
+        "etc/postgresql/15/main/postgresql.conf",
+        "var/lib/postgresql/15/main/PG_VERSION",
+    ]
+    .iter()
+    .all(|p| root.join(p).exists())
+        && std::fs::read_to_string(root.join(PG_START_CONF.0)).is_ok_and(|t| t == PG_START_CONF.1)
 }
 
 fn ensure_root() -> Result<(), String> {
@@ -74,6 +94,14 @@ fn ensure_root() -> Result<(), String> {
                 .take(5)
                 .collect::<Vec<_>>()
                 .join(" | ")
+        ));
+    }
+    // Debian starts the cluster at boot ("auto"); here only the test that wants it does.
+    let _ = std::fs::write(tmp.join(PG_START_CONF.0), PG_START_CONF.1);
+    if !root_complete(&tmp) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(format!(
+            "debootstrap --include={INCLUDE} made a root without all of it (no PostgreSQL 15/main cluster?)"
         ));
     }
     // An older root (without what INCLUDE added since) is replaced, not patched.
