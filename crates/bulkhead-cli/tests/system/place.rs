@@ -324,7 +324,8 @@ fn cpu_usage(t: &TestRoot, slice_path: &str) -> Option<u64> {
 
 #[test]
 fn postgres_cluster_in_the_server_slice_and_its_backup_backend_in_the_helper_slice() {
-    let _suite = crate::suite::shared();
+    // Alone: `check` must see no other test's database server outside these slices.
+    let _suite = crate::suite::alone();
     if !prerequisites() || !bulkhead_testkit::prereq::require(crate::postgres::problem()) {
         return;
     }
@@ -339,12 +340,12 @@ fn postgres_cluster_in_the_server_slice_and_its_backup_backend_in_the_helper_sli
     // backup role of this cluster (their title is "postgres: NAME: backup postgres [local]
     // ..." once the connection is set up), and pg_dump itself when it dumps this cluster.
     let pidfile = pg.data().join("postmaster.pid");
-    let server = EMBEDDED_DEFAULT.replace(
-        "[slice.db-server]\n",
-        &format!(
-            "[slice.db-server]\nservices = [{{ name = \"postgresql@15-main\", pidfile = \"{}\" }}]\n",
-            pidfile.display()
-        ),
+    // Only directives this host enforces (cpu.shares, memory limits on v1 and v2), so that
+    // `check` can say PROTECTED: the default plan's IOWeight and MemoryHigh have no effect
+    // on this disk and on cgroup v1, and check says so (degraded).
+    let server = format!(
+        "[slice.db-server]\nCPUWeight = 1000\nMemorySwapMax = 0\nservices = [{{ name = \"postgresql@15-main\", pidfile = \"{}\" }}]\n\n[slice.db-helper]\nCPUWeight = 10\nMemoryMax = \"1G\"\n",
+        pidfile.display()
     );
     let plan = t.plan(&format!(
         "{server}
@@ -498,6 +499,12 @@ cmdline = \"* -p {port} *\"
     assert!(
         stdout(&o)
             .contains("placement service postgresql@15-main.service: 6 process(es) in db-server"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).starts_with("bulkhead check: PROTECTED"),
         "{}",
         stdout(&o)
     );
