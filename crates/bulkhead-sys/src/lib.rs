@@ -6,6 +6,7 @@
 //! the crates above it forbid `unsafe`.
 
 pub mod anonmap;
+pub mod bootcg;
 pub mod btrfs;
 pub mod cgdir;
 pub mod cgroupfs;

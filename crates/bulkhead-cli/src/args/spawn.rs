@@ -86,6 +86,11 @@ pub struct SpawnArgs {
     /// under bulkhead's tiny init
     #[arg(long)]
     pub as_pid1: bool,
+    /// Boot the root's init (/sbin/init, else /lib/systemd/systemd) as PID 1 in a container
+    /// as systemd expects one; the words after -- are its arguments (systemd.unit=...).
+    /// SIGTERM/SIGINT stop it with SIGRTMIN+3 (--stop-timeout, default 90s, then kill)
+    #[arg(long, conflicts_with_all = ["uid", "gid", "cwd", "private_users"])]
+    pub boot: bool,
     /// Pass fds 3..3+N (sockets bulkhead inherited) to the command by the systemd protocol:
     /// LISTEN_FDS=N and LISTEN_PID set to the command's PID inside the sandbox
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -107,8 +112,8 @@ pub struct SpawnArgs {
     /// Say how the root was made and how long the start took
     #[arg(long, short = 'v')]
     pub verbose: bool,
-    /// The command and its arguments
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// The command and its arguments (with --boot: the init's arguments)
+    #[arg(last = true, required_unless_present = "boot", value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 

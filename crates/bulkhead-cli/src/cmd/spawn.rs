@@ -48,6 +48,7 @@ pub(super) fn request(a: &SpawnArgs) -> SpawnRequest {
             pty: a.pty,
             listen_fds: a.listen_fds,
             stop_timeout: a.stop_timeout,
+            boot: a.boot,
             argv: a.command.clone(),
             ..Default::default()
         },

@@ -19,6 +19,7 @@
 
 #![deny(clippy::disallowed_methods)]
 
+mod boot;
 mod console;
 mod request;
 pub mod seccomp;
@@ -79,6 +80,9 @@ pub struct SandboxSpec {
     /// After bulkhead is asked to stop (SIGTERM, SIGINT), kill the whole sandbox this long
     /// after forwarding the signal if it has not exited by then.
     pub stop_timeout: Option<Duration>,
+    /// `--boot`: run the root's init as PID 1 in a container as systemd expects one
+    /// ([`boot`]); `argv` then holds only the init's arguments.
+    pub boot: bool,
     pub argv: Vec<OsString>,
 }
 
@@ -146,7 +150,7 @@ fn host_path_error(what: &str, shown: &Path, e: DirError, hint: &str) -> RunErro
 /// Check the user's input against the host before anything is created, opening ROOTFS and
 /// the bind sources once.
 fn validate(spec: &SandboxSpec) -> Result<Opened, RunError> {
-    if spec.argv.is_empty() {
+    if spec.argv.is_empty() && !spec.boot {
         return Err(invalid(
             "no command given",
             "write the command after --, e.g. bulkhead spawn -D /var/lib/machines/debian -- /bin/sh",
@@ -312,6 +316,14 @@ pub fn spawn(
         note(&format!("removed stale sandbox state: {line}"));
     }
     let opened = validate(spec)?;
+    let booted;
+    let spec = if spec.boot {
+        booted = boot::booted(spec, &opened)?;
+        &booted
+    } else {
+        spec
+    };
+    let hier = spec.boot.then(boot::hierarchies).transpose()?;
     let ids = setup::resolve_ids(opened.root.fd(), spec)?;
     let t0 = Instant::now();
     let mut snap: Option<Snapshot> = if spec.ephemeral {
@@ -346,7 +358,8 @@ pub fn spawn(
     };
     // Where the root is mounted in the sandbox's own mount namespace.
     snapshot::ensure_mount_point().map_err(failed)?;
-    let mut program = setup::build(spec, &opened, snap.as_ref(), ids).map_err(failed)?;
+    let mut program =
+        setup::build(spec, &opened, snap.as_ref(), ids, hier.as_deref()).map_err(failed)?;
     // Made before the clone, kept open until the sandbox has exited.
     let _idmapped = match (&program.idmap_source, spec.private_users) {
         (Some(src), Some(range)) => {
@@ -357,6 +370,11 @@ pub fn spawn(
         _ => None,
     };
     join_slice(backend, spec, &opened)?;
+    // Removed (with what the init made below them) when the container has exited.
+    let _cgroups = match spec.boot {
+        true => Some(boot::own_cgroups(&mut program, note)?),
+        false => None,
+    };
     let relay = if spec.pty {
         let r = terminal::Relay::start().map_err(failed)?;
         program.pty = Some(r.terminal());
@@ -453,6 +471,14 @@ fn join_slice(
 /// What `spawn --dry-run` prints: every operation the sandbox's start performs.
 pub fn describe(spec: &SandboxSpec) -> Result<Vec<String>, RunError> {
     let opened = validate(spec)?;
+    let booted;
+    let spec = if spec.boot {
+        booted = boot::booted(spec, &opened)?;
+        &booted
+    } else {
+        spec
+    };
+    let hier = spec.boot.then(boot::hierarchies).transpose()?;
     let ids = setup::resolve_ids(opened.root.fd(), spec)?;
     let mut out = Vec::new();
     let mut shown = spec.clone();
@@ -467,7 +493,10 @@ pub fn describe(spec: &SandboxSpec) -> Result<Vec<String>, RunError> {
             size: userns::RANGE,
         });
     }
-    let mut program = setup::build(&shown, &opened, None, ids).map_err(failed)?;
+    let mut program = setup::build(&shown, &opened, None, ids, hier.as_deref()).map_err(failed)?;
+    if let Some(hier) = &hier {
+        out.extend(boot::describe_cgroups(spec, hier, &mut program));
+    }
     // The pseudo-terminal is opened at start; the description only needs to know there is one.
     program.pty = spec.pty.then_some(-1);
     if spec.as_pid1 {
