@@ -23,6 +23,7 @@ pub mod listenfds;
 pub mod mountinfo;
 pub mod net;
 pub mod notify;
+pub mod notifysock;
 pub mod paths;
 pub mod process;
 pub mod procs;

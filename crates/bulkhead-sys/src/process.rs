@@ -82,6 +82,26 @@ pub fn parent(pid: u32) -> Option<u32> {
     parse_stat_ppid(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// Whether `pid` is `root` or one of its descendants (the readiness sockets count a
+/// datagram only from the process they started or its children).
+pub fn descends_from(pid: u32, root: u32) -> bool {
+    let mut p = pid;
+    // A chain longer than this is not a process tree bulkhead started.
+    for _ in 0..1024 {
+        if p == root {
+            return true;
+        }
+        if p <= 1 {
+            return false;
+        }
+        match parent(p) {
+            Some(parent) => p = parent,
+            None => return false,
+        }
+    }
+    false
+}
+
 /// The first child of a process's main thread (/proc/PID/task/PID/children).
 pub fn first_child(pid: u32) -> Option<u32> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;

@@ -72,7 +72,13 @@ fn spawn_inner(cli: &Cli, a: &SpawnArgs) -> Result<i32, RunError> {
             eprintln!("bulkhead: {m}");
         }
     };
-    let out = spawn::spawn(&cli.context(), &spec, &mut note)?;
+    let quiet = cli.quiet;
+    let on_ready = |t: std::time::Duration| {
+        if !quiet {
+            eprintln!("bulkhead: ready after {:.0} ms", t.as_secs_f64() * 1e3);
+        }
+    };
+    let out = spawn::spawn(&cli.context(), &spec, &mut note, &on_ready)?;
     if out.timed_out {
         if !cli.quiet {
             eprintln!(

@@ -1,6 +1,6 @@
 //! `bulkhead spawn --boot`: the cached Debian 12 root's systemd (252) booted as PID 1 in a
 //! sandbox on this host's cgroups, to power-off and to multi-user, stopped by SIGTERM to
-//! bulkhead; the container's own cgroups are there while it runs (with the units systemd
+//! bulkhead, its READY=1 reported; the container's own cgroups are there while it runs (with the units systemd
 //! made below them) and gone after. A missing root fails in CI (`common::container`).
 
 use crate::common::container::debian_root;
@@ -137,6 +137,8 @@ fn boots_debian_to_power_off_and_removes_its_cgroups() {
     }
     // It ran in a cgroup setup it could use: no mount of its own refused.
     assert!(!out.contains("Failed to mount"), "{out}");
+    // Startup never finished (it went straight to power-off): no READY=1, no ready line.
+    assert!(!out.contains("bulkhead: ready after"), "{out}");
     for d in container_cgroups(pid) {
         assert!(
             !d.exists(),
@@ -156,14 +158,19 @@ fn boots_to_multi_user_and_stops_cleanly_on_sigterm() {
     let mut c = boot(root, &log.0, &[]);
     let pid = c.id();
     let end = Instant::now() + Duration::from_secs(120);
-    while !text(&log.0).contains("Reached target multi-user.target") {
+    // Readiness: systemd's READY=1 through NOTIFY_SOCKET=/run/host/notify, once startup
+    // has finished (after multi-user.target), reported by bulkhead.
+    while !text(&log.0).contains("bulkhead: ready after ") {
         if c.try_wait().unwrap().is_some() || Instant::now() > end {
             let _ = c.kill();
             let _ = c.wait();
-            panic!("no multi-user.target:\n{}", text(&log.0));
+            panic!("no ready line:\n{}", text(&log.0));
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
+    let up = text(&log.0);
+    let (before, _) = up.split_once("bulkhead: ready after ").unwrap();
+    assert!(before.contains("Reached target multi-user.target"), "{up}");
     // The container's own cgroups, with the units systemd made below them (it writes there,
     // and only there).
     let dirs = container_cgroups(pid);
@@ -226,6 +233,7 @@ fn dry_run_shows_the_boot_and_a_root_without_init_is_refused() {
         "/run (created as a directory if missing) type tmpfs flags nosuid,nodev mode=0755",
         "execve /sbin/init systemd.unit=poweroff.target",
         "SIGRTMIN+3",
+        "on /run/bulkhead/sandbox/.overlay/run/host/notify",
     ] {
         assert!(out.contains(want), "no '{want}' in:\n{out}");
     }

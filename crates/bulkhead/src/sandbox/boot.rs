@@ -72,6 +72,9 @@ pub fn booted(spec: &SandboxSpec, opened: &Opened) -> Result<SandboxSpec, RunErr
     b.argv = std::iter::once(OsString::from(init))
         .chain(spec.argv.iter().cloned())
         .collect();
+    b.env.retain(|(k, _)| k != "NOTIFY_SOCKET");
+    b.env
+        .push(("NOTIFY_SOCKET".into(), super::ready::INSIDE.into()));
     if !b.env.iter().any(|(k, _)| k == "container_uuid") {
         b.env.push(("container_uuid".into(), uuid()?));
     }

@@ -21,6 +21,7 @@
 
 mod boot;
 mod console;
+mod ready;
 mod request;
 pub mod seccomp;
 pub mod setup;
@@ -100,6 +101,8 @@ pub struct Outcome {
     pub snapshot_time: Duration,
     /// With `--as-pid1` and no `--pty`: how many bytes the command wrote to /dev/console.
     pub console_bytes: Option<u64>,
+    /// With `--boot`: from the start of spawn to the container's READY=1, if it sent one.
+    pub ready_after: Option<Duration>,
 }
 
 fn invalid(msg: impl Into<String>, hint: &str) -> RunError {
@@ -304,12 +307,14 @@ fn check_inside(p: &Path, what: &str) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Start the sandbox, wait for it, clean up. `note` gets progress lines for `-v`.
+/// Start the sandbox, wait for it, clean up. `note` gets progress lines for `-v`;
+/// `on_ready` is called (from another thread) when a booted container reports READY=1.
 /// `backend` is needed only with a slice (`spec.slice`); without one no cgroup is touched.
 pub fn spawn(
     backend: Option<&dyn Placement>,
     spec: &SandboxSpec,
     note: &mut dyn FnMut(&str),
+    on_ready: &(dyn Fn(Duration) + Sync),
 ) -> Result<Outcome, RunError> {
     let start = Instant::now();
     for line in snapshot::clean_stale(|| crate::image::images_dir().ok()) {
@@ -360,6 +365,13 @@ pub fn spawn(
     snapshot::ensure_mount_point().map_err(failed)?;
     let mut program =
         setup::build(spec, &opened, snap.as_ref(), ids, hier.as_deref()).map_err(failed)?;
+    let notify = match spec.boot {
+        true => Some(ready::open().map_err(failed)?),
+        false => None,
+    };
+    if let Some(n) = &notify {
+        ready::ops(&mut program, Some(n), n.path()).map_err(failed)?;
+    }
     // Made before the clone, kept open until the sandbox has exited.
     let _idmapped = match (&program.idmap_source, spec.private_users) {
         (Some(src), Some(range)) => {
@@ -383,8 +395,16 @@ pub fn spawn(
         None
     };
     let console = start_console(spec, &mut program, relay.as_ref())?;
-    let result =
-        bulkhead_sys::launch::run(&program, spec.timeout, spec.stop_timeout).map_err(launch_failed);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (result, ready_after) = std::thread::scope(|s| {
+        let watcher = notify
+            .as_ref()
+            .map(|n| s.spawn(|| ready::watch(n, start, &stop, on_ready)));
+        let r = bulkhead_sys::launch::run(&program, spec.timeout, spec.stop_timeout)
+            .map_err(launch_failed);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (r, watcher.and_then(|w| w.join().ok().flatten()))
+    });
     let console_bytes = console.map(console::Console::finish);
     if let Some(r) = relay {
         r.finish();
@@ -404,6 +424,7 @@ pub fn spawn(
         elapsed: start.elapsed(),
         snapshot_time,
         console_bytes,
+        ready_after,
     })
 }
 
@@ -496,6 +517,12 @@ pub fn describe(spec: &SandboxSpec) -> Result<Vec<String>, RunError> {
     let mut program = setup::build(&shown, &opened, None, ids, hier.as_deref()).map_err(failed)?;
     if let Some(hier) = &hier {
         out.extend(boot::describe_cgroups(spec, hier, &mut program));
+        ready::ops(&mut program, None, &ready::host_path()).map_err(failed)?;
+        out.push(format!(
+            "# readiness: a datagram socket bound at {}, at {} inside (NOTIFY_SOCKET); READY=1 from the container is reported",
+            ready::host_path().display(),
+            ready::INSIDE
+        ));
     }
     // The pseudo-terminal is opened at start; the description only needs to know there is one.
     program.pty = spec.pty.then_some(-1);
