@@ -61,8 +61,8 @@ impl NotifySocket {
             rustix::event::PollFlags::IN,
         )];
         let ts = rustix::event::Timespec {
-            tv_sec: wait.as_secs() as _,
-            tv_nsec: wait.subsec_nanos() as _,
+            tv_sec: wait.as_secs() as i64,
+            tv_nsec: i64::from(wait.subsec_nanos()),
         };
         match rustix::event::poll(&mut fds, Some(&ts)) {
             Ok(0) | Err(rustix::io::Errno::INTR) => return Ok(None),

@@ -42,6 +42,18 @@ fn refuse(what: &str, hint: &str) -> RunError {
     invalid(format!("--boot and {what} do not go together"), hint)
 }
 
+/// With `--boot`: the spec of the boot ([`booted`]) and the host's hierarchies; without,
+/// nothing.
+pub fn prepare(
+    spec: &SandboxSpec,
+    opened: &Opened,
+) -> Result<(Option<SandboxSpec>, Option<Vec<Hierarchy>>), RunError> {
+    if !spec.boot {
+        return Ok((None, None));
+    }
+    Ok((Some(booted(spec, opened)?), Some(hierarchies()?)))
+}
+
 /// The spec of the boot: PID 1 is the root's init with the user's arguments, `as_pid1`, the
 /// container's environment and the stop timeout.
 pub fn booted(spec: &SandboxSpec, opened: &Opened) -> Result<SandboxSpec, RunError> {

@@ -321,14 +321,8 @@ pub fn spawn(
         note(&format!("removed stale sandbox state: {line}"));
     }
     let opened = validate(spec)?;
-    let booted;
-    let spec = if spec.boot {
-        booted = boot::booted(spec, &opened)?;
-        &booted
-    } else {
-        spec
-    };
-    let hier = spec.boot.then(boot::hierarchies).transpose()?;
+    let (booted, hier) = boot::prepare(spec, &opened)?;
+    let spec = booted.as_ref().unwrap_or(spec);
     let ids = setup::resolve_ids(opened.root.fd(), spec)?;
     let t0 = Instant::now();
     let mut snap: Option<Snapshot> = if spec.ephemeral {
@@ -492,14 +486,8 @@ fn join_slice(
 /// What `spawn --dry-run` prints: every operation the sandbox's start performs.
 pub fn describe(spec: &SandboxSpec) -> Result<Vec<String>, RunError> {
     let opened = validate(spec)?;
-    let booted;
-    let spec = if spec.boot {
-        booted = boot::booted(spec, &opened)?;
-        &booted
-    } else {
-        spec
-    };
-    let hier = spec.boot.then(boot::hierarchies).transpose()?;
+    let (booted, hier) = boot::prepare(spec, &opened)?;
+    let spec = booted.as_ref().unwrap_or(spec);
     let ids = setup::resolve_ids(opened.root.fd(), spec)?;
     let mut out = Vec::new();
     let mut shown = spec.clone();

@@ -9,6 +9,7 @@
 //! ([`bulkhead_sys::launch::Program::join_cgroups`]), so each mount shows its own cgroup as
 //! the root: what it may write is only what bulkhead made for it.
 
+use super::mounts::mount;
 use super::{cstr, in_root, Create, Op, Target};
 use crate::sandbox::SandboxSpec;
 use bulkhead_plan::sandbox::tmpfs_options;
@@ -23,22 +24,6 @@ const RUN_LOCK_SIZE: u64 = 5 << 20;
 
 /// The mount points' tmpfs on /sys/fs/cgroup: directories and links only.
 const CGROUP_TMPFS: &str = "mode=0755,size=1m,nr_inodes=1024";
-
-fn mount(
-    src: &str,
-    target: Target,
-    fstype: &str,
-    flags: libc::c_ulong,
-    data: Option<&str>,
-) -> Result<Op> {
-    Ok(Op::Mount {
-        src: Some(cstr(src)?),
-        target,
-        fstype: Some(cstr(fstype)?),
-        flags,
-        data: data.map(cstr).transpose()?,
-    })
-}
 
 /// Make an existing mount read-only (a bind remount: the mount's flags only).
 fn read_only(path: &Path) -> Result<Op> {
