@@ -110,11 +110,14 @@ fn silent_early_exit(a: &SpawnArgs, out: &spawn::Outcome) -> Option<String> {
     if out.timed_out || out.code == 0 || out.elapsed >= EARLY || out.console_bytes != Some(0) {
         return None;
     }
-    let cmd = a
-        .command
-        .first()
-        .map(|c| c.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let cmd = match a.boot {
+        true => "the root's init".to_string(),
+        false => a
+            .command
+            .first()
+            .map(|c| c.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
     Some(format!(
         "bulkhead: {cmd} (PID 1 of the sandbox) exited {} {:.0} ms after the start and wrote nothing to /dev/console\n  \
          hint: anything it wrote to stdout or stderr is above; an init that wrote nothing failed before it opened its console: \

@@ -312,6 +312,14 @@ impl Program {
             out.push(format!("seccomp: deny {}", f.denied.join(" ")));
         }
         out.push(format!(
+            "environment: {}",
+            self.envp
+                .iter()
+                .map(|c| lossy(c))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+        out.push(format!(
             "execve {} (tried: {})",
             self.argv
                 .iter()
