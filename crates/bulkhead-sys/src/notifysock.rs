@@ -44,6 +44,12 @@ impl NotifySocket {
         Ok(fd)
     }
 
+    /// Wake a reader waiting in [`NotifySocket::recv`] at once (an empty datagram from this
+    /// process to itself), so it can see that it is asked to stop.
+    pub fn wake(&self) {
+        let _ = self.sock.send_to(b"", &self.path);
+    }
+
     /// Where it is bound on the host.
     pub fn path(&self) -> &Path {
         &self.path
@@ -115,6 +121,11 @@ mod tests {
         assert!(says_ready(&buf[..n]));
         assert_eq!(who.map(|w| w.pid), Some(std::process::id()));
         assert!(s.file().is_ok());
+        // A reader is woken by an empty datagram of bulkhead's own, which is no READY=1.
+        s.wake();
+        let (n, who) = s.recv(&mut buf, Duration::from_secs(5)).unwrap().unwrap();
+        assert_eq!(n, 0);
+        assert_eq!(who.map(|w| w.pid), Some(std::process::id()));
         let path = s.path().to_path_buf();
         drop(s);
         assert!(!path.exists());

@@ -397,6 +397,9 @@ pub fn spawn(
         let r = bulkhead_sys::launch::run(&program, spec.timeout, spec.stop_timeout)
             .map_err(launch_failed);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(n) = &notify {
+            n.wake();
+        }
         (r, watcher.and_then(|w| w.join().ok().flatten()))
     });
     let console_bytes = console.map(console::Console::finish);

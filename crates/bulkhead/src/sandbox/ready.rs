@@ -66,7 +66,8 @@ pub fn host_path() -> std::path::PathBuf {
     Path::new(DIR).join(format!("notify-{}", std::process::id()))
 }
 
-/// Read `sock` until READY=1 comes from a process of the container or `stop` is set; call
+/// Read `sock` until READY=1 comes from a process of the container or `stop` is set (and the
+/// socket woken: [`NotifySocket::wake`]); call
 /// `on_ready` with the time since `start` at READY=1 and return it.
 pub fn watch(
     sock: &NotifySocket,
