@@ -4,7 +4,7 @@
 //! made below them) and gone after. A missing root fails in CI (`common::container`).
 
 use crate::common::container::debian_root;
-use crate::common::{bin, stderr, stdout};
+use crate::common::{bin, stderr, stdout, TestRoot};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -44,24 +44,31 @@ fn container_cgroups(pid: u32) -> Vec<PathBuf> {
 }
 
 /// `spawn --boot -D root -x` with `args` for the init, its output into a file.
-fn boot(root: &str, log: &std::path::Path, args: &[&str]) -> Child {
+fn boot(root: &str, log: &std::path::Path, args: &[&str]) -> Booted {
+    boot_with(Command::new(bin()), &[], &[], root, log, args)
+}
+
+/// [`boot`] with the command `c` (e.g. a test root's), bulkhead's options `global` and
+/// spawn's `opts`.
+fn boot_with(
+    mut c: Command,
+    global: &[&str],
+    opts: &[&str],
+    root: &str,
+    log: &std::path::Path,
+    args: &[&str],
+) -> Booted {
     let f = std::fs::File::create(log).unwrap();
-    let mut c = Command::new(bin());
-    c.args([
-        "spawn",
-        "--boot",
-        "-D",
-        root,
-        "-x",
-        "--timeout",
-        "300s",
-        "--",
-    ]);
+    c.args(global);
+    c.arg("spawn");
+    c.args(opts);
+    c.args(["--boot", "-D", root, "-x", "--timeout", "300s", "--"]);
     c.args(args);
     c.stdin(Stdio::null())
         .stdout(f.try_clone().unwrap())
         .stderr(f)
         .spawn()
+        .map(Booted)
         .expect("run bulkhead")
 }
 
@@ -82,7 +89,7 @@ fn text(log: &std::path::Path) -> String {
 }
 
 /// Wait for the child, at most `limit`; killed (and the test failed) after it.
-fn wait(c: &mut Child, limit: Duration, log: &std::path::Path) -> i32 {
+fn wait(Booted(c): &mut Booted, limit: Duration, log: &std::path::Path) -> i32 {
     let end = Instant::now() + limit;
     loop {
         if let Some(st) = c.try_wait().unwrap() {
@@ -94,6 +101,28 @@ fn wait(c: &mut Child, limit: Duration, log: &std::path::Path) -> i32 {
             panic!("bulkhead did not exit within {limit:?}:\n{}", text(log));
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A running `spawn --boot`, stopped (SIGTERM, then SIGKILL) when dropped, so a failed
+/// assertion leaves no container behind.
+struct Booted(Child);
+impl Drop for Booted {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        // SAFETY: kill with integer arguments, to the child this test started.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let end = Instant::now() + Duration::from_secs(30);
+        while self.0.try_wait().ok().flatten().is_none() {
+            if Instant::now() > end {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
@@ -120,7 +149,7 @@ fn boots_debian_to_power_off_and_removes_its_cgroups() {
     };
     let log = Log::new("poweroff");
     let mut c = boot(root, &log.0, &["systemd.unit=poweroff.target"]);
-    let pid = c.id();
+    let pid = c.0.id();
     let code = wait(&mut c, Duration::from_secs(120), &log.0);
     let out = text(&log.0);
     assert_eq!(code, 0, "{out}");
@@ -148,6 +177,26 @@ fn boots_debian_to_power_off_and_removes_its_cgroups() {
     }
 }
 
+/// Wait for bulkhead's ready line; the log so far.
+fn wait_ready(Booted(c): &mut Booted, end: Instant, log: &std::path::Path) -> String {
+    while !text(log).contains("bulkhead: ready after ") {
+        if c.try_wait().unwrap().is_some() || Instant::now() > end {
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("no ready line:\n{}", text(log));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    text(log)
+}
+
+/// SIGTERM to bulkhead (the child this test started); its exit code.
+fn stop(c: &mut Booted, log: &std::path::Path) -> i32 {
+    // SAFETY: kill with integer arguments, to the child this test started.
+    assert_eq!(unsafe { libc::kill(c.0.id() as i32, libc::SIGTERM) }, 0);
+    wait(c, Duration::from_secs(60), log)
+}
+
 #[test]
 fn boots_to_multi_user_and_stops_cleanly_on_sigterm() {
     let _suite = crate::suite::shared();
@@ -156,19 +205,11 @@ fn boots_to_multi_user_and_stops_cleanly_on_sigterm() {
     };
     let log = Log::new("multi-user");
     let mut c = boot(root, &log.0, &[]);
-    let pid = c.id();
+    let pid = c.0.id();
     let end = Instant::now() + Duration::from_secs(120);
     // Readiness: systemd's READY=1 through NOTIFY_SOCKET=/run/host/notify, once startup
     // has finished (after multi-user.target), reported by bulkhead.
-    while !text(&log.0).contains("bulkhead: ready after ") {
-        if c.try_wait().unwrap().is_some() || Instant::now() > end {
-            let _ = c.kill();
-            let _ = c.wait();
-            panic!("no ready line:\n{}", text(&log.0));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let up = text(&log.0);
+    let up = wait_ready(&mut c, end, &log.0);
     let (before, _) = up.split_once("bulkhead: ready after ").unwrap();
     assert!(before.contains("Reached target multi-user.target"), "{up}");
     // The container's own cgroups, with the units systemd made below them (it writes there,
@@ -182,9 +223,7 @@ fn boots_to_multi_user_and_stops_cleanly_on_sigterm() {
         );
     }
     let t = Instant::now();
-    // SAFETY: kill with integer arguments, to the child this test started.
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
-    let code = wait(&mut c, Duration::from_secs(60), &log.0);
+    let code = stop(&mut c, &log.0);
     let out = text(&log.0);
     assert_eq!(code, 0, "{out}");
     // SIGRTMIN+3 is systemd's halt: the units are stopped, then the container exits.
@@ -260,4 +299,47 @@ fn dry_run_shows_the_boot_and_a_root_without_init_is_refused() {
         err.contains("no init to boot") && err.contains("/sbin/init"),
         "{err}"
     );
+}
+
+#[test]
+fn boots_in_a_slice() {
+    let _suite = crate::suite::shared();
+    let Some(root) = debian_root() else {
+        return;
+    };
+    let t = TestRoot::new();
+    let plan = t.plan("[slice.db-helper]\nTasksMax = 200\n");
+    let p = plan.to_str().unwrap();
+    let o = t.cmd().args(["-c", p, "apply"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let log = Log::new("slice");
+    let mut c = boot_with(
+        t.cmd(),
+        &["-c", p],
+        &["--slice", "db-helper"],
+        root,
+        &log.0,
+        &[],
+    );
+    let pid = c.0.id();
+    let up = wait_ready(&mut c, Instant::now() + Duration::from_secs(120), &log.0);
+    // The whole system runs in the slice: bulkhead, systemd and the services it started
+    // (the pids hierarchy is read-only inside, so they all stay in the slice's cgroup).
+    let procs =
+        std::fs::read_to_string(t.dir("pids", "db.slice/db-helper.slice/cgroup.procs")).unwrap();
+    assert!(procs.lines().count() >= 5, "{procs}\n{up}");
+    assert!(
+        procs.lines().any(|l| l.trim() == pid.to_string()),
+        "{procs}"
+    );
+    let code = stop(&mut c, &log.0);
+    assert_eq!(code, 0, "{}", text(&log.0));
+    assert!(
+        text(&log.0).contains("Exiting container."),
+        "{}",
+        text(&log.0)
+    );
+    let procs =
+        std::fs::read_to_string(t.dir("pids", "db.slice/db-helper.slice/cgroup.procs")).unwrap();
+    assert!(procs.trim().is_empty(), "left in the slice: {procs}");
 }
