@@ -124,7 +124,13 @@ impl OwnedCgroups {
     /// Make `name` below each writable hierarchy's own cgroup and open its `cgroup.procs`
     /// for the container's PID 1 to join through. A directory that exists already is an
     /// error (it is not ours).
-    pub fn create(hier: &[Hierarchy], name: &str) -> io::Result<(OwnedCgroups, Vec<OwnedFd>)> {
+    /// With `owner` (a user namespace's root, as host IDs) the directories and the files
+    /// that delegate them are given to it, as systemd delegates a unit's cgroup.
+    pub fn create(
+        hier: &[Hierarchy],
+        name: &str,
+        owner: Option<(u32, u32)>,
+    ) -> io::Result<(OwnedCgroups, Vec<OwnedFd>)> {
         let mut owned = OwnedCgroups { dirs: Vec::new() };
         let mut procs = Vec::new();
         for h in hier.iter().filter(|h| h.writable()) {
@@ -132,6 +138,9 @@ impl OwnedCgroups {
             fs::create_dir(&dir)
                 .map_err(|e| io::Error::new(e.kind(), format!("mkdir {}: {e}", dir.display())))?;
             owned.dirs.push(dir.clone());
+            if let Some((uid, gid)) = owner {
+                delegate(&dir, uid, gid)?;
+            }
             let f = fs::OpenOptions::new()
                 .write(true)
                 .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
@@ -153,6 +162,32 @@ impl Drop for OwnedCgroups {
             let _ = remove_tree(d);
         }
     }
+}
+
+/// The files a delegated cgroup's owner writes (those a hierarchy lacks are skipped).
+const DELEGATED: &[&str] = &[
+    "cgroup.procs",
+    "cgroup.threads",
+    "cgroup.subtree_control",
+    "tasks",
+    "notify_on_release",
+    "cgroup.clone_children",
+];
+
+/// Give `dir` and its [`DELEGATED`] files to `uid`:`gid` (kernfs: no symlinks to follow).
+fn delegate(dir: &Path, uid: u32, gid: u32) -> io::Result<()> {
+    let chown = |p: &Path| {
+        std::os::unix::fs::lchown(p, Some(uid), Some(gid))
+            .map_err(|e| io::Error::new(e.kind(), format!("chown {}: {e}", p.display())))
+    };
+    chown(dir)?;
+    for f in DELEGATED {
+        match chown(&dir.join(f)) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            r => r?,
+        }
+    }
+    Ok(())
 }
 
 /// Remove what a bulkhead killed with SIGKILL left: `PREFIX-PID` cgroups below this

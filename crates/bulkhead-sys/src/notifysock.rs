@@ -44,6 +44,11 @@ impl NotifySocket {
         Ok(fd)
     }
 
+    /// Let `uid`:`gid` (a user namespace's root, as host IDs) send to it.
+    pub fn give_to(&self, uid: u32, gid: u32) -> io::Result<()> {
+        std::os::unix::fs::lchown(&self.path, Some(uid), Some(gid))
+    }
+
     /// Wake a reader waiting in [`NotifySocket::recv`] at once (an empty datagram from this
     /// process to itself), so it can see that it is asked to stop.
     pub fn wake(&self) {

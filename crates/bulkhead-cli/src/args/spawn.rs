@@ -89,7 +89,7 @@ pub struct SpawnArgs {
     /// Boot the root's init (/sbin/init, else /lib/systemd/systemd) as PID 1 in a container
     /// as systemd expects one; the words after -- are its arguments (systemd.unit=...).
     /// SIGTERM/SIGINT stop it with SIGRTMIN+3 (--stop-timeout, default 90s, then kill)
-    #[arg(long, conflicts_with_all = ["uid", "gid", "cwd", "private_users"])]
+    #[arg(long, conflicts_with_all = ["uid", "gid", "cwd"])]
     pub boot: bool,
     /// Pass fds 3..3+N (sockets bulkhead inherited) to the command by the systemd protocol:
     /// LISTEN_FDS=N and LISTEN_PID set to the command's PID inside the sandbox

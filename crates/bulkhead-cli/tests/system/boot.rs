@@ -343,3 +343,50 @@ fn boots_in_a_slice() {
         std::fs::read_to_string(t.dir("pids", "db.slice/db-helper.slice/cgroup.procs")).unwrap();
     assert!(procs.trim().is_empty(), "left in the slice: {procs}");
 }
+
+#[test]
+fn boots_with_private_users() {
+    let _suite = crate::suite::shared();
+    let Some(root) = debian_root() else {
+        return;
+    };
+    let log = Log::new("userns");
+    let mut c = boot_with(
+        Command::new(bin()),
+        &[],
+        &["--private-users"],
+        root,
+        &log.0,
+        &[],
+    );
+    let pid = c.0.id();
+    let up = wait_ready(&mut c, Instant::now() + Duration::from_secs(120), &log.0);
+    use std::os::unix::fs::MetadataExt;
+    for d in container_cgroups(pid) {
+        // Delegated to the namespace's root, an unprivileged ID on the host; its systemd
+        // runs as that ID and made its units' cgroups there.
+        let owner = std::fs::metadata(&d).unwrap().uid();
+        assert!(owner >= 0x80000, "{}: owned by {owner}", d.display());
+        let init = std::fs::read_to_string(d.join("init.scope/cgroup.procs")).unwrap();
+        let init = init.lines().next().unwrap_or_else(|| panic!("{up}"));
+        let status = std::fs::read_to_string(format!("/proc/{init}/status")).unwrap();
+        let uid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().next())
+            .unwrap();
+        assert_eq!(uid, owner.to_string(), "{status}");
+        assert!(d.join("system.slice").is_dir(), "{up}");
+    }
+    let code = stop(&mut c, &log.0);
+    let out = text(&log.0);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("Exiting container."), "{out}");
+    for d in container_cgroups(pid) {
+        assert!(
+            !d.exists(),
+            "{} is left after the container exited",
+            d.display()
+        );
+    }
+}

@@ -57,12 +57,6 @@ pub fn prepare(
 /// The spec of the boot: PID 1 is the root's init with the user's arguments, `as_pid1`, the
 /// container's environment and the stop timeout.
 pub fn booted(spec: &SandboxSpec, opened: &Opened) -> Result<SandboxSpec, RunError> {
-    if spec.private_users.is_some() || spec.private_users_auto {
-        return Err(refuse(
-            "--private-users",
-            "not supported yet: the container's cgroups would have to belong to its root; leave --private-users out",
-        ));
-    }
     if spec.uid.is_some() || spec.gid.is_some() || spec.cwd.is_some() {
         return Err(refuse(
             "--uid, --gid or --cwd",
@@ -145,8 +139,10 @@ pub fn hierarchies() -> Result<Vec<Hierarchy>, RunError> {
 
 /// Make the container's own cgroups (below bulkhead's own, that is below the slice's once
 /// joined) and let PID 1 join them; they are removed when the returned value is dropped.
+/// With a user namespace they belong to its root.
 pub fn own_cgroups(
     program: &mut Program,
+    spec: &SandboxSpec,
     note: &mut dyn FnMut(&str),
 ) -> Result<OwnedCgroups, RunError> {
     let hier = hierarchies()?;
@@ -156,12 +152,16 @@ pub fn own_cgroups(
             dir.display()
         ));
     }
-    let (owned, fds) =
-        OwnedCgroups::create(&hier, &cgroup_name(std::process::id())).map_err(|e| {
-            super::failed(Error::failed(format!(
-                "cannot make the container's cgroup: {e}"
-            )))
-        })?;
+    let (owned, fds) = OwnedCgroups::create(
+        &hier,
+        &cgroup_name(std::process::id()),
+        spec.private_users.map(|r| (r.base, r.base)),
+    )
+    .map_err(|e| {
+        super::failed(Error::failed(format!(
+            "cannot make the container's cgroup: {e}"
+        )))
+    })?;
     for (fd, dir) in fds.into_iter().zip(owned.dirs()) {
         let shown = super::setup::cstr(dir.join("cgroup.procs")).map_err(super::failed)?;
         program

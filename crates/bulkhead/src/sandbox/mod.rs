@@ -33,7 +33,7 @@ use crate::snapshot::{self, Snapshot};
 use bulkhead_cgroups::{Joiner, Placement};
 pub use bulkhead_plan::sandbox::{Bind, Choice, Net, TmpfsSizes, UserRange};
 use bulkhead_plan::SliceName;
-use bulkhead_sys::error::{errno_text, Diagnostic, Error};
+use bulkhead_sys::error::{errno_text, io_failed, Diagnostic, Error};
 use bulkhead_sys::hostpath::{DirError, HostPath};
 use setup::Program;
 use std::ffi::OsString;
@@ -365,6 +365,17 @@ pub fn spawn(
     };
     if let Some(n) = &notify {
         ready::ops(&mut program, Some(n), n.path()).map_err(failed)?;
+        if let Some(r) = spec.private_users {
+            n.give_to(r.base, r.base)
+                .map_err(|e| {
+                    io_failed(
+                        "cannot give the readiness socket to the sandbox's root",
+                        n.path(),
+                        e,
+                    )
+                })
+                .map_err(failed)?;
+        }
     }
     // Made before the clone, kept open until the sandbox has exited.
     let _idmapped = match (&program.idmap_source, spec.private_users) {
@@ -378,7 +389,7 @@ pub fn spawn(
     join_slice(backend, spec, &opened)?;
     // Removed (with what the init made below them) when the container has exited.
     let _cgroups = match spec.boot {
-        true => Some(boot::own_cgroups(&mut program, note)?),
+        true => Some(boot::own_cgroups(&mut program, spec, note)?),
         false => None,
     };
     let relay = if spec.pty {
