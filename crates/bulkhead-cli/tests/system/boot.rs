@@ -390,3 +390,79 @@ fn boots_with_private_users() {
         );
     }
 }
+
+/// The init of a busybox root: what a booted init sees of its container, printed.
+const PROBE_INIT: &str = r#"#!/bin/sh
+echo "env: container=$container notify=$NOTIFY_SOCKET uuid=$container_uuid"
+echo "args: $*"
+grep -E '^(0::|[0-9]+:name=systemd:)' /proc/self/cgroup | sed 's/^/cgroup: /'
+mkdir /sys/fs/cgroup/systemd/mine && echo "made systemd/mine"
+mkdir /sys/fs/cgroup/unified/mine && echo "made unified/mine"
+echo 0 > /sys/fs/cgroup/systemd/mine/cgroup.procs && echo "joined systemd/mine"
+for c in memory pids cpu; do
+  [ -d /sys/fs/cgroup/$c ] || continue
+  mkdir /sys/fs/cgroup/$c/x 2>/dev/null && echo "ESCAPE: made $c/x"
+done
+mkdir /sys/fs/cgroup/y 2>/dev/null && echo "ESCAPE: made a directory in the cgroup tmpfs"
+test -S /run/host/notify && echo "notify socket there"
+exit 7
+"#;
+
+#[test]
+fn the_init_writes_only_its_own_cgroups() {
+    let _suite = crate::suite::shared();
+    if !crate::common::prerequisites() {
+        return;
+    }
+    let dir = PathBuf::from(format!(
+        "/var/tmp/bulkhead-boot-probe-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    crate::common::rootfs::busybox_root(&dir);
+    let init = dir.join("bin/init");
+    let _ = std::fs::remove_file(&init);
+    std::fs::write(&init, PROBE_INIT).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c = Command::new(bin())
+        .args(["spawn", "--boot", "-D", dir.to_str().unwrap(), "-x"])
+        .args(["--", "systemd.unit=x.target"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = c.id();
+    let o = c.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = format!("{}{}", stdout(&o), stderr(&o));
+    assert_eq!(o.status.code(), Some(7), "{out}");
+    assert!(
+        out.contains("env: container=bulkhead notify=/run/host/notify uuid="),
+        "{out}"
+    );
+    assert!(out.contains("args: systemd.unit=x.target"), "{out}");
+    // Its own cgroups are the roots of what it sees, and it may write there...
+    let cg: Vec<&str> = out.lines().filter(|l| l.starts_with("cgroup: ")).collect();
+    assert!(
+        !cg.is_empty() && cg.iter().all(|l| l.ends_with(":/")),
+        "{out}"
+    );
+    for want in [
+        "made systemd/mine",
+        "made unified/mine",
+        "joined systemd/mine",
+    ] {
+        assert!(out.contains(want), "no '{want}' in:\n{out}");
+    }
+    assert!(out.contains("notify socket there"), "{out}");
+    // ... and nowhere else: controllers and the tmpfs that holds them are read-only.
+    assert!(!out.contains("ESCAPE"), "{out}");
+    for d in container_cgroups(pid) {
+        assert!(
+            !d.exists(),
+            "{} is left after the container exited",
+            d.display()
+        );
+    }
+}
