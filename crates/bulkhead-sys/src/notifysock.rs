@@ -22,6 +22,7 @@ impl NotifySocket {
     /// an earlier bulkhead of the same PID left.
     pub fn bind(dir: &Path, name: &str) -> io::Result<NotifySocket> {
         statefile::ensure_dir(dir, 0o700)?;
+        remove_stale(dir);
         let path = dir.join(name);
         statefile::remove_file(&path)?;
         let sock = UnixDatagram::bind(&path)?;
@@ -94,6 +95,19 @@ impl Drop for NotifySocket {
     }
 }
 
+/// Remove the sockets (`notify-PID`) of bulkheads that are gone (killed with SIGKILL).
+fn remove_stale(dir: &Path) {
+    for name in statefile::names(dir).unwrap_or_default() {
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("notify-"))
+            .and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| !crate::process::alive(p)) {
+            let _ = statefile::remove_file(&dir.join(name));
+        }
+    }
+}
+
 /// Whether a notify message says READY=1 (one assignment per line, as sd_notify sends).
 pub fn says_ready(msg: &[u8]) -> bool {
     msg.split(|&b| b == b'\n').any(|l| l == b"READY=1")
@@ -114,7 +128,11 @@ mod tests {
     #[test]
     fn a_datagram_is_read_with_its_sender() {
         let dir = std::env::temp_dir().join(format!("bulkhead-notifysock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A dead bulkhead's socket is removed (PID 0x7fffffff is never alive here).
+        std::fs::write(dir.join("notify-2147483647"), "").unwrap();
         let s = NotifySocket::bind(&dir, "notify").unwrap();
+        assert!(!dir.join("notify-2147483647").exists());
         assert!(s
             .recv(&mut [0u8; 64], Duration::from_millis(1))
             .unwrap()
