@@ -87,8 +87,12 @@ fn spawn_inner(cli: &Cli, a: &SpawnArgs) -> Result<i32, RunError> {
             );
         }
     } else if verbose {
+        let ready = out
+            .ready_after
+            .map(|t| format!(" (ready after {:.2} ms)", t.as_secs_f64() * 1e3))
+            .unwrap_or_default();
         eprintln!(
-            "bulkhead: exit code {}, {:.2} ms from start to exit",
+            "bulkhead: exit code {}, {:.2} ms from start to exit{ready}",
             out.code,
             out.elapsed.as_secs_f64() * 1e3
         );

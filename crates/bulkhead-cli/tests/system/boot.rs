@@ -272,6 +272,7 @@ fn dry_run_shows_the_boot_and_a_root_without_init_is_refused() {
         "/run (created as a directory if missing) type tmpfs flags nosuid,nodev mode=0755",
         "execve /sbin/init systemd.unit=poweroff.target",
         "SIGRTMIN+3",
+        "killed 90 s later if it has not exited (--stop-timeout)",
         " container=bulkhead ",
         " NOTIFY_SOCKET=/run/host/notify ",
         " container_uuid=",

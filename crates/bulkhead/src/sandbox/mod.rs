@@ -525,6 +525,10 @@ pub fn describe(spec: &SandboxSpec) -> Result<Vec<String>, RunError> {
             ready::host_path().display(),
             ready::INSIDE
         ));
+        out.push(format!(
+            "# stop: SIGTERM or SIGINT to bulkhead becomes SIGRTMIN+3 to PID 1; the container is killed {} s later if it has not exited (--stop-timeout)",
+            spec.stop_timeout.unwrap_or(boot::STOP_TIMEOUT).as_secs()
+        ));
     }
     // The pseudo-terminal is opened at start; the description only needs to know there is one.
     program.pty = spec.pty.then_some(-1);
