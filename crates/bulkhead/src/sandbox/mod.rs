@@ -33,7 +33,7 @@ use crate::snapshot::{self, Snapshot};
 use bulkhead_cgroups::{Joiner, Placement};
 pub use bulkhead_plan::sandbox::{Bind, Choice, Net, TmpfsSizes, UserRange};
 use bulkhead_plan::SliceName;
-use bulkhead_sys::error::{errno_text, io_failed, Diagnostic, Error};
+use bulkhead_sys::error::{errno_text, Diagnostic, Error};
 use bulkhead_sys::hostpath::{DirError, HostPath};
 use setup::Program;
 use std::ffi::OsString;
@@ -360,23 +360,9 @@ pub fn spawn(
     let mut program =
         setup::build(spec, &opened, snap.as_ref(), ids, hier.as_deref()).map_err(failed)?;
     let notify = match spec.boot {
-        true => Some(ready::open().map_err(failed)?),
+        true => Some(ready::attach(&mut program, spec.private_users).map_err(failed)?),
         false => None,
     };
-    if let Some(n) = &notify {
-        ready::ops(&mut program, Some(n), n.path()).map_err(failed)?;
-        if let Some(r) = spec.private_users {
-            n.give_to(r.base, r.base)
-                .map_err(|e| {
-                    io_failed(
-                        "cannot give the readiness socket to the sandbox's root",
-                        n.path(),
-                        e,
-                    )
-                })
-                .map_err(failed)?;
-        }
-    }
     // Made before the clone, kept open until the sandbox has exited.
     let _idmapped = match (&program.idmap_source, spec.private_users) {
         (Some(src), Some(range)) => {

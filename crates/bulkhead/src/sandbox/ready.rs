@@ -5,6 +5,7 @@
 //! the kernel's credentials of the datagram).
 
 use super::setup::{cstr, HostRef, Op, Program, Target};
+use super::UserRange;
 use bulkhead_sys::error::{io_failed, Result};
 use bulkhead_sys::notifysock::{says_ready, NotifySocket};
 use std::os::unix::ffi::OsStrExt;
@@ -18,8 +19,25 @@ pub const INSIDE: &str = "/run/host/notify";
 /// Where bulkhead binds its end.
 const DIR: &str = "/run/bulkhead/boot";
 
+/// Bind bulkhead's end of the socket and put it in the container ([`ops`]); with a user
+/// namespace (`users`) it belongs to the namespace's root, who must be able to send.
+pub fn attach(program: &mut Program, users: Option<UserRange>) -> Result<NotifySocket> {
+    let n = open()?;
+    ops(program, Some(&n), n.path())?;
+    if let Some(r) = users {
+        n.give_to(r.base, r.base).map_err(|e| {
+            io_failed(
+                "cannot give the readiness socket to the sandbox's root",
+                n.path(),
+                e,
+            )
+        })?;
+    }
+    Ok(n)
+}
+
 /// Bind bulkhead's end of the socket.
-pub fn open() -> Result<NotifySocket> {
+fn open() -> Result<NotifySocket> {
     let dir = Path::new(DIR);
     NotifySocket::bind(dir, &format!("notify-{}", std::process::id()))
         .map_err(|e| io_failed("cannot bind the readiness socket in", dir, e))
