@@ -67,9 +67,12 @@ pub fn match_mounts(cgroup: &str, mounts: &[Mount]) -> Vec<Hierarchy> {
         let (Some(id), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
             continue;
         };
+        // A mount that shows this process's cgroup (its root is at or above it).
+        let shows = |m: &&Mount| Path::new(path).starts_with(&m.root);
         let found = if id == "0" && ctrls.is_empty() {
             mounts
                 .iter()
+                .filter(shows)
                 .find(|m| m.fstype == "cgroup2")
                 .map(|m| (m, Kind::Unified, String::new()))
         } else {
@@ -81,6 +84,7 @@ pub fn match_mounts(cgroup: &str, mounts: &[Mount]) -> Vec<Hierarchy> {
             };
             mounts
                 .iter()
+                .filter(shows)
                 .filter(|m| m.fstype == "cgroup")
                 .find(|m| {
                     let opts: Vec<&str> = m.super_options.split(',').collect();
@@ -91,9 +95,9 @@ pub fn match_mounts(cgroup: &str, mounts: &[Mount]) -> Vec<Hierarchy> {
         let Some((m, kind, options)) = found else {
             continue;
         };
-        let rel = Path::new(path)
-            .strip_prefix(&m.root)
-            .unwrap_or(Path::new(""));
+        let Ok(rel) = Path::new(path).strip_prefix(&m.root) else {
+            continue;
+        };
         out.push(Hierarchy {
             kind,
             mount_point: m.point.clone(),
@@ -246,7 +250,8 @@ mod tests {
 
     #[test]
     fn hybrid_hierarchies_are_matched_with_their_mounts() {
-        let mi = b"31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=755\n\
+        let mi = b"30 23 0:38 /other /run/elsewhere rw - cgroup2 cgroup2 rw\n\
+31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=755\n\
 32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n\
 35 31 0:32 /process_api /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n\
 40 31 0:37 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,xattr,name=systemd\n\
