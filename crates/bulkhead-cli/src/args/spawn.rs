@@ -18,7 +18,8 @@ copy, overlayfs). bulkhead exits with the command's exit code (128+N for signal 
 sandbox could not be started; 126 when the command is not executable and 127 when the root \
 has no such command.\n\nExamples:\n  bulkhead spawn -D /var/lib/machines/debian --ephemeral -- \
 /bin/sh -c 'apt-get update'\n  bulkhead spawn -D debian -x --slice db-helper --bind \
-/srv/backup:/backup:ro -- /usr/bin/pg_dump ..."
+/srv/backup:/backup:ro -- /usr/bin/pg_dump ...\n  bulkhead spawn --boot -D debian -x -- \
+systemd.unit=multi-user.target   # boot the root's systemd; Ctrl-C halts it"
 )]
 pub struct SpawnArgs {
     /// The root file system: a directory, or the name of an image (bulkhead image list)
