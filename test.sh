@@ -24,7 +24,7 @@ check_tests=(--test props_units --test props_plan --test props_backends --test p
 # Root, real services or both.
 system_tests=(
   # bulkhead-cli: the binary against real cgroups, sandboxes, systemd, socket activation: one
-  # binary, a module per area (escape::, hosts::, spawn::, ...)
+  # binary, a module per area (escape::, hosts::, spawn::, boot::, ...)
   --test system
   # bulkhead-agent: `bulkhead agent ...` execs the agent
   --test agent_exec

@@ -6,6 +6,7 @@
 //! the crates above it forbid `unsafe`.
 
 pub mod anonmap;
+pub mod bootcg;
 pub mod btrfs;
 pub mod cgdir;
 pub mod cgroupfs;
@@ -22,6 +23,7 @@ pub mod listenfds;
 pub mod mountinfo;
 pub mod net;
 pub mod notify;
+pub mod notifysock;
 pub mod paths;
 pub mod process;
 pub mod procs;

@@ -7,9 +7,23 @@ use std::os::fd::OwnedFd;
 pub fn kill(pid: i32, sig: i32) -> std::io::Result<()> {
     let pid = rustix::process::Pid::from_raw(pid)
         .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ESRCH))?;
-    let sig = rustix::process::Signal::from_named_raw(sig)
-        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    rustix::process::kill_process(pid, sig).map_err(Into::into)
+    let Some(named) = rustix::process::Signal::from_named_raw(sig) else {
+        return kill_realtime(pid.as_raw_nonzero().get(), sig);
+    };
+    rustix::process::kill_process(pid, named).map_err(Into::into)
+}
+
+/// A real-time signal (SIGRTMIN+N, which rustix does not name: a booted systemd's stop
+/// request is SIGRTMIN+3).
+fn kill_realtime(pid: i32, sig: i32) -> std::io::Result<()> {
+    if !(libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&sig) {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: kill with integer arguments only.
+    if unsafe { libc::kill(pid, sig) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Whether this process runs with effective UID 0.
@@ -66,6 +80,26 @@ pub fn parse_stat_ppid(stat: &str) -> Option<u32> {
 /// The parent of a process, as this process's PID namespace numbers it.
 pub fn parent(pid: u32) -> Option<u32> {
     parse_stat_ppid(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Whether `pid` is `root` or one of its descendants (the readiness sockets count a
+/// datagram only from the process they started or its children).
+pub fn descends_from(pid: u32, root: u32) -> bool {
+    let mut p = pid;
+    // A chain longer than this is not a process tree bulkhead started.
+    for _ in 0..1024 {
+        if p == root {
+            return true;
+        }
+        if p <= 1 {
+            return false;
+        }
+        match parent(p) {
+            Some(parent) => p = parent,
+            None => return false,
+        }
+    }
+    false
 }
 
 /// The first child of a process's main thread (/proc/PID/task/PID/children).

@@ -18,7 +18,8 @@ copy, overlayfs). bulkhead exits with the command's exit code (128+N for signal 
 sandbox could not be started; 126 when the command is not executable and 127 when the root \
 has no such command.\n\nExamples:\n  bulkhead spawn -D /var/lib/machines/debian --ephemeral -- \
 /bin/sh -c 'apt-get update'\n  bulkhead spawn -D debian -x --slice db-helper --bind \
-/srv/backup:/backup:ro -- /usr/bin/pg_dump ..."
+/srv/backup:/backup:ro -- /usr/bin/pg_dump ...\n  bulkhead spawn --boot -D debian -x -- \
+systemd.unit=multi-user.target   # boot the root's systemd; Ctrl-C halts it"
 )]
 pub struct SpawnArgs {
     /// The root file system: a directory, or the name of an image (bulkhead image list)
@@ -86,6 +87,11 @@ pub struct SpawnArgs {
     /// under bulkhead's tiny init
     #[arg(long)]
     pub as_pid1: bool,
+    /// Boot the root's init (/sbin/init, else /lib/systemd/systemd) as PID 1 in a container
+    /// as systemd expects one; the words after -- are its arguments (systemd.unit=...).
+    /// SIGTERM/SIGINT stop it with SIGRTMIN+3 (--stop-timeout, default 90s, then kill)
+    #[arg(long, conflicts_with_all = ["uid", "gid", "cwd"])]
+    pub boot: bool,
     /// Pass fds 3..3+N (sockets bulkhead inherited) to the command by the systemd protocol:
     /// LISTEN_FDS=N and LISTEN_PID set to the command's PID inside the sandbox
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -107,8 +113,8 @@ pub struct SpawnArgs {
     /// Say how the root was made and how long the start took
     #[arg(long, short = 'v')]
     pub verbose: bool,
-    /// The command and its arguments
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// The command and its arguments (with --boot: the init's arguments)
+    #[arg(last = true, required_unless_present = "boot", value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 

@@ -48,6 +48,7 @@ pub(super) fn request(a: &SpawnArgs) -> SpawnRequest {
             pty: a.pty,
             listen_fds: a.listen_fds,
             stop_timeout: a.stop_timeout,
+            boot: a.boot,
             argv: a.command.clone(),
             ..Default::default()
         },
@@ -71,7 +72,13 @@ fn spawn_inner(cli: &Cli, a: &SpawnArgs) -> Result<i32, RunError> {
             eprintln!("bulkhead: {m}");
         }
     };
-    let out = spawn::spawn(&cli.context(), &spec, &mut note)?;
+    let quiet = cli.quiet;
+    let on_ready = |t: std::time::Duration| {
+        if !quiet {
+            eprintln!("bulkhead: ready after {:.0} ms", t.as_secs_f64() * 1e3);
+        }
+    };
+    let out = spawn::spawn(&cli.context(), &spec, &mut note, &on_ready)?;
     if out.timed_out {
         if !cli.quiet {
             eprintln!(
@@ -80,8 +87,12 @@ fn spawn_inner(cli: &Cli, a: &SpawnArgs) -> Result<i32, RunError> {
             );
         }
     } else if verbose {
+        let ready = out
+            .ready_after
+            .map(|t| format!(" (ready after {:.2} ms)", t.as_secs_f64() * 1e3))
+            .unwrap_or_default();
         eprintln!(
-            "bulkhead: exit code {}, {:.2} ms from start to exit",
+            "bulkhead: exit code {}, {:.2} ms from start to exit{ready}",
             out.code,
             out.elapsed.as_secs_f64() * 1e3
         );
@@ -103,11 +114,14 @@ fn silent_early_exit(a: &SpawnArgs, out: &spawn::Outcome) -> Option<String> {
     if out.timed_out || out.code == 0 || out.elapsed >= EARLY || out.console_bytes != Some(0) {
         return None;
     }
-    let cmd = a
-        .command
-        .first()
-        .map(|c| c.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let cmd = match a.boot {
+        true => "the root's init".to_string(),
+        false => a
+            .command
+            .first()
+            .map(|c| c.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
     Some(format!(
         "bulkhead: {cmd} (PID 1 of the sandbox) exited {} {:.0} ms after the start and wrote nothing to /dev/console\n  \
          hint: anything it wrote to stdout or stderr is above; an init that wrote nothing failed before it opened its console: \

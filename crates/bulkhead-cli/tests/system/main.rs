@@ -11,6 +11,7 @@
 mod common;
 
 mod activate;
+mod boot;
 mod check;
 mod escape;
 mod guard;

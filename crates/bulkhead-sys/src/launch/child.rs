@@ -63,6 +63,7 @@ pub(super) fn main(
     go_r: RawFd,
 ) -> ! {
     wait_for_go(p, err_w, life_r, go_r);
+    join_cgroups(p, err_w);
     own_session(p, err_w);
     build_root(p, &trees, err_w);
     enter_root(p, err_w);
@@ -110,6 +111,25 @@ fn wait_for_go(p: &Program, err_w: RawFd, life_r: RawFd, go_r: RawFd) {
         {
             fail!(err_w, "setresuid(0) in the user namespace");
         }
+    }
+}
+
+/// `spawn --boot`: move into the container's own cgroups (through the descriptors the parent
+/// opened), then make the cgroup namespace there, so the init sees its cgroup as the root.
+fn join_cgroups(p: &Program, err_w: RawFd) {
+    if p.join_cgroups.is_empty() {
+        return;
+    }
+    for h in &p.join_cgroups {
+        // SAFETY: in the forked child: write of a static buffer to a descriptor the parent
+        // opened and holds for the sandbox's life.
+        if unsafe { libc::write(h.fd, b"0".as_ptr().cast(), 1) } != 1 {
+            fail!(err_w, "joining the container's cgroup {}", lossy(&h.shown));
+        }
+    }
+    // SAFETY: unshare with an integer flag: a new cgroup namespace for this process.
+    if unsafe { libc::unshare(libc::CLONE_NEWCGROUP) } != 0 {
+        fail!(err_w, "unshare(CLONE_NEWCGROUP)");
     }
 }
 

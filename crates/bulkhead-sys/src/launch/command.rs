@@ -124,7 +124,7 @@ impl Running {
 
     /// Wait for the command, forwarding signals (see the module's doc); its wait status.
     pub fn wait(self) -> i32 {
-        wait_loop(self.pid, &self.set, None, None, false).0
+        wait_loop(self.pid, &self.set, None, None, false, None).0
     }
 }
 

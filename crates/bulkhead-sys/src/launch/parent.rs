@@ -83,7 +83,7 @@ pub fn run(
     // SAFETY: one byte from a static buffer to our own pipe.
     unsafe { libc::write(pipes.go.1, b"g".as_ptr().cast(), 1) };
     close(pipes.go.1);
-    let (status, timed_out) = wait_loop(pid, &set, timeout, stop_timeout, true);
+    let (status, timed_out) = wait_loop(pid, &set, timeout, stop_timeout, true, p.stop_signal);
     close(pipes.life.1);
     let msg = read_report(pipes.err.0);
     drop(restore);
@@ -138,7 +138,8 @@ fn clone_failed(e: &std::io::Error) -> Failure {
 
 /// Wait for the sandbox's PID 1 (or a plain command), forwarding signals and enforcing the
 /// timeouts. `own_session`: the child is in a session of its own (a sandbox), so a terminal's
-/// ^C reaches only bulkhead and is passed on too. Returns its wait status and whether
+/// ^C reaches only bulkhead and is passed on too. `stop_signal`: what SIGTERM and SIGINT
+/// become (a booted init's own stop request). Returns its wait status and whether
 /// `timeout` killed it.
 pub(super) fn wait_loop(
     pid: libc::pid_t,
@@ -146,6 +147,7 @@ pub(super) fn wait_loop(
     timeout: Option<Duration>,
     stop_timeout: Option<Duration>,
     own_session: bool,
+    stop_signal: Option<i32>,
 ) -> (i32, bool) {
     let deadline = timeout.map(|t| Instant::now() + t);
     // Set when bulkhead is asked to stop: the sandbox gets stop_timeout to exit by itself.
@@ -172,7 +174,11 @@ pub(super) fn wait_loop(
         // bulkhead's process group (a terminal's ^C already reached it), nor what the child
         // sent itself (kill(0, ...) would come back to it twice).
         if forwarded(&info, pid, own_session) {
-            let _ = crate::process::kill(pid, sig);
+            let sent = match (stop_signal, sig) {
+                (Some(s), libc::SIGTERM | libc::SIGINT) => s,
+                _ => sig,
+            };
+            let _ = crate::process::kill(pid, sent);
         }
         if let (Some(t), None, libc::SIGTERM | libc::SIGINT) = (stop_timeout, stop_deadline, sig) {
             stop_deadline = Some(Instant::now() + t);

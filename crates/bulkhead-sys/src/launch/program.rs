@@ -157,6 +157,13 @@ pub struct Program {
     /// The terminal side of a pseudo-terminal: the command's stdin, stdout, stderr and
     /// controlling terminal (`spawn --pty`).
     pub pty: Option<std::os::fd::RawFd>,
+    /// `spawn --boot`: the `cgroup.procs` files of the container's own cgroups, opened by
+    /// the parent; PID 1 writes itself into each, then makes its cgroup namespace there
+    /// (the clone is made without CLONE_NEWCGROUP).
+    pub join_cgroups: Vec<HostRef>,
+    /// Sent to PID 1 instead of SIGTERM and SIGINT when bulkhead is asked to stop (a booted
+    /// systemd halts on SIGRTMIN+3; SIGTERM would make it re-execute itself).
+    pub stop_signal: Option<i32>,
 }
 
 /// A C string for a person.
@@ -183,6 +190,16 @@ impl Program {
         } else {
             "setsid (a session of its own: no controlling terminal)".into()
         });
+        if !self.join_cgroups.is_empty() {
+            out.push(format!(
+                "join the container's cgroups: echo 0 > {}; unshare(CLONE_NEWCGROUP) (its cgroup namespace starts there)",
+                self.join_cgroups
+                    .iter()
+                    .map(|h| lossy(&h.shown))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         out.push("mount --make-rslave /".into());
         for op in self.root_ops.iter().chain(&self.ops) {
             out.push(self.describe_op(op));
@@ -196,6 +213,12 @@ impl Program {
             out.push("fork: bulkhead-init stays PID 1, reaps and forwards signals".into());
         }
         self.describe_exec(&mut out);
+        if let Some(s) = self.stop_signal {
+            out.push(format!(
+                "on SIGTERM or SIGINT to bulkhead: signal {s} (SIGRTMIN+{}) to PID 1",
+                s - libc::SIGRTMIN()
+            ));
+        }
         out
     }
 
@@ -288,6 +311,14 @@ impl Program {
         if let Some(f) = &self.filter {
             out.push(format!("seccomp: deny {}", f.denied.join(" ")));
         }
+        out.push(format!(
+            "environment: {}",
+            self.envp
+                .iter()
+                .map(|c| lossy(c))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
         out.push(format!(
             "execve {} (tried: {})",
             self.argv

@@ -58,11 +58,14 @@ pub fn dry_run(spec: &SandboxSpec) -> Result<Vec<String>, RunError> {
     Ok(out)
 }
 
-/// Start the sandbox and wait for it. `note` hears what `-v` shows.
+/// Start the sandbox and wait for it. `note` hears what `-v` shows; `on_ready` (called from
+/// another thread) hears when a booted container (`--boot`) reports READY=1, with the time
+/// since the start.
 pub fn spawn(
     cx: &Context,
     spec: &SandboxSpec,
     note: &mut dyn FnMut(&str),
+    on_ready: &(dyn Fn(std::time::Duration) + Sync),
 ) -> Result<Outcome, RunError> {
     let chosen = match &spec.slice {
         None => None,
@@ -76,7 +79,12 @@ pub fn spawn(
             Some(chosen)
         }
     };
-    sandbox::spawn(chosen.as_ref().map(|c| c as &dyn Placement), spec, note)
+    sandbox::spawn(
+        chosen.as_ref().map(|c| c as &dyn Placement),
+        spec,
+        note,
+        on_ready,
+    )
 }
 
 /// `--private-users=auto|BASE[:SIZE]` (`auto` is leased at start: [`crate::sandbox::userns`]).

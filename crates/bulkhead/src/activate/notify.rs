@@ -67,24 +67,7 @@ fn recv_with_sender(
     net::recv_with_credentials(sock.as_fd(), buf)
 }
 
-/// Whether `pid` is `root` or one of its descendants.
-pub fn in_tree(pid: u32, root: u32) -> bool {
-    let mut p = pid;
-    // A chain longer than this is not a process tree bulkhead started.
-    for _ in 0..1024 {
-        if p == root {
-            return true;
-        }
-        if p <= 1 {
-            return false;
-        }
-        match bulkhead_sys::process::parent(p) {
-            Some(parent) => p = parent,
-            None => return false,
-        }
-    }
-    false
-}
+pub use bulkhead_sys::process::descends_from as in_tree;
 
 #[cfg(test)]
 mod tests {

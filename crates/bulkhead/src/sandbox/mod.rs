@@ -19,7 +19,9 @@
 
 #![deny(clippy::disallowed_methods)]
 
+mod boot;
 mod console;
+mod ready;
 mod request;
 pub mod seccomp;
 pub mod setup;
@@ -79,6 +81,9 @@ pub struct SandboxSpec {
     /// After bulkhead is asked to stop (SIGTERM, SIGINT), kill the whole sandbox this long
     /// after forwarding the signal if it has not exited by then.
     pub stop_timeout: Option<Duration>,
+    /// `--boot`: run the root's init as PID 1 in a container as systemd expects one
+    /// ([`boot`]); `argv` then holds only the init's arguments.
+    pub boot: bool,
     pub argv: Vec<OsString>,
 }
 
@@ -96,6 +101,8 @@ pub struct Outcome {
     pub snapshot_time: Duration,
     /// With `--as-pid1` and no `--pty`: how many bytes the command wrote to /dev/console.
     pub console_bytes: Option<u64>,
+    /// With `--boot`: from the start of spawn to the container's READY=1, if it sent one.
+    pub ready_after: Option<Duration>,
 }
 
 fn invalid(msg: impl Into<String>, hint: &str) -> RunError {
@@ -146,7 +153,7 @@ fn host_path_error(what: &str, shown: &Path, e: DirError, hint: &str) -> RunErro
 /// Check the user's input against the host before anything is created, opening ROOTFS and
 /// the bind sources once.
 fn validate(spec: &SandboxSpec) -> Result<Opened, RunError> {
-    if spec.argv.is_empty() {
+    if spec.argv.is_empty() && !spec.boot {
         return Err(invalid(
             "no command given",
             "write the command after --, e.g. bulkhead spawn -D /var/lib/machines/debian -- /bin/sh",
@@ -300,18 +307,22 @@ fn check_inside(p: &Path, what: &str) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Start the sandbox, wait for it, clean up. `note` gets progress lines for `-v`.
+/// Start the sandbox, wait for it, clean up. `note` gets progress lines for `-v`;
+/// `on_ready` is called (from another thread) when a booted container reports READY=1.
 /// `backend` is needed only with a slice (`spec.slice`); without one no cgroup is touched.
 pub fn spawn(
     backend: Option<&dyn Placement>,
     spec: &SandboxSpec,
     note: &mut dyn FnMut(&str),
+    on_ready: &(dyn Fn(Duration) + Sync),
 ) -> Result<Outcome, RunError> {
     let start = Instant::now();
     for line in snapshot::clean_stale(|| crate::image::images_dir().ok()) {
         note(&format!("removed stale sandbox state: {line}"));
     }
     let opened = validate(spec)?;
+    let (booted, hier) = boot::prepare(spec, &opened)?;
+    let spec = booted.as_ref().unwrap_or(spec);
     let ids = setup::resolve_ids(opened.root.fd(), spec)?;
     let t0 = Instant::now();
     let mut snap: Option<Snapshot> = if spec.ephemeral {
@@ -346,7 +357,12 @@ pub fn spawn(
     };
     // Where the root is mounted in the sandbox's own mount namespace.
     snapshot::ensure_mount_point().map_err(failed)?;
-    let mut program = setup::build(spec, &opened, snap.as_ref(), ids).map_err(failed)?;
+    let mut program =
+        setup::build(spec, &opened, snap.as_ref(), ids, hier.as_deref()).map_err(failed)?;
+    let notify = match spec.boot {
+        true => Some(ready::attach(&mut program, spec.private_users).map_err(failed)?),
+        false => None,
+    };
     // Made before the clone, kept open until the sandbox has exited.
     let _idmapped = match (&program.idmap_source, spec.private_users) {
         (Some(src), Some(range)) => {
@@ -357,6 +373,11 @@ pub fn spawn(
         _ => None,
     };
     join_slice(backend, spec, &opened)?;
+    // Removed (with what the init made below them) when the container has exited.
+    let _cgroups = match spec.boot {
+        true => Some(boot::own_cgroups(&mut program, spec, note)?),
+        false => None,
+    };
     let relay = if spec.pty {
         let r = terminal::Relay::start().map_err(failed)?;
         program.pty = Some(r.terminal());
@@ -365,8 +386,19 @@ pub fn spawn(
         None
     };
     let console = start_console(spec, &mut program, relay.as_ref())?;
-    let result =
-        bulkhead_sys::launch::run(&program, spec.timeout, spec.stop_timeout).map_err(launch_failed);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (result, ready_after) = std::thread::scope(|s| {
+        let watcher = notify
+            .as_ref()
+            .map(|n| s.spawn(|| ready::watch(n, start, &stop, on_ready)));
+        let r = bulkhead_sys::launch::run(&program, spec.timeout, spec.stop_timeout)
+            .map_err(launch_failed);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(n) = &notify {
+            n.wake();
+        }
+        (r, watcher.and_then(|w| w.join().ok().flatten()))
+    });
     let console_bytes = console.map(console::Console::finish);
     if let Some(r) = relay {
         r.finish();
@@ -386,6 +418,7 @@ pub fn spawn(
         elapsed: start.elapsed(),
         snapshot_time,
         console_bytes,
+        ready_after,
     })
 }
 
@@ -453,6 +486,8 @@ fn join_slice(
 /// What `spawn --dry-run` prints: every operation the sandbox's start performs.
 pub fn describe(spec: &SandboxSpec) -> Result<Vec<String>, RunError> {
     let opened = validate(spec)?;
+    let (booted, hier) = boot::prepare(spec, &opened)?;
+    let spec = booted.as_ref().unwrap_or(spec);
     let ids = setup::resolve_ids(opened.root.fd(), spec)?;
     let mut out = Vec::new();
     let mut shown = spec.clone();
@@ -467,7 +502,20 @@ pub fn describe(spec: &SandboxSpec) -> Result<Vec<String>, RunError> {
             size: userns::RANGE,
         });
     }
-    let mut program = setup::build(&shown, &opened, None, ids).map_err(failed)?;
+    let mut program = setup::build(&shown, &opened, None, ids, hier.as_deref()).map_err(failed)?;
+    if let Some(hier) = &hier {
+        out.extend(boot::describe_cgroups(spec, hier, &mut program));
+        ready::ops(&mut program, None, &ready::host_path()).map_err(failed)?;
+        out.push(format!(
+            "# readiness: a datagram socket bound at {}, at {} inside (NOTIFY_SOCKET); READY=1 from the container is reported",
+            ready::host_path().display(),
+            ready::INSIDE
+        ));
+        out.push(format!(
+            "# stop: SIGTERM or SIGINT to bulkhead becomes SIGRTMIN+3 to PID 1; the container is killed {} s later if it has not exited (--stop-timeout)",
+            spec.stop_timeout.unwrap_or(boot::STOP_TIMEOUT).as_secs()
+        ));
+    }
     // The pseudo-terminal is opened at start; the description only needs to know there is one.
     program.pty = spec.pty.then_some(-1);
     if spec.as_pid1 {

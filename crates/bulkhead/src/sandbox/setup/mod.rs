@@ -2,6 +2,7 @@
 //! in the parent before the clone, one function per step. The leaf layer executes it
 //! ([`bulkhead_sys::launch::run`]); `--dry-run` prints it ([`Program::describe`]).
 
+mod boot;
 mod exec;
 mod ids;
 mod mounts;
@@ -13,6 +14,7 @@ pub use ids::{resolve_ids, Ids};
 
 use super::{Net, Opened, SandboxSpec};
 use crate::snapshot::Snapshot;
+use bulkhead_sys::bootcg::Hierarchy;
 use bulkhead_sys::error::{io_failed, Error, Result};
 use bulkhead_sys::hostpath::HostPath;
 use std::ffi::{CString, OsStr};
@@ -27,6 +29,7 @@ pub fn build(
     opened: &Opened,
     snap: Option<&Snapshot>,
     ids: Ids,
+    boot: Option<&[Hierarchy]>,
 ) -> Result<Program> {
     // The descriptors the operations refer to: the child mounts what the parent opened.
     let mut held = Vec::new();
@@ -40,6 +43,10 @@ pub fn build(
     mounts::proc_and_sys(&mut ops, spec, mp, &mut held)?;
     mounts::dev(&mut ops, spec, &root.path, mp, &mut held)?;
     mounts::tmp_binds_tmpfs(&mut ops, spec, opened, mp, &mut held)?;
+    if let Some(hier) = boot {
+        boot::run(&mut ops, spec, &root.path, mp)?;
+        boot::cgroups(&mut ops, &root.path, hier)?;
+    }
     mounts::masks(&mut ops, &root.path)?;
     let x = exec::exec(spec, &ids)?;
     Ok(Program {
@@ -70,17 +77,20 @@ pub fn build(
         listen_fds: spec.listen_fds,
         listen_pid_slot: x.listen_pid_slot,
         pty: None,
+        join_cgroups: Vec::new(),
+        stop_signal: boot.map(|_| libc::SIGRTMIN() + 3),
     })
 }
 
 /// New mount, PID, UTS, IPC and cgroup namespaces; a network namespace unless the host's
 /// network is asked for; a user namespace with `--private-users`.
+/// A booted container makes its cgroup namespace after joining its own cgroups instead.
 fn clone_flags(spec: &SandboxSpec) -> u64 {
-    let mut flags = (libc::CLONE_NEWNS
-        | libc::CLONE_NEWPID
-        | libc::CLONE_NEWUTS
-        | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWCGROUP) as u64;
+    let mut flags =
+        (libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWUTS | libc::CLONE_NEWIPC) as u64;
+    if !spec.boot {
+        flags |= libc::CLONE_NEWCGROUP as u64;
+    }
     if spec.net != Net::Host {
         flags |= libc::CLONE_NEWNET as u64;
     }
@@ -105,7 +115,7 @@ fn hold(h: &HostPath, shown: &Path, held: &mut Vec<OwnedFd>) -> Result<HostRef> 
     Ok(HostRef::hold(fd, cstr(shown)?, held))
 }
 
-fn cstr(p: impl AsRef<OsStr>) -> Result<CString> {
+pub(crate) fn cstr(p: impl AsRef<OsStr>) -> Result<CString> {
     CString::new(p.as_ref().as_bytes())
         .map_err(|_| Error::failed(format!("{:?}: a path with a NUL byte", p.as_ref())))
 }

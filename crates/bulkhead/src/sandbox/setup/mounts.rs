@@ -45,7 +45,7 @@ const DEVICES: &[(&str, u32, u32)] = &[
 
 const NOSUID_NODEV: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV;
 
-fn mount(
+pub(super) fn mount(
     src: &str,
     target: Target,
     fstype: &str,

@@ -1,0 +1,202 @@
+//! `spawn --boot`: the root's own init as PID 1, in a container as systemd's container
+//! interface describes one (systemd.io/CONTAINER_INTERFACE, and systemd-nspawn as the
+//! reference): `container=bulkhead` and `container_uuid=` in its environment, the user's
+//! arguments (`systemd.unit=...`) on its command line, a private /run, /run/lock and /tmp,
+//! /sys/fs/cgroup with its own cgroups writable ([`super::setup`]'s boot step), the caller's
+//! output as /dev/console, and stopped the way systemd-nspawn stops one: SIGRTMIN+3, then a
+//! deadline, then SIGKILL.
+//!
+//! A machine ID: the root's /etc/machine-id when it has one; else systemd takes
+//! `container_uuid` (as under systemd-nspawn), and writes it to a writable root.
+
+use super::{invalid, Opened, SandboxSpec};
+use crate::run::RunError;
+use bulkhead_sys::bootcg::{self, Hierarchy, OwnedCgroups};
+use bulkhead_sys::error::Error;
+use bulkhead_sys::launch::{HostRef, Program};
+use std::ffi::{CString, OsString};
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::time::Duration;
+
+/// Where the init is looked for in the root, in order.
+pub const INITS: &[&str] = &[
+    "/sbin/init",
+    "/lib/systemd/systemd",
+    "/usr/lib/systemd/systemd",
+];
+
+/// How long a booted container has to stop after SIGRTMIN+3 before it is killed, unless
+/// `--stop-timeout` says otherwise: systemd's default stop timeout (DefaultTimeoutStopSec),
+/// which is what a systemd-nspawn@.service gets.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The name of the container's cgroup below bulkhead's own, in each writable hierarchy.
+pub fn cgroup_name(pid: u32) -> String {
+    format!("{CGROUP_PREFIX}{pid}")
+}
+
+const CGROUP_PREFIX: &str = "bulkhead-boot-";
+
+fn refuse(what: &str, hint: &str) -> RunError {
+    invalid(format!("--boot and {what} do not go together"), hint)
+}
+
+/// With `--boot`: the spec of the boot ([`booted`]) and the host's hierarchies; without,
+/// nothing.
+pub fn prepare(
+    spec: &SandboxSpec,
+    opened: &Opened,
+) -> Result<(Option<SandboxSpec>, Option<Vec<Hierarchy>>), RunError> {
+    if !spec.boot {
+        return Ok((None, None));
+    }
+    Ok((Some(booted(spec, opened)?), Some(hierarchies()?)))
+}
+
+/// The spec of the boot: PID 1 is the root's init with the user's arguments, `as_pid1`, the
+/// container's environment and the stop timeout.
+pub fn booted(spec: &SandboxSpec, opened: &Opened) -> Result<SandboxSpec, RunError> {
+    if spec.uid.is_some() || spec.gid.is_some() || spec.cwd.is_some() {
+        return Err(refuse(
+            "--uid, --gid or --cwd",
+            "the init runs as root in /; it starts the services as their own users",
+        ));
+    }
+    if !spec.ephemeral && !spec.writable && !opened.root.has_dir("run") {
+        return Err(invalid(
+            format!(
+                "{}: missing (or not a directory); a booted container mounts /run there",
+                opened.root_path.join("run").display()
+            ),
+            "create it, or use --ephemeral (-x), which works on a copy",
+        ));
+    }
+    let init = find_init(opened)?;
+    let mut b = spec.clone();
+    b.as_pid1 = true;
+    b.argv = std::iter::once(OsString::from(init))
+        .chain(spec.argv.iter().cloned())
+        .collect();
+    b.env.retain(|(k, _)| k != "NOTIFY_SOCKET");
+    b.env
+        .push(("NOTIFY_SOCKET".into(), super::ready::INSIDE.into()));
+    if !b.env.iter().any(|(k, _)| k == "container_uuid") {
+        b.env.push(("container_uuid".into(), uuid()?));
+    }
+    b.stop_timeout = spec.stop_timeout.or(Some(STOP_TIMEOUT));
+    Ok(b)
+}
+
+/// The first of [`INITS`] that is an executable file in the root (looked up inside it).
+fn find_init(opened: &Opened) -> Result<&'static str, RunError> {
+    for p in INITS {
+        let Ok(fd) = bulkhead_sys::inroot::open_in_root(opened.root.fd(), Path::new(p)) else {
+            continue;
+        };
+        let exec = rustix::fs::fstat(fd.as_fd())
+            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_mode & 0o111 != 0);
+        if exec {
+            return Ok(p);
+        }
+    }
+    Err(invalid(
+        format!(
+            "{}: no init to boot (looked for {})",
+            opened.root_path.display(),
+            INITS.join(", ")
+        ),
+        "install systemd in the root (debootstrap includes it; apt-get install systemd-sysv), or run a command without --boot",
+    ))
+}
+
+/// A random UUID from the kernel, for `container_uuid`.
+fn uuid() -> Result<String, RunError> {
+    bulkhead_sys::statefile::read_string(Path::new("/proc/sys/kernel/random/uuid"), 64)
+        .map(|s| s.trim().to_string())
+        .map_err(|e| {
+            super::failed(Error::failed(format!(
+                "cannot read /proc/sys/kernel/random/uuid: {e}"
+            )))
+        })
+}
+
+/// The host's cgroup hierarchies, with at least one an init can write to.
+pub fn hierarchies() -> Result<Vec<Hierarchy>, RunError> {
+    let hier = bootcg::hierarchies().map_err(|e| {
+        super::failed(Error::failed(format!(
+            "cannot read this process's cgroups (/proc/self/cgroup, /proc/self/mountinfo): {e}"
+        )))
+    })?;
+    if !hier.iter().any(Hierarchy::writable) {
+        return Err(invalid(
+            "this host mounts neither the cgroup2 hierarchy nor systemd's name=systemd one: a booted systemd would have no cgroup to track its services in",
+            "mount cgroup2 (mount -t cgroup2 none /sys/fs/cgroup/unified), or run a command without --boot",
+        ));
+    }
+    Ok(hier)
+}
+
+/// Make the container's own cgroups (below bulkhead's own, that is below the slice's once
+/// joined) and let PID 1 join them; they are removed when the returned value is dropped.
+/// With a user namespace they belong to its root.
+pub fn own_cgroups(
+    program: &mut Program,
+    spec: &SandboxSpec,
+    note: &mut dyn FnMut(&str),
+) -> Result<OwnedCgroups, RunError> {
+    let hier = hierarchies()?;
+    for dir in bootcg::remove_stale(&hier, CGROUP_PREFIX) {
+        note(&format!(
+            "removed the cgroup of a booted container whose bulkhead was killed: {}",
+            dir.display()
+        ));
+    }
+    let (owned, fds) = OwnedCgroups::create(
+        &hier,
+        &cgroup_name(std::process::id()),
+        spec.private_users.map(|r| (r.base, r.base)),
+    )
+    .map_err(|e| {
+        super::failed(Error::failed(format!(
+            "cannot make the container's cgroup: {e}"
+        )))
+    })?;
+    for (fd, dir) in fds.into_iter().zip(owned.dirs()) {
+        let shown = super::setup::cstr(dir.join("cgroup.procs")).map_err(super::failed)?;
+        program
+            .join_cgroups
+            .push(HostRef::hold(fd, shown, &mut program.held));
+    }
+    Ok(owned)
+}
+
+/// For `--dry-run`: the cgroups [`own_cgroups`] would make, and PID 1's join of them.
+pub fn describe_cgroups(
+    spec: &SandboxSpec,
+    hier: &[Hierarchy],
+    program: &mut Program,
+) -> Vec<String> {
+    let name = cgroup_name(std::process::id());
+    let mut out = Vec::new();
+    for h in hier.iter().filter(|h| h.writable()) {
+        let dir = h.own.join(&name);
+        out.push(format!(
+            "mkdir {} (the container's cgroup; removed with everything below it after the container exits)",
+            dir.display()
+        ));
+        program.join_cgroups.push(HostRef {
+            fd: -1,
+            shown: CString::new(dir.join("cgroup.procs").as_os_str().as_encoded_bytes())
+                .unwrap_or_default(),
+        });
+    }
+    if spec.slice.is_some() {
+        out.push(format!(
+            "# with --slice: {name} is made below the slice's cgroup in each hierarchy, once joined (PID: bulkhead's)"
+        ));
+    } else {
+        out.push(format!("# {name}: PID is bulkhead's process ID at start"));
+    }
+    out
+}
