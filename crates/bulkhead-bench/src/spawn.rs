@@ -9,6 +9,7 @@
 //! first `slow_runs` rounds only. Everything made is recorded and removed (see [`crate::env`]).
 
 pub mod boot;
+mod served;
 
 use crate::env::Env;
 use crate::stats;
@@ -534,17 +535,33 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
     };
     warm_up(&planned, &env.dir)?;
     let (samples, failures) = measure(spec, &planned, &env.dir);
-    drop(env);
-    let peers: Vec<Peer> = planned
+    let mut peers: Vec<Peer> = planned
         .iter()
         .zip(samples)
         .zip(failures)
         .map(|((p, s), f)| peer(p, s, f))
         .collect();
+    if spec.boot && have("systemd-nspawn") {
+        say("a booted web server behind a socket: bulkhead serve beside the seed's chain");
+        let rounds = spec.runs.min(10);
+        let s = served::run(&spec.bulkhead, &spec.cache, &env.dir, rounds)?;
+        for (who, why) in ["bulkhead serve", "the seed's chain"].iter().zip(&s.why) {
+            if let Some(w) = why {
+                say(&format!("{who}: a client failed: {w}"));
+            }
+        }
+        for (name, group, samples, failed) in served::peers(&s) {
+            let p = Planned::new(name, group, Vec::new());
+            peers.push(peer(&p, samples, failed));
+        }
+    }
+    drop(env);
     let (what, checks) = if spec.boot {
+        let mut c = boot::checks(&peers, &host_fs);
+        c.extend(served::checks(&peers));
         (
-            "boot of systemd to power-off",
-            boot::checks(&peers, &host_fs),
+            "boot of systemd: to ready, to power-off, behind a socket",
+            c,
         )
     } else {
         ("start-to-exit of /bin/true", checks(&peers, &host_fs))
