@@ -167,13 +167,13 @@ fn busybox_root(dir: &Path) -> Result<PathBuf, String> {
     Ok(root)
 }
 
-fn status(name: &str) -> Option<serde_json::Value> {
+pub(crate) fn status(name: &str) -> Option<serde_json::Value> {
     let t = std::fs::read_to_string(format!("/run/bulkhead/sockets/{name}.json")).ok()?;
     serde_json::from_str(&t).ok()
 }
 
 /// Wait until the socket's target is stopped (state idle, no process).
-fn wait_idle(name: &str) -> Result<(), String> {
+pub(crate) fn wait_idle(name: &str) -> Result<(), String> {
     let t0 = Instant::now();
     loop {
         if let Some(s) = status(name) {
@@ -189,7 +189,7 @@ fn wait_idle(name: &str) -> Result<(), String> {
 }
 
 /// Connect, send a GET, return (time to first byte, the whole answer).
-fn get(port: u16, path: &str) -> std::io::Result<(Duration, Vec<u8>)> {
+pub(crate) fn get(port: u16, path: &str) -> std::io::Result<(Duration, Vec<u8>)> {
     let t0 = Instant::now();
     let mut c = TcpStream::connect(("127.0.0.1", port))?;
     c.set_read_timeout(Some(Duration::from_secs(30)))?;

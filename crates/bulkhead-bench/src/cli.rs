@@ -471,9 +471,14 @@ pub struct SpawnBench {
     /// Also time the full-copy method (seconds per start)
     #[arg(long)]
     with_copy: bool,
-    /// Where the Debian root is cached (built by debootstrap when missing)
-    #[arg(long, default_value = bulkhead_bench::spawn::DEFAULT_CACHE, value_name = "DIR")]
-    cache: PathBuf,
+    /// Boot the root's systemd to power-off (`spawn --boot` beside `systemd-nspawn --boot`,
+    /// same root, same snapshot method) instead of starting /bin/true
+    #[arg(long)]
+    boot: bool,
+    /// Where the Debian root is cached, built by debootstrap when missing [default:
+    /// /var/cache/bulkhead/bench/debian-bookworm, with --boot debian-bookworm-systemd]
+    #[arg(long, value_name = "DIR")]
+    cache: Option<PathBuf>,
     /// The Debian suite debootstrap installs
     #[arg(long, default_value = "bookworm")]
     suite: String,
@@ -613,10 +618,17 @@ fn spawn_bench(cli: &Cli, a: &SpawnBench) -> Result<i32> {
         bulkhead: bulkhead_bin()?,
         runs: a.runs,
         slow_runs: a.slow_runs,
-        cache: a.cache.clone(),
+        cache: a.cache.clone().unwrap_or_else(|| {
+            PathBuf::from(if a.boot {
+                spawn::boot::DEFAULT_CACHE
+            } else {
+                spawn::DEFAULT_CACHE
+            })
+        }),
         suite: a.suite.clone(),
         mirror: a.mirror.clone(),
         with_copy: a.with_copy,
+        boot: a.boot,
         progress: !cli.quiet,
     };
     let r = spawn::run(&spec).map_err(Error::failed)?;

@@ -8,6 +8,9 @@
 //! every peer once in a rotated order; slow peers (nspawn copying the whole root) run in the
 //! first `slow_runs` rounds only. Everything made is recorded and removed (see [`crate::env`]).
 
+pub mod boot;
+mod served;
+
 use crate::env::Env;
 use crate::stats;
 use serde::Serialize;
@@ -26,6 +29,8 @@ pub struct Spec {
     pub mirror: String,
     /// Include the full-copy method (seconds per start on a real root).
     pub with_copy: bool,
+    /// Boot the root's systemd to power-off instead of starting `/bin/true` ([`boot`]).
+    pub boot: bool,
     pub progress: bool,
 }
 
@@ -45,6 +50,8 @@ pub use crate::report::Check;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// What each start is: `/bin/true`, or a boot to power-off.
+    pub what: String,
     pub machine: String,
     pub root: String,
     pub root_bytes: u64,
@@ -67,6 +74,8 @@ fn sh(cmd: &mut Command) -> Result<(), String> {
     Ok(())
 }
 
+const NO_NSPAWN: &str = "systemd-nspawn: not installed (apt-get install systemd-container)";
+
 fn have(prog: &str) -> bool {
     std::env::var("PATH")
         .unwrap_or_default()
@@ -77,6 +86,13 @@ fn have(prog: &str) -> bool {
 /// Build the cached Debian root with debootstrap (once).
 pub fn ensure_root(spec: &Spec, say: &mut dyn FnMut(&str)) -> Result<(), String> {
     if spec.cache.join("bin/true").exists() && spec.cache.join("etc/debian_version").exists() {
+        if spec.boot && !spec.cache.join("lib/systemd/systemd").exists() {
+            return Err(format!(
+                "{}: a root without systemd (no lib/systemd/systemd) cannot boot: give --boot another --cache (a new one is made with debootstrap --include={})",
+                spec.cache.display(),
+                boot::INCLUDE
+            ));
+        }
         return Ok(());
     }
     if !have("debootstrap") {
@@ -85,13 +101,20 @@ pub fn ensure_root(spec: &Spec, say: &mut dyn FnMut(&str)) -> Result<(), String>
     let tmp = spec.cache.with_extension("partial");
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    let include = if spec.boot {
+        format!("--include={}", boot::INCLUDE)
+    } else {
+        String::new()
+    };
     say(&format!(
-        "building the Debian root once: debootstrap --variant=minbase {} {} (a few minutes)",
+        "building the Debian root once: debootstrap --variant=minbase {include} {} {} (a few minutes)",
         spec.suite,
         spec.cache.display()
     ));
     let r = sh(Command::new("debootstrap")
-        .args(["--variant=minbase", &spec.suite])
+        .arg("--variant=minbase")
+        .args((!include.is_empty()).then_some(&include))
+        .arg(&spec.suite)
         .arg(&tmp)
         .arg(&spec.mirror));
     if let Err(e) = r {
@@ -129,6 +152,9 @@ struct Planned {
     /// A btrfs file system this peer leaves background work on (the cleaner removing deleted
     /// subvolumes, a pool being topped up): waited for, untimed, before the next peer runs.
     settle: Option<PathBuf>,
+    /// Timed to the READY=1 it sends to NOTIFY_SOCKET, then stopped ([`boot::time_ready`]),
+    /// instead of to its exit.
+    ready: bool,
 }
 
 /// Let a btrfs file system finish, untimed, the background work the last start left (a
@@ -175,6 +201,7 @@ impl Planned {
             argv,
             slow: false,
             settle: None,
+            ready: false,
         }
     }
 
@@ -239,7 +266,9 @@ fn copy_roots(
     } else {
         skipped.push("btrfs: mkfs.btrfs missing (apt-get install btrfs-progs)".to_string());
     }
-    if have("mkfs.xfs") {
+    if spec.boot {
+        // The boot is compared on overlayfs and btrfs, the methods nspawn has too.
+    } else if have("mkfs.xfs") {
         say("copying the root onto an XFS loop file system with reflink=1");
         let m = env.mkfs_loop("xfs", size, &["mkfs.xfs", "-q", "-f", "-m", "reflink=1"])?;
         let d = m.join("debian");
@@ -325,8 +354,7 @@ fn plan(spec: &Spec, roots: &Roots, host_fs: &str, skipped: &mut Vec<String>) ->
     if have("systemd-nspawn") {
         planned.extend(nspawn_peers(roots, host_fs, &cache));
     } else {
-        skipped
-            .push("systemd-nspawn: not installed (apt-get install systemd-container)".to_string());
+        skipped.push(NO_NSPAWN.to_string());
     }
     planned
 }
@@ -368,8 +396,18 @@ fn nspawn_peers(roots: &Roots, host_fs: &str, cache: &str) -> Vec<Planned> {
 }
 
 /// Every peer once, untimed: that it works at all.
-fn warm_up(planned: &[Planned]) -> Result<(), String> {
+fn warm_up(planned: &[Planned], dir: &Path) -> Result<(), String> {
     for p in planned {
+        if p.ready {
+            boot::time_ready(&p.argv, dir).ok_or_else(|| {
+                format!(
+                    "{} never said READY=1 within {:?}",
+                    p.name,
+                    boot::READY_WITHIN
+                )
+            })?;
+            continue;
+        }
         let st = Command::new(&p.argv[0])
             .args(&p.argv[1..])
             .stdin(Stdio::null())
@@ -410,8 +448,26 @@ fn progress_bar(spec: &Spec, planned: &[Planned]) -> indicatif::ProgressBar {
     b
 }
 
+/// One start, timed (ms) to its exit or, for a `ready` peer, to its READY=1; None: failed.
+fn time_one(p: &Planned, dir: &Path) -> Option<f64> {
+    if p.ready {
+        return boot::time_ready(&p.argv, dir);
+    }
+    let t = Instant::now();
+    let st = Command::new(&p.argv[0])
+        .args(&p.argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    let el = t.elapsed();
+    st.ok()
+        .filter(|s| s.success())
+        .map(|_| el.as_secs_f64() * 1e3)
+}
+
 /// The timed rounds, peers rotated: each peer's start-to-exit times (ms) and failures.
-fn measure(spec: &Spec, planned: &[Planned]) -> (Vec<Vec<f64>>, Vec<usize>) {
+fn measure(spec: &Spec, planned: &[Planned], dir: &Path) -> (Vec<Vec<f64>>, Vec<usize>) {
     let bar = progress_bar(spec, planned);
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); planned.len()];
     let mut failures = vec![0usize; planned.len()];
@@ -425,17 +481,9 @@ fn measure(spec: &Spec, planned: &[Planned]) -> (Vec<Vec<f64>>, Vec<usize>) {
             if p.slow && round >= spec.slow_runs {
                 continue;
             }
-            let t = Instant::now();
-            let st = Command::new(&p.argv[0])
-                .args(&p.argv[1..])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-            let el = t.elapsed();
-            match st {
-                Ok(s) if s.success() => samples[i].push(el.as_secs_f64() * 1e3),
-                _ => failures[i] += 1,
+            match time_one(p, dir) {
+                Some(ms) => samples[i].push(ms),
+                None => failures[i] += 1,
             }
             if let Some(fs) = &p.settle {
                 settle(fs);
@@ -476,22 +524,55 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
     let size = (root_bytes * 3).max(1 << 30);
     let roots = copy_roots(spec, &mut env, size, &mut skipped)?;
     let host_fs = fs_name(&spec.cache);
-    let planned = plan(spec, &roots, &host_fs, &mut skipped);
-    warm_up(&planned)?;
-    let (samples, failures) = measure(spec, &planned);
-    drop(env);
-    let peers: Vec<Peer> = planned
+    let planned = if spec.boot {
+        let nspawn = have("systemd-nspawn");
+        if !nspawn {
+            skipped.push(NO_NSPAWN.into());
+        }
+        boot::plan(&spec.bulkhead, &spec.cache, &roots, &host_fs, nspawn)
+    } else {
+        plan(spec, &roots, &host_fs, &mut skipped)
+    };
+    warm_up(&planned, &env.dir)?;
+    let (samples, failures) = measure(spec, &planned, &env.dir);
+    let mut peers: Vec<Peer> = planned
         .iter()
         .zip(samples)
         .zip(failures)
         .map(|((p, s), f)| peer(p, s, f))
         .collect();
-    let checks = checks(&peers, &host_fs);
+    if spec.boot && have("systemd-nspawn") {
+        say("a booted web server behind a socket: bulkhead serve beside the seed's chain");
+        let rounds = spec.runs.min(10);
+        let s = served::run(&spec.bulkhead, &spec.cache, &env.dir, rounds)?;
+        for (who, why) in ["bulkhead serve", "the seed's chain"].iter().zip(&s.why) {
+            if let Some(w) = why {
+                say(&format!("{who}: a client failed: {w}"));
+            }
+        }
+        for (name, group, samples, failed) in served::peers(&s) {
+            let p = Planned::new(name, group, Vec::new());
+            peers.push(peer(&p, samples, failed));
+        }
+    }
+    drop(env);
+    let (what, checks) = if spec.boot {
+        let mut c = boot::checks(&peers, &host_fs);
+        c.extend(served::checks(&peers));
+        (
+            "boot of systemd: to ready, to power-off, behind a socket",
+            c,
+        )
+    } else {
+        ("start-to-exit of /bin/true", checks(&peers, &host_fs))
+    };
     Ok(Report {
+        what: what.into(),
         machine: machine(),
         root: format!(
-            "Debian {} minbase made by debootstrap ({})",
+            "Debian {} minbase{} made by debootstrap ({})",
             spec.suite,
+            if spec.boot { " + systemd" } else { "" },
             spec.cache.display()
         ),
         root_bytes,
@@ -604,7 +685,8 @@ fn checks(peers: &[Peer], host_fs: &str) -> Vec<Check> {
 /// The report as text: one line per peer, then the checks.
 pub fn text(r: &Report) -> String {
     let mut s = format!(
-        "bench spawn: start-to-exit of /bin/true; {} rounds (slow peers {}), peers rotated each round\nmachine: {}\nroot: {} ({:.0} MB, {} files)\n\n",
+        "bench spawn: {}; {} rounds (slow peers {}), peers rotated each round\nmachine: {}\nroot: {} ({:.0} MB, {} files)\n\n",
+        r.what,
         r.runs,
         r.slow_runs.min(r.runs),
         r.machine,
@@ -612,13 +694,20 @@ pub fn text(r: &Report) -> String {
         r.root_bytes as f64 / 1e6,
         r.root_files
     );
+    let w = r
+        .peers
+        .iter()
+        .map(|p| p.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(36);
     s.push_str(&format!(
-        "{:<36} {:>6} {:>10} {:>10} {:>10}\n",
+        "{:<w$} {:>6} {:>10} {:>10} {:>10}\n",
         "peer", "runs", "median ms", "p10 ms", "p90 ms"
     ));
     for p in &r.peers {
         s.push_str(&format!(
-            "{:<36} {:>6} {:>10.2} {:>10.2} {:>10.2}{}\n",
+            "{:<w$} {:>6} {:>10.2} {:>10.2} {:>10.2}{}\n",
             p.name,
             p.samples_ms.len(),
             p.median_ms,
@@ -645,7 +734,10 @@ pub fn chart(r: &Report, path: &Path) -> Result<(), String> {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let root = root
         .titled(
-            "bulkhead bench spawn: start-to-exit of /bin/true, median ms (log scale; whisker p10-p90)",
+            &format!(
+                "bulkhead bench spawn: {}, median ms (log scale; whisker p10-p90)",
+                r.what
+            ),
             ("sans-serif", 20),
         )
         .map_err(|e| e.to_string())?;

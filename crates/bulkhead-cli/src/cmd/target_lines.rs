@@ -121,3 +121,45 @@ fn a_plain_target_reads_back_as_run() {
         assert!(!got.pty && got.hugepages.is_none());
     }
 }
+
+const BOOTED: &str = r#"
+[socket.t]
+listen = ["127.0.0.1:1"]
+backend = "127.0.0.1:8000"
+[socket.t.target]
+rootfs = "/srv/debian"
+boot = true
+command = ["systemd.unit=multi-user.target"]
+snapshot = "overlay"
+slice = "db-helper"
+"#;
+
+/// A booted target: `spawn --boot` with the init's arguments, its READY=1 passed on to the
+/// NOTIFY_SOCKET of the spawn process (serve's socket), not to one bound into the root.
+#[test]
+fn a_booted_target_reads_back_as_spawn_boot_with_the_notify_socket_outside() {
+    let plan = Plan::parse(BOOTED, None).unwrap();
+    let s = &plan.sockets["t"];
+    assert_eq!(
+        s.ready,
+        bulkhead::plan::socket::Ready::Notify,
+        "boot implies notify"
+    );
+    let notify = Path::new("/run/bulkhead/sockets/t");
+    let t = launcher(false).target(s, 0, Some(notify), &[]);
+    let How::Spawn(want) = &t.how else {
+        panic!("{t:?}")
+    };
+    assert!(want.spec.boot && want.spec.binds.is_empty(), "{want:?}");
+    assert!(!want.spec.env.iter().any(|(k, _)| k == "NOTIFY_SOCKET"));
+    assert_eq!(
+        t.notify_socket.as_deref(),
+        Some(notify.join("notify").as_path())
+    );
+    let argv = t.argv();
+    assert!(args::spawn_fast_path(&argv), "{argv:?}");
+    let Command::Spawn(a) = &read_back(&t).command else {
+        panic!("{argv:?}")
+    };
+    assert_eq!(&super::spawn::request(a), want, "{argv:?}");
+}

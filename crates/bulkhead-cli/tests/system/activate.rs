@@ -785,3 +785,94 @@ command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{d
     assert!(log.contains(&format!("127.0.0.1:{stray}")), "{log}");
     assert!(log.contains("remove that Listen line"), "{log}");
 }
+
+/// The seed's on-demand machine: a socket whose target boots the cached Debian root
+/// (`boot = true`). The first connection starts the whole system and is held until its
+/// systemd says READY=1 (passed on by `spawn --boot` to serve's notify socket), then proxied
+/// to a service of the booted system (systemd's own socket activation inside, from units
+/// bound into /usr/local/lib/systemd/system); idle, the system is powered off cleanly
+/// (SIGTERM to spawn, SIGRTMIN+3 to its systemd), and the next connection boots it again.
+#[test]
+fn a_booted_system_starts_on_the_first_connection_and_powers_off_when_idle() {
+    let _suite = crate::suite::shared();
+    let Some(root) = common::container::debian_root() else {
+        return;
+    };
+    let s = Scratch::new("activate");
+    let units = s.dir.join("units");
+    std::fs::create_dir_all(units.join("sockets.target.wants")).unwrap();
+    std::fs::write(
+        units.join("hello.socket"),
+        "[Socket]\nListenStream=127.0.0.1:8000\nAccept=yes\n[Install]\nWantedBy=sockets.target\n",
+    )
+    .unwrap();
+    std::fs::write(
+        units.join("hello@.service"),
+        "[Service]\nExecStart=/bin/sh -c 'printf \"HTTP/1.0 200 OK\\r\\n\\r\\nhello from the booted system $(cat /proc/1/comm)\\n\"'\nStandardInput=socket\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        "../hello.socket",
+        units.join("sockets.target.wants/hello.socket"),
+    )
+    .unwrap();
+    let name = s.name("boot");
+    let port = free_port();
+    let plan = s.write(
+        "plan.toml",
+        &format!(
+            r#"
+[socket.{name}]
+listen = ["127.0.0.1:{port}"]
+backend = "127.0.0.1:8000"
+idle_timeout = "1s"
+start_timeout = "60s"
+stop_timeout = "30s"
+[socket.{name}.target]
+rootfs = "{root}"
+boot = true
+snapshot = "overlay"
+bind = ["{units}:/usr/local/lib/systemd/system:ro"]
+"#,
+            units = units.display()
+        ),
+    );
+    // The dry run shows the spawn --boot line with serve's notify socket for it.
+    let o = bulkhead()
+        .args(["-c", plan.to_str().unwrap(), "serve", "--dry-run"])
+        .output()
+        .unwrap();
+    let dry = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{dry}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        dry.contains("NOTIFY_SOCKET=") && dry.contains(" spawn ") && dry.contains(" --boot"),
+        "{dry}"
+    );
+    assert!(dry.contains("ready: on READY=1"), "{dry}");
+    let mut serve = Serve::start(&plan, s.dir.join("serve.log"));
+    for round in 1..=2 {
+        let t = Instant::now();
+        let r = http_get(port).unwrap_or_else(|e| panic!("round {round}: {e}\n{}", serve.log()));
+        assert!(
+            r.contains("hello from the booted system systemd"),
+            "round {round}: {r:?}\n{}",
+            serve.log()
+        );
+        eprintln!("round {round}: first byte after {:?}", t.elapsed());
+        assert_eq!(status(&name)["cold_starts"], round, "{}", serve.log());
+        // Idle: powered off through its systemd, well before the SIGKILL that would come
+        // after stop_timeout (30 s) and its grace; wait_for gives up after 20 s.
+        wait_for("the idle stop", || status(&name)["state"] == "idle");
+    }
+    let log = serve.log();
+    assert!(log.contains("booting /"), "{log}");
+    assert!(
+        !log.contains("killing it"),
+        "the booted system was killed:\n{log}"
+    );
+    assert_eq!(serve.stop(), Some(0));
+}

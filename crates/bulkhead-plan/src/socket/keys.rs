@@ -275,6 +275,13 @@ impl Draft {
         let connection_idle_timeout = self
             .connection_idle_timeout
             .unwrap_or(Some(Duration::from_secs(if udp { 30 } else { 3600 })));
+        // A booted system says when it is up (READY=1 from its systemd), as nspawn's
+        // --notify-ready: the backend's port may open before the system has started.
+        let booted = self.target.as_ref().is_some_and(|t| t.boot);
+        let ready = match self.seen.contains_key("ready") || !booted {
+            true => self.ready,
+            false => Ready::Notify,
+        };
         Some(SocketSpec {
             name: self.name,
             loc: self.loc,
@@ -282,7 +289,7 @@ impl Draft {
             mode: self.mode,
             backend: self.backend,
             idle_timeout: self.idle_timeout,
-            ready: self.ready,
+            ready,
             start_timeout: self.start_timeout,
             stop_timeout: self.stop_timeout,
             connect_timeout: self.connect_timeout,

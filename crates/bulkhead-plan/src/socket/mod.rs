@@ -154,6 +154,10 @@ pub struct TargetSpec {
     pub tmp_size: Option<u64>,
     pub shm_size: Option<u64>,
     pub overlay_size: Option<u64>,
+    /// Sandbox only: boot the root's init as PID 1 (`spawn --boot`); `command` is then the
+    /// init's arguments (e.g. `systemd.unit=...`), and the target is ready on the READY=1
+    /// the container's systemd sends unless `ready` says otherwise.
+    pub boot: bool,
     /// Where the target's table and its `slice` key stand, for messages.
     #[serde(skip)]
     pub loc: Loc,
@@ -225,7 +229,7 @@ pub(crate) const KEYS: &[&str] = &[
     "socket_group",
     "target",
 ];
-/// Keys of a socket's target: the plain ones, then the seven only a sandboxed target takes.
+/// Keys of a socket's target: the plain ones, then the eight only a sandboxed target takes.
 pub(crate) const TARGET_KEYS: &[&str] = &[
     "command",
     "rootfs",
@@ -241,9 +245,10 @@ pub(crate) const TARGET_KEYS: &[&str] = &[
     "tmp_size",
     "shm_size",
     "overlay_size",
+    "boot",
 ];
 /// The keys only a sandboxed target takes: the tail of [`TARGET_KEYS`].
-pub(crate) const SANDBOX_TARGET_KEYS: &[&str] = TARGET_KEYS.split_at(TARGET_KEYS.len() - 7).1;
+pub(crate) const SANDBOX_TARGET_KEYS: &[&str] = TARGET_KEYS.split_at(TARGET_KEYS.len() - 8).1;
 
 /// A socket name is a plain name: it names files under /run/bulkhead/sockets.
 fn check_name(n: &str) -> Result<(), String> {
@@ -317,9 +322,38 @@ mod tests {
     }
 
     #[test]
+    fn a_booted_target_is_ready_on_notify_in_proxy_mode_with_the_inits_arguments() {
+        let head = "[socket.a]\nlisten = [\"1\"]\nbackend = \"127.0.0.1:8000\"\n";
+        let t = "[socket.a.target]\nrootfs = \"/r\"\nboot = true\n";
+        let p = Plan::parse(&format!("{head}{t}"), None).unwrap();
+        let s = &p.sockets["a"];
+        assert!(s.target.boot && s.target.command.is_empty());
+        assert_eq!(s.ready, Ready::Notify);
+        let p = Plan::parse(&format!("{head}ready = \"connect\"\n{t}"), None).unwrap();
+        assert_eq!(p.sockets["a"].ready, Ready::Connect, "said outright, kept");
+        let e = errors(&format!("{head}{t}user = \"nobody\"\n"));
+        assert!(
+            e.contains("p.toml:7:1") && e.contains("user does not apply to a booted target"),
+            "{e}"
+        );
+        let e = errors(&format!(
+            "[socket.a]\nlisten = [\"1\"]\nmode = \"pass\"\n{t}"
+        ));
+        assert!(e.contains("works in proxy mode only"), "{e}");
+        let e = errors(&format!(
+            "{head}[socket.a.target]\ncommand = [\"x\"]\nboot = true\n"
+        ));
+        assert!(e.contains("boot only applies to a sandboxed target"), "{e}");
+        let e = errors(&format!(
+            "{head}[socket.a.target]\nrootfs = \"/r\"\nboot = \"yes\"\n"
+        ));
+        assert!(e.contains("boot must be true or false"), "{e}");
+    }
+
+    #[test]
     fn the_sandbox_keys_are_the_tail_of_the_target_keys() {
         assert_eq!(SANDBOX_TARGET_KEYS.first(), Some(&"network"));
-        assert_eq!(SANDBOX_TARGET_KEYS.last(), Some(&"overlay_size"));
+        assert_eq!(SANDBOX_TARGET_KEYS.last(), Some(&"boot"));
     }
 
     #[test]

@@ -41,6 +41,14 @@ pub(super) fn check(c: &mut Ctx<'_>, d: &Draft) {
             "add a unix:/PATH address to listen, or remove them",
         );
     }
+    if d.target.as_ref().is_some_and(|t| t.boot) && d.mode != Mode::Proxy {
+        c.err(
+            d.at("mode"),
+            "target.boot",
+            "a booted target serves on its own ports, so it works in proxy mode only".into(),
+            "set mode = \"proxy\" and backend = where the system's server listens (e.g. \"127.0.0.1:8000\")",
+        );
+    }
     if d.target.is_none() && !d.seen.contains_key("target") {
         c.err(
             d.loc,

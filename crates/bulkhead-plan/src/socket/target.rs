@@ -26,7 +26,11 @@ pub(super) fn parse(c: &mut Ctx<'_>, loc: Loc, v: &DeValue<'_>) -> Option<Target
         seen.insert(key.to_string(), kloc);
         set(c, &mut t, key, kloc, v.get_ref());
     }
-    check_command(c, &t, &seen, loc);
+    if t.boot {
+        booted(c, &seen);
+    } else {
+        check_command(c, &t, &seen, loc);
+    }
     if t.rootfs.is_none() {
         sandbox_only(c, &seen);
     }
@@ -53,6 +57,7 @@ fn empty(loc: Loc) -> TargetSpec {
         tmp_size: None,
         shm_size: None,
         overlay_size: None,
+        boot: false,
         loc,
         slice_at: None,
     }
@@ -90,6 +95,15 @@ fn set(c: &mut Ctx<'_>, t: &mut TargetSpec, key: &str, kloc: Loc, val: &DeValue<
         }
         "environment" => environment(c, t, kloc, &tkey, val),
         "network" | "bind" | "snapshot" | "private_users" => sandbox(c, t, key, kloc, &tkey, val),
+        "boot" => match val {
+            DeValue::Boolean(b) => t.boot = *b,
+            _ => c.err(
+                kloc,
+                &tkey,
+                "boot must be true or false".into(),
+                "write boot = true to boot the root's init (spawn --boot)",
+            ),
+        },
         "tmp_size" | "shm_size" | "overlay_size" => {
             let text = match val {
                 DeValue::String(s) => Some(s.to_string()),
@@ -218,6 +232,22 @@ fn check_command(c: &mut Ctx<'_>, t: &TargetSpec, seen: &HashMap<String, Loc>, l
             "the command is empty".into(),
             "",
         );
+    }
+}
+
+/// A booted target: its init runs as root with the container's own settings, so the keys
+/// that choose a user or a directory for a command do not apply; `command` holds the init's
+/// arguments and may be empty.
+fn booted(c: &mut Ctx<'_>, seen: &HashMap<String, Loc>) {
+    for k in ["user", "group", "working_directory"] {
+        if let Some(l) = seen.get(k) {
+            c.err(
+                *l,
+                &format!("target.{k}"),
+                format!("{k} does not apply to a booted target: its init runs as root and starts the services, each as the user its unit names"),
+                "remove it (set User= in the unit inside the root), or boot = false to run one command",
+            );
+        }
     }
 }
 

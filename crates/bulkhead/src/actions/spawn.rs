@@ -60,7 +60,9 @@ pub fn dry_run(spec: &SandboxSpec) -> Result<Vec<String>, RunError> {
 
 /// Start the sandbox and wait for it. `note` hears what `-v` shows; `on_ready` (called from
 /// another thread) hears when a booted container (`--boot`) reports READY=1, with the time
-/// since the start.
+/// since the start. The READY=1 is also passed on to bulkhead's own $NOTIFY_SOCKET, as
+/// systemd-nspawn does with `--notify-ready=yes`: a `Type=notify` service, `serve`'s
+/// `boot = true` targets and the bench hear that the system inside is up.
 pub fn spawn(
     cx: &Context,
     spec: &SandboxSpec,
@@ -79,11 +81,18 @@ pub fn spawn(
             Some(chosen)
         }
     };
+    let manager = bulkhead_sys::notify::Notifier::from_env();
+    let ready = |t: std::time::Duration| {
+        if let Some(m) = &manager {
+            m.send("READY=1");
+        }
+        on_ready(t);
+    };
     sandbox::spawn(
         chosen.as_ref().map(|c| c as &dyn Placement),
         spec,
         note,
-        on_ready,
+        &ready,
     )
 }
 

@@ -47,6 +47,9 @@ pub struct TargetCommand {
     pub exe: PathBuf,
     pub globals: GlobalArgs,
     pub how: How,
+    /// The $NOTIFY_SOCKET of the target process itself (not of the command inside): a
+    /// booted sandbox (`spawn --boot`) passes its container's READY=1 on to it.
+    pub notify_socket: Option<PathBuf>,
 }
 
 impl TargetCommand {
@@ -131,6 +134,7 @@ fn spawn_options(a: &mut Argv, r: &SpawnRequest) {
         a.opt("--stop-timeout", millis(t));
     }
     a.flag("--as-pid1", s.as_pid1);
+    a.flag("--boot", s.boot);
     a.flag("--pty", s.pty);
     if !s.seccomp {
         a.opt("--seccomp", "no");

@@ -37,6 +37,12 @@ impl Launcher {
         let t = &spec.target;
         let mut env = t.environment.clone();
         env.extend(extra_env.iter().cloned());
+        // A booted target: its init gets the container's own socket from `spawn --boot`,
+        // which passes READY=1 on to the NOTIFY_SOCKET of its process.
+        let (notify_dir, notify_socket) = match notify_dir {
+            Some(d) if t.boot => (None, Some(d.join("notify"))),
+            d => (d, None),
+        };
         if let Some(d) = notify_dir {
             let socket = match t.rootfs {
                 Some(_) => format!("{NOTIFY_IN_SANDBOX}/notify"),
@@ -83,6 +89,7 @@ impl Launcher {
             exe: self.exe.clone(),
             globals: self.globals.clone(),
             how,
+            notify_socket,
         }
     }
 }
@@ -111,6 +118,7 @@ fn spawn_request(t: &TargetSpec, root: &str, stop_timeout: std::time::Duration) 
             cwd: t.working_directory.clone(),
             seccomp: true,
             stop_timeout: Some(stop_timeout),
+            boot: t.boot,
             ..Default::default()
         },
         directory: root.to_string(),
@@ -120,14 +128,21 @@ fn spawn_request(t: &TargetSpec, root: &str, stop_timeout: std::time::Duration) 
 }
 
 /// Start a target process. `fds` become fds 3.. of the child; `stdio` (per-connection
-/// mode) becomes its stdin and stdout. The child gets SIGTERM if `serve` dies.
+/// mode) becomes its stdin and stdout; its $NOTIFY_SOCKET is the target's
+/// ([`TargetCommand::notify_socket`]) or none. The child gets SIGTERM if `serve` dies.
 pub fn start_process(
-    argv: &[OsString],
+    target: &TargetCommand,
     fds: &[BorrowedFd<'_>],
     stdio: Option<OwnedFd>,
 ) -> io::Result<tokio::process::Child> {
+    let argv = target.argv();
     let mut cmd = tokio::process::Command::new(&argv[0]);
     cmd.args(&argv[1..]).kill_on_drop(false);
+    // serve's own $NOTIFY_SOCKET (its service manager's) is not the target's to use.
+    match &target.notify_socket {
+        Some(p) => cmd.env("NOTIFY_SOCKET", p),
+        None => cmd.env_remove("NOTIFY_SOCKET"),
+    };
     match stdio {
         Some(fd) => {
             let dup = fd.try_clone()?;

@@ -113,7 +113,11 @@ pub fn check(plan: &Plan, specs: &[SocketSpec]) -> Result<()> {
                 .hint("stop that process first, or serve another socket"),
             );
         }
-        let prog = &s.target.command[0];
+        // A booted target runs the root's init (spawn --boot finds it as nspawn does).
+        let prog = match s.target.command.first() {
+            Some(p) if !s.target.boot => p.as_str(),
+            _ => "/sbin/init",
+        };
         match &s.target.rootfs {
             Some(r) => match crate::image::resolve_image(r) {
                 Ok(root) => {
@@ -126,7 +130,20 @@ pub fn check(plan: &Plan, specs: &[SocketSpec]) -> Result<()> {
                             .at(at.clone())
                             .context(ctx.clone()),
                         );
-                    } else if !command_in(&root, prog) {
+                    } else if s.target.boot
+                        && !command_in(&root, prog)
+                        && !command_in(&root, "/lib/systemd/systemd")
+                    {
+                        errors.push(
+                            Diagnostic::error(format!(
+                                "boot = true, and the root {} has no init (/sbin/init or /lib/systemd/systemd)",
+                                root.display()
+                            ))
+                            .at(at.clone())
+                            .context(ctx.clone())
+                            .hint("give a root with systemd (debootstrap --include=systemd-sysv), or boot = false and a command"),
+                        );
+                    } else if !s.target.boot && !command_in(&root, prog) {
                         errors.push(
                             Diagnostic::error(format!(
                                 "the command '{prog}' does not exist in the root {}",
@@ -210,9 +227,14 @@ pub fn describe(specs: &[SocketSpec], launcher: &Launcher) -> Vec<String> {
             0
         };
         let notify = (s.ready == bulkhead_plan::socket::Ready::Notify).then(|| notify_dir(&s.name));
-        let argv = launcher.target(s, fds, notify.as_deref(), &[]).argv();
+        let target = launcher.target(s, fds, notify.as_deref(), &[]);
+        let argv = target.argv();
+        let env = match &target.notify_socket {
+            Some(p) => format!("NOTIFY_SOCKET={} ", shell_quote(&p.to_string_lossy())),
+            None => String::new(),
+        };
         out.push(format!(
-            "  on the first connection: {}",
+            "  on the first connection: {env}{}",
             argv.iter()
                 .map(|a| shell_quote(&a.to_string_lossy()))
                 .collect::<Vec<_>>()

@@ -44,13 +44,10 @@ pub async fn pass_loop(act: Arc<Activator>, fds: Vec<OwnedFd>) {
                 _ = act.stopped() => return,
             }
         }
-        let argv = act
-            .launcher
-            .target(&act.spec, fds.len() as u32, None, &[])
-            .argv();
+        let target = act.launcher.target(&act.spec, fds.len() as u32, None, &[]);
         let t0 = Instant::now();
         let mut child = match launch::start_process(
-            &argv,
+            &target,
             &fds.iter().map(|f| f.as_fd()).collect::<Vec<_>>(),
             None,
         ) {

@@ -288,9 +288,9 @@ async fn per_connection(act: &Arc<Activator>, conn: Conn, peer: Option<SocketAdd
         env.push(("REMOTE_ADDR".to_string(), p.ip().to_string()));
         env.push(("REMOTE_PORT".to_string(), p.port().to_string()));
     }
-    let argv = act.launcher.target(&act.spec, 0, None, &env).argv();
+    let target = act.launcher.target(&act.spec, 0, None, &env);
     let t0 = Instant::now();
-    let mut child = match launch::start_process(&argv, &[], Some(fd)) {
+    let mut child = match launch::start_process(&target, &[], Some(fd)) {
         Ok(c) => c,
         Err(e) => {
             act.refused();

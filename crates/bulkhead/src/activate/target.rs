@@ -265,8 +265,9 @@ impl Activator {
             Err(e) => return self.fail(gen, None, format!("cannot make the notify socket: {e}")),
         };
         let notify_dir = notify.as_ref().and(self.notify_dir.as_deref());
-        let argv = self.launcher.target(&self.spec, 0, notify_dir, &[]).argv();
-        let mut child = match start_process(&argv, &[], None) {
+        let target = self.launcher.target(&self.spec, 0, notify_dir, &[]);
+        let argv = target.argv();
+        let mut child = match start_process(&target, &[], None) {
             Ok(c) => c,
             Err(e) => {
                 return self.fail(
@@ -284,7 +285,11 @@ impl Activator {
         self.log.line(&format!(
             "[{}] starting the target (pid {pid}): {}",
             self.spec.name,
-            self.spec.target.command.join(" ")
+            match (&self.spec.target.rootfs, self.spec.target.boot) {
+                (Some(root), true) =>
+                    format!("booting {root} {}", self.spec.target.command.join(" ")),
+                _ => self.spec.target.command.join(" "),
+            }
         ));
         let deadline = t0 + self.spec.start_timeout;
         let dialer = match self
