@@ -149,19 +149,34 @@ pub fn now_ticks() -> Option<u64> {
     Some((secs * crate::process::clock_ticks() as f64) as u64)
 }
 
-/// The PID a pidfile names (its first line) and the file's owner, read through one
-/// descriptor (a regular file, its last component not a symlink, at most 4 KiB). Err: why not.
-pub fn read_pidfile(path: &std::path::Path) -> Result<(i32, u32), String> {
+/// The PID a pidfile names (its first line) and the file's owner, or None when there is no
+/// such file (a stopped service). The path is opened once by the host-path rule
+/// ([`crate::hostpath`]: no symlink on the way that another user owns), decided on by
+/// `fstat` of that descriptor (a regular file with one link: a hard link may be another
+/// user's name for root's pidfile) and read through it, at most 4 KiB. Err: why not.
+pub fn read_pidfile(path: &std::path::Path) -> Result<Option<(i32, u32)>, String> {
+    let hp = match crate::hostpath::HostPath::open(path) {
+        Ok(h) => h,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    if !hp.is_file() {
+        return Err("is not a regular file".into());
+    }
+    let st = hp.stat();
+    if st.st_nlink != 1 {
+        return Err(format!(
+            "has {} hard links: another name for a file may be someone else's (a pidfile has one)",
+            st.st_nlink
+        ));
+    }
+    // The O_PATH handle opened again for reading: the same inode, not the name again.
     let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        crate::inroot::fd_path(hp.fd()),
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK,
         Mode::empty(),
     )
     .map_err(|e| crate::error::errno_text(&e.into()))?;
-    let st = rustix::fs::fstat(&fd).map_err(|e| crate::error::errno_text(&e.into()))?;
-    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
-        return Err("is not a regular file".into());
-    }
     let mut text = String::new();
     std::fs::File::from(fd)
         .take(4096)
@@ -173,7 +188,7 @@ pub fn read_pidfile(path: &std::path::Path) -> Result<(i32, u32), String> {
         .and_then(|l| l.trim().parse::<i32>().ok())
         .filter(|&p| p > 0)
         .ok_or("does not start with a process ID")?;
-    Ok((pid, st.st_uid))
+    Ok(Some((pid, st.st_uid)))
 }
 
 /// /proc/PID/cgroup of one process (None: gone).
@@ -256,14 +271,31 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("x.pid");
         std::fs::write(&f, "4242\n/var/lib/x\n").unwrap();
-        let (pid, _owner) = read_pidfile(&f).unwrap();
+        let (pid, _owner) = read_pidfile(&f).unwrap().unwrap();
         assert_eq!(pid, 4242);
+        assert_eq!(
+            read_pidfile(&dir.join("gone.pid")).unwrap(),
+            None,
+            "missing: stopped"
+        );
         std::fs::write(&f, "-1\n").unwrap();
         assert!(read_pidfile(&f).unwrap_err().contains("process ID"));
+        assert!(read_pidfile(&dir).unwrap_err().contains("regular file"));
+        let hard = dir.join("h.pid");
+        std::fs::hard_link(&f, &hard).unwrap();
+        assert!(read_pidfile(&hard).unwrap_err().contains("2 hard links"));
+        std::fs::remove_file(&hard).unwrap();
+        // A symlink this user owns is followed, as every host path's; one another user owns
+        // is refused (root only can give a symlink away).
+        std::fs::write(&f, "4242\n").unwrap();
         let link = dir.join("l.pid");
         std::os::unix::fs::symlink(&f, &link).unwrap();
-        assert!(read_pidfile(&link).is_err(), "a symlink is not followed");
-        assert!(read_pidfile(&dir).unwrap_err().contains("regular file"));
+        assert_eq!(read_pidfile(&link).unwrap().map(|x| x.0), Some(4242));
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+            let e = read_pidfile(&link).unwrap_err();
+            assert!(e.contains("l.pid"), "{e}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -28,7 +28,11 @@ fn print_one(p: &Placed, a: &PlaceArgs, quiet: bool) {
         println!("{}", serde_json::to_string(p).unwrap_or_default());
         return;
     }
-    let mut what = format!("{} ({}: {})", p.pid, p.comm, short(&p.cmdline));
+    // PID 0: a service whose pidfile could not be used names no process.
+    let mut what = match p.pid {
+        0 => "its process".to_string(),
+        pid => format!("{pid} ({}: {})", p.comm, short(&p.cmdline)),
+    };
     if !p.descendants.is_empty() {
         what.push_str(&format!(" and {} descendant(s)", p.descendants.len()));
     }

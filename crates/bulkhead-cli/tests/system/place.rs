@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 mod postgres_systemd;
 
 /// A child killed (with its process group) and reaped when the test ends.
-struct Reaped(Option<Child>);
+pub(crate) struct Reaped(Option<Child>);
 
 impl Reaped {
-    fn id(&self) -> u32 {
+    pub(crate) fn id(&self) -> u32 {
         self.0.as_ref().map_or(0, Child::id)
     }
 
@@ -39,7 +39,7 @@ impl Drop for Reaped {
 }
 
 /// `sh` in a process group of its own, running `script`.
-fn tree(script: &str) -> Reaped {
+pub(crate) fn tree(script: &str) -> Reaped {
     use std::os::unix::process::CommandExt;
     Reaped(Some(
         Command::new("sh")
@@ -68,14 +68,14 @@ fn wait_descendants(pid: u32, n: usize) -> Vec<i32> {
     }
 }
 
-fn in_slice(pid: i32, t: &TestRoot, slice_path: &str) -> bool {
+pub(crate) fn in_slice(pid: i32, t: &TestRoot, slice_path: &str) -> bool {
     let want = format!("{}/{slice_path}", t.cgroup);
     std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
         .is_ok_and(|c| c.lines().any(|l| l.ends_with(&want)))
 }
 
 /// A test root with the plan `text` applied (None: no prerequisites).
-fn applied(text: &str) -> Option<(TestRoot, std::path::PathBuf)> {
+pub(crate) fn applied(text: &str) -> Option<(TestRoot, std::path::PathBuf)> {
     if !prerequisites() {
         return None;
     }
@@ -654,52 +654,4 @@ fn services_are_attached_by_slice_drop_ins_on_systemd() {
     assert!(o.status.success(), "{}", err(&o));
     assert!(!c.path(&drop_in).exists());
     assert_eq!(c.show(unit, "DropInPaths"), "");
-}
-
-/// Without systemd a service is placed by its pidfile, which may name only a process of the
-/// file's owner: a pidfile another user can write does not get root to move root's processes.
-#[test]
-fn a_pidfile_names_only_its_owners_processes() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
-        return;
-    }
-    let dir = bulkhead_testkit::fs::TempDir::new("place-pidfile");
-    let pidfile = dir.path().join("svc.pid");
-    let Some((t, plan)) = applied(&EMBEDDED_DEFAULT.replace(
-        "[slice.db-server]\n",
-        &format!(
-            "[slice.db-server]\nservices = [{{ name = \"svc\", pidfile = \"{}\" }}]\n",
-            pidfile.display()
-        ),
-    )) else {
-        return;
-    };
-    let p = plan.to_str().unwrap();
-    let victim = tree("sleep 60");
-    let pid = victim.id() as i32;
-    std::fs::write(&pidfile, format!("{pid}\n")).unwrap();
-    // Owned by nobody, naming root's process: refused, nothing moves.
-    std::os::unix::fs::chown(&pidfile, Some(65534), Some(65534)).unwrap();
-    let o = t.run(&["-c", p, "--backend", "cgroupfs", "place", "--once"]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("may name only its owner's processes"),
-        "{}",
-        stderr(&o)
-    );
-    assert!(!in_slice(pid, &t, "db.slice/db-server.slice"));
-    // Root's pidfile may name it: the process moves, with its tree.
-    std::os::unix::fs::chown(&pidfile, Some(0), Some(0)).unwrap();
-    let o = t.run(&["-c", p, "--backend", "cgroupfs", "place", "--once"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(
-        stdout(&o).contains("(service svc.service)"),
-        "{}",
-        stdout(&o)
-    );
-    assert!(in_slice(pid, &t, "db.slice/db-server.slice"));
-    drop(victim);
-    let o = t.run(&["-c", p, "destroy", "--kill"]);
-    assert!(o.status.success(), "{}", stderr(&o));
 }

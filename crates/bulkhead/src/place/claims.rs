@@ -23,7 +23,7 @@ pub(crate) fn claims(plan: &Plan, rules: &[Compiled], pids: &[u32]) -> Vec<Claim
             .filter(|p| unit_of(&p.cgroup).as_deref() == Some(svc.name.as_str()))
             .map(|p| p.pid as u32)
             .collect();
-        if let Some(Ok((pid, _))) = svc
+        if let Some(Ok(Some((pid, _)))) = svc
             .pidfile
             .as_deref()
             .map(|f| procs::read_pidfile(std::path::Path::new(f)))

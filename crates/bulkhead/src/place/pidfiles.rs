@@ -51,9 +51,27 @@ impl Pidfiles {
             let Some(path) = svc.pidfile.as_deref() else {
                 continue;
             };
-            let Ok((pid, owner)) = procs::read_pidfile(Path::new(path)) else {
-                continue;
+            let (pid, owner) = match procs::read_pidfile(Path::new(path)) {
+                Ok(Some(p)) => p,
+                Ok(None) => continue,
+                Err(e) => {
+                    // Said once per service until the pidfile reads again.
+                    if self.reported.insert((svc.name.clone(), 0)) {
+                        out.push(ServiceMove {
+                            service: svc.name.clone(),
+                            slice: slice.clone(),
+                            pid: 0,
+                            comm: String::new(),
+                            cmdline: String::new(),
+                            refused: Some(format!(
+                                "the pidfile {path} cannot be used ({e}): refused, nothing moved (make it a plain file of the service's user or root, on a path only they can change)"
+                            )),
+                        });
+                    }
+                    continue;
+                }
             };
+            self.reported.remove(&(svc.name.clone(), 0));
             let Some(p) = procs::read(pid) else {
                 continue;
             };

@@ -6,6 +6,7 @@ mod exporter;
 mod guard_log;
 mod input;
 mod paths;
+mod pidfile;
 mod probe;
 mod sandbox;
 mod sockets;

@@ -1,0 +1,138 @@
+//! Escape tests: a service's pidfile on a host without systemd (issue 28). `bulkhead place`
+//! (root) moves the process a pidfile names, with its tree, into the service's slice. The
+//! pidfile's directory belongs to the service's user (PostgreSQL's postmaster.pid lives in
+//! its data directory): that user must not get root to move someone else's processes, by
+//! writing another user's PID into its own pidfile, or by putting at the pidfile's name a
+//! symlink or a hard link to root's pidfile (which names root's process and is owned by root).
+
+use crate::common::{prerequisites, stderr, stdout};
+use crate::place::{applied, in_slice, tree};
+use bulkhead::plan::EMBEDDED_DEFAULT;
+use std::path::Path;
+
+/// `place --once` by the bulkhead under test (an older build with BULKHEAD_UNDER_TEST, to
+/// show it falling to the attack), on `t`'s cgroup root.
+fn place_once(t: &crate::common::TestRoot, plan: &str) -> std::process::Output {
+    bulkhead_testkit::bins::bulkhead_cmd()
+        .env("BULKHEAD_CGROUP_ROOT", &t.cgroup)
+        .args(["-c", plan, "--backend", "cgroupfs", "place", "--once"])
+        .output()
+        .expect("run bulkhead")
+}
+
+/// The default plan with a service `svc` placed by `pidfile` in db-server.
+fn plan_text(pidfile: &Path) -> String {
+    EMBEDDED_DEFAULT.replace(
+        "[slice.db-server]\n",
+        &format!(
+            "[slice.db-server]\nservices = [{{ name = \"svc\", pidfile = \"{}\" }}]\n",
+            pidfile.display()
+        ),
+    )
+}
+
+/// Without systemd a service is placed by its pidfile, which may name only a process of the
+/// file's owner: a pidfile another user can write does not get root to move root's processes.
+#[test]
+fn a_pidfile_names_only_its_owners_processes() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let dir = bulkhead_testkit::fs::TempDir::new("place-pidfile");
+    let pidfile = dir.path().join("svc.pid");
+    let Some((t, plan)) = applied(&EMBEDDED_DEFAULT.replace(
+        "[slice.db-server]\n",
+        &format!(
+            "[slice.db-server]\nservices = [{{ name = \"svc\", pidfile = \"{}\" }}]\n",
+            pidfile.display()
+        ),
+    )) else {
+        return;
+    };
+    let p = plan.to_str().unwrap();
+    let victim = tree("sleep 60");
+    let pid = victim.id() as i32;
+    std::fs::write(&pidfile, format!("{pid}\n")).unwrap();
+    // Owned by nobody, naming root's process: refused, nothing moves.
+    std::os::unix::fs::chown(&pidfile, Some(65534), Some(65534)).unwrap();
+    let o = place_once(&t, p);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("may name only its owner's processes"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!in_slice(pid, &t, "db.slice/db-server.slice"));
+    // Root's pidfile may name it: the process moves, with its tree.
+    std::os::unix::fs::chown(&pidfile, Some(0), Some(0)).unwrap();
+    let o = place_once(&t, p);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("(service svc.service)"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(in_slice(pid, &t, "db.slice/db-server.slice"));
+    drop(victim);
+    let o = t.run(&["-c", p, "destroy", "--kill"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// The service's user owns the directory of the pidfile and puts there, at the pidfile's
+/// name, another name for root's own pidfile: a symlink (its own), or a hard link (which
+/// fs.protected_hardlinks=0 allows; root makes it here, as such a kernel would let the user).
+/// Root's pidfile names root's process and is owned by root, so reading through either name
+/// used to move root's process. Now: refused, saying why, and nothing moves.
+#[test]
+fn another_name_for_roots_pidfile_is_refused() {
+    let _suite = crate::suite::shared();
+    let dir = bulkhead_testkit::fs::TempDir::new("place-pidname");
+    let user_dir = dir.path().join("svc-data");
+    std::fs::create_dir(&user_dir).unwrap();
+    std::os::unix::fs::chown(&user_dir, Some(65534), Some(65534)).unwrap();
+    let pidfile = user_dir.join("svc.pid");
+    let Some((t, plan)) = applied(&plan_text(&pidfile)) else {
+        return;
+    };
+    let p = plan.to_str().unwrap();
+    let victim = tree("sleep 60");
+    let pid = victim.id() as i32;
+    let roots = dir.path().join("root-only");
+    std::fs::create_dir(&roots).unwrap();
+    let roots_pidfile = roots.join("daemon.pid");
+    std::fs::write(&roots_pidfile, format!("{pid}\n")).unwrap();
+    let attempts: [(&str, &dyn Fn()); 2] = [
+        ("a hard link", &|| {
+            std::fs::hard_link(&roots_pidfile, &pidfile).unwrap()
+        }),
+        ("a symlink the user owns", &|| {
+            std::os::unix::fs::symlink(&roots_pidfile, &pidfile).unwrap();
+            std::os::unix::fs::lchown(&pidfile, Some(65534), Some(65534)).unwrap();
+        }),
+    ];
+    for (what, plant) in attempts {
+        let _ = std::fs::remove_file(&pidfile);
+        plant();
+        let o = place_once(&t, p);
+        eprintln!(
+            "{what}: exit {:?}: {}{}",
+            o.status.code(),
+            stdout(&o),
+            stderr(&o)
+        );
+        assert!(
+            !in_slice(pid, &t, "db.slice/db-server.slice"),
+            "{what}: root's process was moved into db-server.slice"
+        );
+        assert_eq!(o.status.code(), Some(1), "{what}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("cannot be used") && stderr(&o).contains("svc.pid"),
+            "{what}: {}",
+            stderr(&o)
+        );
+    }
+    drop(victim);
+    let o = t.run(&["-c", p, "destroy", "--kill"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
