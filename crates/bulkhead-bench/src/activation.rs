@@ -693,7 +693,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
         .map(|((n, _), s)| Dist::new(n, s))
         .collect();
     cold_checks(spec, &cold[0], &burst, &mut checks);
-    let machine = crate::spawn::machine();
+    let machine = crate::report::machine();
     let skipped = std::mem::take(&mut rig.skipped);
     drop(rig);
     Ok(Report {

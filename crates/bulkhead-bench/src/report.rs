@@ -65,3 +65,15 @@ pub fn checks_text(checks: &[Check], skipped: &[String]) -> String {
     }
     s
 }
+
+/// The machine line of a report: CPUs, memory and kernel.
+pub fn machine() -> String {
+    let m = bulkhead::actions::hugepages::meminfo();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{cpus} CPUs, {:.0} GiB, Linux {}",
+        m.mem_total as f64 / (1u64 << 30) as f64,
+        kernel.trim()
+    )
+}

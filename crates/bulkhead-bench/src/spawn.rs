@@ -568,7 +568,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
     };
     Ok(Report {
         what: what.into(),
-        machine: machine(),
+        machine: crate::report::machine(),
         root: format!(
             "Debian {} minbase{} made by debootstrap ({})",
             spec.suite,
@@ -597,28 +597,6 @@ fn fs_name(p: &Path) -> String {
         0x794c7630 => "overlayfs".into(),
         t => format!("fs 0x{t:x}"),
     }
-}
-
-pub(crate) fn machine() -> String {
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines().next().and_then(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .and_then(|v| v.parse::<u64>().ok())
-            })
-        })
-        .unwrap_or(0);
-    format!(
-        "{cpus} CPUs, {:.0} GiB, Linux {}",
-        mem as f64 / 1048576.0,
-        kernel.trim()
-    )
 }
 
 fn checks(peers: &[Peer], host_fs: &str) -> Vec<Check> {

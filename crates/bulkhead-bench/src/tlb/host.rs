@@ -1,19 +1,8 @@
-//! The machine the table runs on: what it is, its THP mode, and the hugetlb pools grown for
+//! The machine the table runs on: its THP mode, and the hugetlb pools grown for
 //! the run (through [`Env`], which gives them back).
 
 use crate::env::Env;
 use bulkhead::actions::hugepages;
-
-pub(super) fn machine() -> String {
-    let m = hugepages::meminfo();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!(
-        "{cpus} CPUs, {:.0} GiB, Linux {}",
-        m.mem_total as f64 / (1u64 << 30) as f64,
-        kernel.trim()
-    )
-}
 
 pub(super) fn thp_mode() -> String {
     hugepages::thp_mode().unwrap_or_else(|| "unavailable".into())

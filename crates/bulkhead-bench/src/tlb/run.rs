@@ -1,13 +1,14 @@
 //! A run: the pools reserved, every backing mapped afresh each round in rotated order and
 //! measured at every row size and thread count, the Redis rows, and the figures.
 
-use super::host::{machine, reserve, thp_mode};
+use super::host::{reserve, thp_mode};
 use super::progress::Progress;
 use super::redis_row::RedisRun;
 use super::report::{verdicts, BackingInfo, Cell, Report, VM_NOTE};
 use super::table::{measure, Table};
 use super::{validate, Backing, Spec};
 use crate::env::Env;
+use crate::report::machine;
 use crate::stats;
 
 /// The backings asked for, what became of each, and the ones measured.

@@ -82,7 +82,7 @@ pub struct SandboxSpec {
     /// after forwarding the signal if it has not exited by then.
     pub stop_timeout: Option<Duration>,
     /// `--boot`: run the root's init as PID 1 in a container as systemd expects one
-    /// ([`boot`]); `argv` then holds only the init's arguments.
+    /// (the sandbox's `boot` module); `argv` then holds only the init's arguments.
     pub boot: bool,
     pub argv: Vec<OsString>,
 }
