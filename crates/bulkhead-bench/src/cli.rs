@@ -63,6 +63,10 @@ both pools)."
     /// The attacker `bench metrics --attack` runs as UID 65534
     #[command(hide = true)]
     Attacker(AttackerArgs),
+    /// The seed's proxy.service + container.service, as systemd would run them for one
+    /// socket activation (`bench spawn --boot`): nspawn --boot, then proxyd after READY=1
+    #[command(hide = true)]
+    SeedChain(SeedChainArgs),
     /// One hog (the isolation bench runs them in slices)
     #[command(hide = true, subcommand)]
     Hog(HogCmd),
@@ -525,6 +529,22 @@ pub struct ActivationBench {
 }
 
 #[derive(Args)]
+pub struct SeedChainArgs {
+    /// The root nspawn boots
+    #[arg(long)]
+    root: PathBuf,
+    /// The units bound into it at /usr/local/lib/systemd/system
+    #[arg(long)]
+    units: PathBuf,
+    /// The port its web socket listens on (host network, as in the seed)
+    #[arg(long)]
+    web: u16,
+    /// Where to bind the socket nspawn's READY=1 comes to
+    #[arg(long)]
+    notify: PathBuf,
+}
+
+#[derive(Args)]
 pub struct BackendArgs {
     /// Listen on this address
     #[arg(long, value_name = "HOST:PORT", conflicts_with = "listen_fd")]
@@ -662,6 +682,16 @@ pub fn dispatch(cli: &Cli, b: &BenchCmd) -> Result<i32> {
         BenchCmd::Pgload(a) => pgload(a),
         BenchCmd::Hog(h) => hog(h),
         BenchCmd::Backend(a) => backend_server(a),
+        BenchCmd::SeedChain(a) => {
+            let c = bulkhead_bench::spawn::served::Chain {
+                root: a.root.clone(),
+                units: a.units.clone(),
+                web: a.web,
+                notify: a.notify.clone(),
+            };
+            bulkhead_bench::spawn::served::seed_chain(&c).map_err(Error::failed)?;
+            Ok(0)
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 //! first `slow_runs` rounds only. Everything made is recorded and removed (see [`crate::env`]).
 
 pub mod boot;
-mod served;
+pub mod served;
 
 use crate::env::Env;
 use crate::stats;

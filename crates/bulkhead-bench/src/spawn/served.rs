@@ -4,14 +4,15 @@
 //! - **bulkhead**: `serve` with a `[socket.web]` target `boot = true` (ready on the
 //!   container's READY=1, proxied into its network namespace, powered off when idle);
 //! - **the seed's chain**: `systemd-socket-activate` (the socket unit, where there is no
-//!   systemd) starting `systemd-socket-proxyd --exit-idle-time` once `systemd-nspawn --boot`
-//!   serves (the seed's `Requires=`/`After=` on a `Type=notify` container unit; here the
-//!   proxy starts as soon as the port answers, which is never later than READY=1), on the
-//!   host's network as in the seed.
+//!   systemd) starting what systemd would for the seed's proxy.service, which `Requires=` and
+//!   is `After=` the `Type=notify` container unit ([`seed_chain`]): `systemd-nspawn --boot
+//!   --notify-ready=yes`, and once it says READY=1, `systemd-socket-proxyd --exit-idle-time`
+//!   on the passed socket; on the host's network as in the seed.
 //!
-//! Both boot the same root with an overlay snapshot and the same units. Each round is one
-//! cold start per peer (in alternating order): its clients' time to first byte and how many
-//! failed; then the peer is left to power the system off, untimed.
+//! Both boot the same root with an overlay snapshot and the same units. Each round is, per
+//! peer (in alternating order), a cold start with one client (its time to first byte) and a
+//! cold start with a burst of [`CLIENTS`] (how many got no answer, and their median time to
+//! first byte); after each the peer powers the system off, untimed.
 
 use super::{Check, Peer};
 use crate::activation::{get, status, wait_idle};
@@ -58,7 +59,8 @@ struct Rig {
     name: String,
     serve_port: u16,
     chain_port: u16,
-    chain_script: String,
+    /// `bulkhead-bench seed-chain ...`, which systemd-socket-activate starts.
+    chain: Vec<std::ffi::OsString>,
 }
 
 impl Drop for Rig {
@@ -85,18 +87,25 @@ fn start(bulkhead: &Path, root: &Path, dir: &Path) -> Result<Rig, String> {
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(out);
     bulkhead::sys::process::pdeathsig_before_exec(&mut cmd, libc::SIGTERM);
     let serve = cmd.spawn().map_err(|e| format!("bulkhead serve: {e}"))?;
-    let chain_script = format!(
-        "systemd-nspawn -q --register=no --keep-unit --volatile=overlay -D '{root}' --bind-ro='{units}:/usr/local/lib/systemd/system' --boot >/dev/null 2>&1 & ns=$!\n\
-         until (exec 3<>/dev/tcp/127.0.0.1/{web}) 2>/dev/null; do kill -0 $ns || exit 1; sleep 0.005; done\n\
-         sh -c 'LISTEN_PID=$$ exec /lib/systemd/systemd-socket-proxyd --exit-idle-time={IDLE} 127.0.0.1:{web}'\n\
-         kill -TERM $ns; wait $ns\n"
-    );
+    let me = std::env::current_exe().map_err(|e| format!("the bench's own path: {e}"))?;
+    let chain = vec![
+        me.into_os_string(),
+        "seed-chain".into(),
+        "--root".into(),
+        root.to_string().into(),
+        "--units".into(),
+        units.to_string().into(),
+        "--web".into(),
+        web.to_string().into(),
+        "--notify".into(),
+        dir.join("chain-notify").into_os_string(),
+    ];
     let rig = Rig {
         serve,
         name,
         serve_port,
         chain_port: crate::redis::free_port()?,
-        chain_script,
+        chain,
     };
     let t0 = Instant::now();
     while status(&rig.name).is_none() {
@@ -125,7 +134,7 @@ fn start_chain(rig: &Rig) -> Result<Child, String> {
     let mut cmd = Command::new("systemd-socket-activate");
     cmd.arg("-l")
         .arg(format!("127.0.0.1:{}", rig.chain_port))
-        .args(["bash", "-c", &rig.chain_script])
+        .args(&rig.chain)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -161,11 +170,11 @@ fn stop_chain(chain: &mut Child) {
     let _ = chain.wait();
 }
 
-/// `CLIENTS` clients at once: each one's time to first byte (ms) of a right answer, and how
+/// `clients` clients at once: each one's time to first byte (ms) of a right answer, and how
 /// many got none.
-fn burst(port: u16) -> (Vec<f64>, usize, Option<String>) {
-    let barrier = Arc::new(Barrier::new(CLIENTS));
-    let handles: Vec<_> = (0..CLIENTS)
+fn burst(port: u16, clients: usize) -> (Vec<f64>, usize, Option<String>) {
+    let barrier = Arc::new(Barrier::new(clients));
+    let handles: Vec<_> = (0..clients)
         .map(|_| {
             let b = barrier.clone();
             std::thread::spawn(move || {
@@ -196,9 +205,11 @@ fn burst(port: u16) -> (Vec<f64>, usize, Option<String>) {
     (ok, failed, why)
 }
 
-/// Per round and peer: the burst's median time to first byte; failures summed.
+/// Per round and peer: a cold start's first byte (one client) and a cold burst's median
+/// time to first byte ([`CLIENTS`] at once); failures summed.
 pub struct Served {
-    pub samples: [Vec<f64>; 2],
+    pub first: [Vec<f64>; 2],
+    pub median: [Vec<f64>; 2],
     pub failed: [usize; 2],
     /// What the first failed client of each peer met.
     pub why: [Option<String>; 2],
@@ -208,7 +219,8 @@ pub struct Served {
 pub fn run(bulkhead: &Path, root: &Path, dir: &Path, rounds: usize) -> Result<Served, String> {
     let rig = start(bulkhead, root, dir)?;
     let mut out = Served {
-        samples: [Vec::new(), Vec::new()],
+        first: [Vec::new(), Vec::new()],
+        median: [Vec::new(), Vec::new()],
         failed: [0, 0],
         why: [None, None],
     };
@@ -218,23 +230,17 @@ pub fn run(bulkhead: &Path, root: &Path, dir: &Path, rounds: usize) -> Result<Se
         }
         for k in 0..2 {
             let i = (k + round) % 2;
-            let (ms, failed, why) = if i == 0 {
-                wait_idle(&rig.name)?;
-                burst(rig.serve_port)
-            } else {
-                let mut chain = start_chain(&rig)?;
-                let r = burst(rig.chain_port);
-                stop_chain(&mut chain);
-                r
-            };
-            out.failed[i] += failed;
+            // One cold client: the first byte. Then a cold burst: who is left without one.
+            let (one, failed_one, why_one) = cold(&rig, i, 1)?;
+            let (mut ms, failed, why) = cold(&rig, i, CLIENTS)?;
+            out.failed[i] += failed + failed_one;
             if out.why[i].is_none() {
-                out.why[i] = why;
+                out.why[i] = why_one.or(why);
             }
-            let mut ms = ms;
+            out.first[i].extend(one);
             ms.sort_by(|a, b| a.total_cmp(b));
             if !ms.is_empty() {
-                out.samples[i].push(crate::stats::rank(&ms, 0.5));
+                out.median[i].push(crate::stats::rank(&ms, 0.5));
             }
         }
     }
@@ -242,14 +248,32 @@ pub fn run(bulkhead: &Path, root: &Path, dir: &Path, rounds: usize) -> Result<Se
     Ok(out)
 }
 
+/// One cold start of peer `i` (0: serve, 1: the chain) with `clients` at once.
+fn cold(rig: &Rig, i: usize, clients: usize) -> Result<(Vec<f64>, usize, Option<String>), String> {
+    if i == 0 {
+        wait_idle(&rig.name)?;
+        return Ok(burst(rig.serve_port, clients));
+    }
+    let mut chain = start_chain(rig)?;
+    let r = burst(rig.chain_port, clients);
+    stop_chain(&mut chain);
+    Ok(r)
+}
+
 pub const SERVE: &str = "bulkhead serve, boot = true: first byte";
 pub const CHAIN: &str = "socket-activate + proxyd + nspawn --boot: first byte";
+const SERVE_MEDIAN: &str = "bulkhead serve, boot = true: burst median";
+const CHAIN_MEDIAN: &str = "socket-activate + proxyd + nspawn: burst median";
 
-/// The two peers' lines for the report: name, group, samples (ms), failed clients.
+/// The peers' lines for the report: name, group, samples (ms), failed clients. The burst's
+/// median adds what the booted system's own service takes for 100 connections at once
+/// (systemd starting an instance per connection), the same in both.
 pub fn peers(s: &Served) -> Vec<(&'static str, &'static str, Vec<f64>, usize)> {
     vec![
-        (SERVE, "bulkhead", s.samples[0].clone(), s.failed[0]),
-        (CHAIN, "systemd-nspawn", s.samples[1].clone(), s.failed[1]),
+        (SERVE, "bulkhead", s.first[0].clone(), s.failed[0]),
+        (CHAIN, "systemd-nspawn", s.first[1].clone(), s.failed[1]),
+        (SERVE_MEDIAN, "bulkhead", s.median[0].clone(), 0),
+        (CHAIN_MEDIAN, "systemd-nspawn", s.median[1].clone(), 0),
     ]
 }
 
@@ -283,4 +307,69 @@ pub fn checks(peers: &[Peer]) -> Vec<Check> {
         });
     }
     out
+}
+
+/// What the seed's chain runs after the first connection, as systemd would.
+pub struct Chain {
+    pub root: PathBuf,
+    pub units: PathBuf,
+    pub web: u16,
+    pub notify: PathBuf,
+}
+
+/// The seed's proxy.service with its `Requires=`/`After=` on the `Type=notify` container
+/// unit, for one socket activation (started by systemd-socket-activate with the listening
+/// socket as fd 3): `systemd-nspawn --boot --notify-ready=yes`, READY=1 awaited on a notify
+/// socket as systemd awaits it, then `systemd-socket-proxyd --exit-idle-time` on fd 3; when
+/// proxyd leaves (idle), the container is stopped (StopWhenUnneeded=) and awaited.
+pub fn seed_chain(c: &Chain) -> Result<(), String> {
+    let _ = std::fs::remove_file(&c.notify);
+    let sock = std::os::unix::net::UnixDatagram::bind(&c.notify)
+        .map_err(|e| format!("{}: {e}", c.notify.display()))?;
+    let mut ns = Command::new("systemd-nspawn");
+    ns.args([
+        "-q",
+        "--register=no",
+        "--keep-unit",
+        "--volatile=overlay",
+        "-D",
+    ])
+    .arg(&c.root)
+    .arg(format!(
+        "--bind-ro={}:/usr/local/lib/systemd/system",
+        c.units.display()
+    ))
+    .args(["--boot", "--notify-ready=yes"])
+    .env("NOTIFY_SOCKET", &c.notify)
+    .env_remove("LISTEN_FDS")
+    .env_remove("LISTEN_PID")
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let mut ns = ns.spawn().map_err(|e| format!("systemd-nspawn: {e}"))?;
+    sock.set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = sock
+            .recv(&mut buf)
+            .map_err(|e| format!("no READY=1 from nspawn: {e}"))?;
+        if buf[..n].split(|b| *b == b'\n').any(|l| l == b"READY=1") {
+            break;
+        }
+    }
+    let _ = std::fs::remove_file(&c.notify);
+    // LISTEN_PID must be proxyd's own PID: the shell sets it and becomes proxyd.
+    let proxy = format!(
+        "LISTEN_PID=$$ exec /lib/systemd/systemd-socket-proxyd --exit-idle-time={IDLE} 127.0.0.1:{}",
+        c.web
+    );
+    let st = Command::new("sh")
+        .args(["-c", &proxy])
+        .env("LISTEN_FDS", "1")
+        .stdin(Stdio::null())
+        .status();
+    crate::child::stop(&mut ns, libc::SIGTERM, Duration::from_secs(30));
+    st.map_err(|e| format!("systemd-socket-proxyd: {e}"))?;
+    Ok(())
 }
