@@ -345,6 +345,67 @@ fn boots_in_a_slice() {
     assert!(procs.trim().is_empty(), "left in the slice: {procs}");
 }
 
+/// With `--slice` on cgroup2 (here the hybrid host's `unified` mount, which has `hugetlb`):
+/// bulkhead moves into `SLICE/supervisor` and enables the slice's controllers below it, so
+/// the container's cgroup has them to delegate; all of it undone after.
+#[test]
+fn a_sliced_boot_gets_the_slices_cgroup2_controllers() {
+    let _suite = crate::suite::shared();
+    let Some(root) = debian_root() else {
+        return;
+    };
+    let t = TestRoot::new();
+    if t.layout.unified.is_none() {
+        panic!("no cgroup2 hierarchy on this host: the test needs one with a controller");
+    }
+    let plan = t.plan("[slice.db-helper]\nTasksMax = 200\nHugetlbMax = { \"2M\" = \"64M\" }\n");
+    let p = plan.to_str().unwrap();
+    let o = t.cmd().args(["-c", p, "apply"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let own = t.dir("unified", "db.slice/db-helper.slice");
+    let have = std::fs::read_to_string(own.join("cgroup.controllers")).unwrap();
+    assert!(have.split_whitespace().any(|c| c == "hugetlb"), "{have}");
+    let log = Log::new("slice-v2");
+    let mut c = boot_with(
+        t.cmd(),
+        &["-c", p],
+        &["-v", "--slice", "db-helper"],
+        root,
+        &log.0,
+        &[],
+    );
+    let pid = c.0.id();
+    let up = wait_ready(&mut c, Instant::now() + Duration::from_secs(120), &log.0);
+    // bulkhead's process is in supervisor, none in the slice's own cgroup.
+    let sup = std::fs::read_to_string(own.join("supervisor/cgroup.procs")).unwrap();
+    assert_eq!(sup.trim(), pid.to_string(), "{up}");
+    let procs = std::fs::read_to_string(own.join("cgroup.procs")).unwrap();
+    assert!(procs.trim().is_empty(), "{procs}");
+    let sub = std::fs::read_to_string(own.join("cgroup.subtree_control")).unwrap();
+    assert!(
+        sub.split_whitespace().any(|c| c == "hugetlb"),
+        "{sub}\n{up}"
+    );
+    // The container's cgroup (its `/` inside) lists the controller, with its units below.
+    let container = own.join(format!("bulkhead-boot-{pid}"));
+    let ctl = std::fs::read_to_string(container.join("cgroup.controllers")).unwrap();
+    assert!(
+        ctl.split_whitespace().any(|c| c == "hugetlb"),
+        "{ctl}\n{up}"
+    );
+    assert!(container.join("init.scope").is_dir(), "{up}");
+    assert!(up.contains("enabled for the container in"), "{up}");
+    let code = stop(&mut c, &log.0);
+    assert_eq!(code, 0, "{}", text(&log.0));
+    // Undone: no supervisor, no container cgroup, the controller off again, nothing left.
+    assert!(!own.join("supervisor").exists());
+    assert!(!container.exists());
+    let sub = std::fs::read_to_string(own.join("cgroup.subtree_control")).unwrap();
+    assert!(sub.trim().is_empty(), "left on: {sub}");
+    let procs = std::fs::read_to_string(own.join("cgroup.procs")).unwrap();
+    assert!(procs.trim().is_empty(), "left in the slice: {procs}");
+}
+
 #[test]
 fn boots_with_private_users() {
     let _suite = crate::suite::shared();
