@@ -281,6 +281,29 @@ fn dry_run_shows_the_boot_and_a_root_without_init_is_refused() {
         assert!(out.contains(want), "no '{want}' in:\n{out}");
     }
     assert!(!out.contains("CLONE_NEWCGROUP|"), "{out}");
+    // With --slice on cgroup2 (this host's unified mount): the supervisor steps.
+    let o = Command::new(bin())
+        .args([
+            "spawn",
+            "--boot",
+            "-D",
+            root,
+            "-x",
+            "-n",
+            "--slice",
+            "db-helper",
+        ])
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for want in [
+        "mkdir OWN/supervisor; bulkhead's PID into OWN/supervisor/cgroup.procs",
+        "+CONTROLLER into OWN/cgroup.subtree_control",
+        "rmdir OWN/supervisor",
+    ] {
+        assert!(out.contains(want), "no '{want}' in:\n{out}");
+    }
     // A root without an init: said so, with what was looked for.
     let empty = PathBuf::from(format!(
         "/var/tmp/bulkhead-boot-empty-{}",
