@@ -368,11 +368,16 @@ fn boots_in_a_slice() {
     assert!(procs.trim().is_empty(), "left in the slice: {procs}");
 }
 
-/// With `--slice` on cgroup2 (here the hybrid host's `unified` mount, which has `hugetlb`):
-/// bulkhead moves into `SLICE/supervisor` and enables the slice's controllers below it, so
-/// the container's cgroup has them to delegate; all of it undone after.
+/// With `--slice` on the cgroupfs backend the slice's own cgroup holds the slice's
+/// processes, so bulkhead does not move itself aside to hand the slice's cgroup2 controllers
+/// to the container (nspawn's supervisor/payload split, which the systemd backend's
+/// delegated scope gets): every later join of the slice would fail with EBUSY while the
+/// container runs, and for good if bulkhead were killed. This host's cgroup2 mount has the
+/// `hugetlb` controller: the slice keeps its processes' place, its `cgroup.subtree_control`
+/// stays empty, `-v` says why, and another process can still join the slice during the boot.
+/// (The systemd path was run by hand in the pure v2 guest: docs/OPERATIONS.md.)
 #[test]
-fn a_sliced_boot_gets_the_slices_cgroup2_controllers() {
+fn a_cgroupfs_slice_is_not_rearranged_for_a_booted_container() {
     let _suite = crate::suite::shared();
     let Some(root) = debian_root() else {
         return;
@@ -399,32 +404,32 @@ fn a_sliced_boot_gets_the_slices_cgroup2_controllers() {
     );
     let pid = c.0.id();
     let up = wait_ready(&mut c, Instant::now() + Duration::from_secs(120), &log.0);
-    // bulkhead's process is in supervisor, none in the slice's own cgroup.
-    let sup = std::fs::read_to_string(own.join("supervisor/cgroup.procs")).unwrap();
-    assert_eq!(sup.trim(), pid.to_string(), "{up}");
-    let procs = std::fs::read_to_string(own.join("cgroup.procs")).unwrap();
-    assert!(procs.trim().is_empty(), "{procs}");
+    assert!(
+        up.contains("the cgroupfs backend places processes in the slice's own cgroup"),
+        "{up}"
+    );
+    assert!(!own.join("supervisor").exists(), "{up}");
     let sub = std::fs::read_to_string(own.join("cgroup.subtree_control")).unwrap();
     assert!(
-        sub.split_whitespace().any(|c| c == "hugetlb"),
-        "{sub}\n{up}"
+        sub.trim().is_empty(),
+        "the slice was given away: {sub}\n{up}"
     );
-    // The container's cgroup (its `/` inside) lists the controller, with its units below.
-    let container = own.join(format!("bulkhead-boot-{pid}"));
-    let ctl = std::fs::read_to_string(container.join("cgroup.controllers")).unwrap();
+    let procs = std::fs::read_to_string(own.join("cgroup.procs")).unwrap();
+    assert!(procs.lines().any(|l| l == pid.to_string()), "{procs}\n{up}");
+    // Another process joins the slice while the container runs.
+    let o = t
+        .cmd()
+        .args(["-c", p, "run", "--slice", "db-helper", "--", "true"])
+        .output()
+        .unwrap();
     assert!(
-        ctl.split_whitespace().any(|c| c == "hugetlb"),
-        "{ctl}\n{up}"
+        o.status.success(),
+        "a join during the boot failed: {}",
+        stderr(&o)
     );
-    assert!(container.join("init.scope").is_dir(), "{up}");
-    assert!(up.contains("enabled for the container in"), "{up}");
     let code = stop(&mut c, &log.0);
     assert_eq!(code, 0, "{}", text(&log.0));
-    // Undone: no supervisor, no container cgroup, the controller off again, nothing left.
-    assert!(!own.join("supervisor").exists());
-    assert!(!container.exists());
-    let sub = std::fs::read_to_string(own.join("cgroup.subtree_control")).unwrap();
-    assert!(sub.trim().is_empty(), "left on: {sub}");
+    assert!(!own.join(format!("bulkhead-boot-{pid}")).exists());
     let procs = std::fs::read_to_string(own.join("cgroup.procs")).unwrap();
     assert!(procs.trim().is_empty(), "left in the slice: {procs}");
 }

@@ -153,6 +153,7 @@ pub struct BootCgroups {
 pub fn own_cgroups(
     program: &mut Program,
     spec: &SandboxSpec,
+    delegated: bool,
     note: &mut dyn FnMut(&str),
 ) -> Result<BootCgroups, RunError> {
     let hier = hierarchies()?;
@@ -162,9 +163,13 @@ pub fn own_cgroups(
             dir.display()
         ));
     }
-    let supervisor = match spec.slice.is_some() {
-        true => supervise(&hier, note)?,
-        false => None,
+    let supervisor = match (spec.slice.is_some(), delegated) {
+        (true, true) => supervise(&hier, note)?,
+        (true, false) => {
+            note(UNDELEGATED);
+            None
+        }
+        (false, _) => None,
     };
     let (owned, fds) = OwnedCgroups::create(
         &hier,
@@ -188,9 +193,13 @@ pub fn own_cgroups(
     })
 }
 
-/// With `--slice` only (the cgroup is then bulkhead's: the slice's directory it made, or the
-/// delegated scope systemd made for it; without, it is the caller's, not bulkhead's to
-/// rearrange): in the cgroup2 hierarchy, bulkhead moves into `OWN/supervisor` and enables
+/// Why a cgroupfs slice is left as it is: its own directory holds its processes.
+const UNDELEGATED: &str = "the cgroupfs backend places processes in the slice's own cgroup, so the slice cannot hand cgroup2 controllers down (moving bulkhead aside would make every later join of the slice fail): the container gets none; the systemd backend's delegated scope gets them";
+
+/// With `--slice` on the systemd backend only (the cgroup is then the delegated scope
+/// systemd made for this spawn alone; without `--slice` it is the caller's, and a cgroupfs
+/// slice's own directory holds the slice's processes: neither is bulkhead's to rearrange):
+/// in the cgroup2 hierarchy, bulkhead moves into `OWN/supervisor` and enables
 /// OWN's controllers for its children, as systemd-nspawn does in a delegated unit, so that
 /// the container's cgroup (beside `supervisor`) has them to delegate to its units.
 fn supervise(
@@ -279,7 +288,7 @@ pub fn describe_cgroups(
 /// For `--dry-run` with `--slice` on cgroup2: what [`supervise`] does.
 fn describe_supervisor(name: &str) -> Vec<String> {
     vec![
-        "# cgroup2, OWN: the slice's cgroup once joined (cgroupfs: the slice's directory; systemd: the delegated bulkhead-spawn-PID.scope)".into(),
+        format!("# cgroup2, systemd backend only, OWN: the delegated bulkhead-spawn-PID.scope (cgroupfs backend: nothing here; {UNDELEGATED})"),
         format!("mkdir OWN/{SUPERVISOR}; bulkhead's PID into OWN/{SUPERVISOR}/cgroup.procs (skipped, with -v saying why, when other processes live in OWN or it is not a domain cgroup)"),
         format!("+CONTROLLER into OWN/cgroup.subtree_control for each of OWN/cgroup.controllers not on yet (ones the kernel refuses stay off, shown with -v): OWN/{name} has them"),
         format!("# at exit, after {name} is removed: those controllers off again, bulkhead's PID back into OWN/cgroup.procs, rmdir OWN/{SUPERVISOR}"),
