@@ -3,7 +3,10 @@
 //! cgroup made in each hierarchy an init writes to (name=systemd, cgroup2), joined by the
 //! container's PID 1 through a descriptor opened here, and removed, with everything the init
 //! made below it, once the container has exited. Only directories this module made are ever
-//! written or removed.
+//! written or removed. On cgroup2, [`supervisor`] moves bulkhead out of the way so that the
+//! container's cgroup gets controllers.
+
+pub mod supervisor;
 
 use crate::mountinfo::{self, Mount};
 use crate::statefile;

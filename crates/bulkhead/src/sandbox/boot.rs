@@ -11,7 +11,8 @@
 
 use super::{invalid, Opened, SandboxSpec};
 use crate::run::RunError;
-use bulkhead_sys::bootcg::{self, Hierarchy, OwnedCgroups};
+use bulkhead_sys::bootcg::supervisor::{Skipped, Supervisor, SUPERVISOR};
+use bulkhead_sys::bootcg::{self, Hierarchy, Kind, OwnedCgroups};
 use bulkhead_sys::error::Error;
 use bulkhead_sys::launch::{HostRef, Program};
 use std::ffi::{CString, OsString};
@@ -137,14 +138,24 @@ pub fn hierarchies() -> Result<Vec<Hierarchy>, RunError> {
     Ok(hier)
 }
 
+/// The container's cgroups and, with `--slice` on cgroup2, bulkhead in its supervisor
+/// cgroup; dropped in that order once the container has exited (the fields drop in order).
+#[derive(Debug)]
+pub struct BootCgroups {
+    _owned: OwnedCgroups,
+    _supervisor: Option<Supervisor>,
+}
+
 /// Make the container's own cgroups (below bulkhead's own, that is below the slice's once
 /// joined) and let PID 1 join them; they are removed when the returned value is dropped.
-/// With a user namespace they belong to its root.
+/// With a user namespace they belong to its root. With `--slice`, on cgroup2, the
+/// controllers of bulkhead's own cgroup reach the container's first ([`supervise`]).
 pub fn own_cgroups(
     program: &mut Program,
     spec: &SandboxSpec,
+    delegated: bool,
     note: &mut dyn FnMut(&str),
-) -> Result<OwnedCgroups, RunError> {
+) -> Result<BootCgroups, RunError> {
     let hier = hierarchies()?;
     for dir in bootcg::remove_stale(&hier, CGROUP_PREFIX) {
         note(&format!(
@@ -152,6 +163,14 @@ pub fn own_cgroups(
             dir.display()
         ));
     }
+    let supervisor = match (spec.slice.is_some(), delegated) {
+        (true, true) => supervise(&hier, note)?,
+        (true, false) => {
+            note(UNDELEGATED);
+            None
+        }
+        (false, _) => None,
+    };
     let (owned, fds) = OwnedCgroups::create(
         &hier,
         &cgroup_name(std::process::id()),
@@ -168,7 +187,69 @@ pub fn own_cgroups(
             .join_cgroups
             .push(HostRef::hold(fd, shown, &mut program.held));
     }
-    Ok(owned)
+    Ok(BootCgroups {
+        _owned: owned,
+        _supervisor: supervisor,
+    })
+}
+
+/// Why a cgroupfs slice is left as it is: its own directory holds its processes.
+const UNDELEGATED: &str = "the cgroupfs backend places processes in the slice's own cgroup, so the slice cannot hand cgroup2 controllers down (moving bulkhead aside would make every later join of the slice fail): the container gets none; the systemd backend's delegated scope gets them";
+
+/// With `--slice` on the systemd backend only (the cgroup is then the delegated scope
+/// systemd made for this spawn alone; without `--slice` it is the caller's, and a cgroupfs
+/// slice's own directory holds the slice's processes: neither is bulkhead's to rearrange):
+/// in the cgroup2 hierarchy, bulkhead moves into `OWN/supervisor` and enables
+/// OWN's controllers for its children, as systemd-nspawn does in a delegated unit, so that
+/// the container's cgroup (beside `supervisor`) has them to delegate to its units.
+fn supervise(
+    hier: &[Hierarchy],
+    note: &mut dyn FnMut(&str),
+) -> Result<Option<Supervisor>, RunError> {
+    let Some(own) = hier
+        .iter()
+        .find(|h| h.kind == Kind::Unified)
+        .map(|h| &h.own)
+    else {
+        return Ok(None);
+    };
+    let mut refused = Vec::new();
+    let entered = Supervisor::enter(own, &mut |c, e| refused.push(format!("{c} ({e})")))
+        .map_err(|e| {
+            super::failed(Error::failed(format!(
+                "cannot give the container cgroup2 controllers (bulkhead moves into {SUPERVISOR} of its slice's cgroup): {e}"
+            )))
+        })?;
+    let s = match entered {
+        Ok(s) => s,
+        Err(why) => {
+            let why = match why {
+                Skipped::NotDomain(t) => format!("it is a '{t}' cgroup, not a domain one"),
+                Skipped::Shared(p) => format!("other processes live in it ({p:?})"),
+            };
+            note(&format!(
+                "{}: left as it is, {why}: the container gets no cgroup2 controllers",
+                own.display()
+            ));
+            return Ok(None);
+        }
+    };
+    note(&format!(
+        "bulkhead moved into {}; enabled for the container in {}: {}",
+        s.dir().display(),
+        own.join("cgroup.subtree_control").display(),
+        match s.enabled() {
+            [] => "none".to_string(),
+            e => e.join(" "),
+        }
+    ));
+    if !refused.is_empty() {
+        note(&format!(
+            "controllers the kernel refused (left off): {}",
+            refused.join(", ")
+        ));
+    }
+    Ok(Some(s))
 }
 
 /// For `--dry-run`: the cgroups [`own_cgroups`] would make, and PID 1's join of them.
@@ -195,8 +276,21 @@ pub fn describe_cgroups(
         out.push(format!(
             "# with --slice: {name} is made below the slice's cgroup in each hierarchy, once joined (PID: bulkhead's)"
         ));
+        if hier.iter().any(|h| h.kind == Kind::Unified) {
+            out.extend(describe_supervisor(&name));
+        }
     } else {
         out.push(format!("# {name}: PID is bulkhead's process ID at start"));
     }
     out
+}
+
+/// For `--dry-run` with `--slice` on cgroup2: what [`supervise`] does.
+fn describe_supervisor(name: &str) -> Vec<String> {
+    vec![
+        format!("# cgroup2, systemd backend only, OWN: the delegated bulkhead-spawn-PID.scope (cgroupfs backend: nothing here; {UNDELEGATED})"),
+        format!("mkdir OWN/{SUPERVISOR}; bulkhead's PID into OWN/{SUPERVISOR}/cgroup.procs (skipped, with -v saying why, when other processes live in OWN or it is not a domain cgroup)"),
+        format!("+CONTROLLER into OWN/cgroup.subtree_control for each of OWN/cgroup.controllers not on yet (ones the kernel refuses stay off, shown with -v): OWN/{name} has them"),
+        format!("# at exit, after {name} is removed: those controllers off again, bulkhead's PID back into OWN/cgroup.procs, rmdir OWN/{SUPERVISOR}"),
+    ]
 }

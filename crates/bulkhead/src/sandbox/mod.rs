@@ -375,7 +375,10 @@ pub fn spawn(
     join_slice(backend, spec, &opened)?;
     // Removed (with what the init made below them) when the container has exited.
     let _cgroups = match spec.boot {
-        true => Some(boot::own_cgroups(&mut program, spec, note)?),
+        true => {
+            let delegated = backend.is_some_and(|b| b.name() == "systemd");
+            Some(boot::own_cgroups(&mut program, spec, delegated, note)?)
+        }
         false => None,
     };
     let relay = if spec.pty {
