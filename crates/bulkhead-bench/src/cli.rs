@@ -475,8 +475,9 @@ pub struct SpawnBench {
     /// Also time the full-copy method (seconds per start)
     #[arg(long)]
     with_copy: bool,
-    /// Boot the root's systemd to power-off (`spawn --boot` beside `systemd-nspawn --boot`,
-    /// same root, same snapshot method) instead of starting /bin/true
+    /// Boot the root's systemd instead of starting /bin/true: `spawn --boot` beside
+    /// `systemd-nspawn --boot` (same root, same snapshot method) to READY=1 and to power-off,
+    /// and `serve` with `boot = true` beside the seed's socket + proxyd + nspawn chain
     #[arg(long)]
     boot: bool,
     /// Where the Debian root is cached, built by debootstrap when missing [default:
