@@ -266,15 +266,14 @@ fn copy_roots(
     } else {
         skipped.push("btrfs: mkfs.btrfs missing (apt-get install btrfs-progs)".to_string());
     }
-    if spec.boot {
-        // The boot is compared on overlayfs and btrfs, the methods nspawn has too.
-    } else if have("mkfs.xfs") {
+    // The boot is compared on overlayfs and btrfs only, the methods nspawn has too.
+    if have("mkfs.xfs") && !spec.boot {
         say("copying the root onto an XFS loop file system with reflink=1");
         let m = env.mkfs_loop("xfs", size, &["mkfs.xfs", "-q", "-f", "-m", "reflink=1"])?;
         let d = m.join("debian");
         sh(Command::new("cp").arg("-a").arg(&spec.cache).arg(&d))?;
         roots.xfs = Some(d);
-    } else {
+    } else if !spec.boot {
         skipped.push("reflink: mkfs.xfs missing (apt-get install xfsprogs)".to_string());
     }
     Ok(roots)

@@ -244,27 +244,24 @@ fn boots_to_multi_user_and_stops_cleanly_on_sigterm() {
     }
 }
 
+/// `spawn --boot -D root -x -n` with `more`: its output, which must be a success.
+fn dry_run(root: &str, more: &[&str]) -> String {
+    let o = Command::new(bin())
+        .args(["spawn", "--boot", "-D", root, "-x", "-n"])
+        .args(more)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    stdout(&o)
+}
+
 #[test]
 fn dry_run_shows_the_boot_and_a_root_without_init_is_refused() {
     let _suite = crate::suite::shared();
     let Some(root) = debian_root() else {
         return;
     };
-    let o = Command::new(bin())
-        .args([
-            "spawn",
-            "--boot",
-            "-D",
-            root,
-            "-x",
-            "-n",
-            "--",
-            "systemd.unit=poweroff.target",
-        ])
-        .output()
-        .unwrap();
-    let out = stdout(&o);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let out = dry_run(root, &["--", "systemd.unit=poweroff.target"]);
     for want in [
         "mkdir /sys/fs/cgroup/",
         "unshare(CLONE_NEWCGROUP)",
@@ -282,21 +279,7 @@ fn dry_run_shows_the_boot_and_a_root_without_init_is_refused() {
     }
     assert!(!out.contains("CLONE_NEWCGROUP|"), "{out}");
     // With --slice on cgroup2 (this host's unified mount): the supervisor steps.
-    let o = Command::new(bin())
-        .args([
-            "spawn",
-            "--boot",
-            "-D",
-            root,
-            "-x",
-            "-n",
-            "--slice",
-            "db-helper",
-        ])
-        .output()
-        .unwrap();
-    let out = stdout(&o);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let out = dry_run(root, &["--slice", "db-helper"]);
     for want in [
         "mkdir OWN/supervisor; bulkhead's PID into OWN/supervisor/cgroup.procs",
         "+CONTROLLER into OWN/cgroup.subtree_control",
