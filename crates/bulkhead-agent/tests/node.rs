@@ -152,6 +152,49 @@ fn pod_logs(env: &TestEnv) -> String {
     out
 }
 
+/// What says why a pod does not run, for a failing test: the pods and their conditions, the
+/// events, and the warnings and errors of the kubelet, containerd and the scheduler.
+fn node_state(env: &TestEnv) -> String {
+    let kubectl = |args: &[&str]| {
+        Command::new(env.bin.join("kubectl"))
+            .args(args)
+            .env("KUBECONFIG", env.dir.join("kubeconfig"))
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout).into_owned()
+                    + &String::from_utf8_lossy(&o.stderr)
+            })
+            .unwrap_or_else(|e| format!("kubectl: {e}\n"))
+    };
+    let mut out = kubectl(&["get", "pods", "-A", "-o", "wide"]);
+    out += &kubectl(&["describe", "pods", "-n", "default"]);
+    out += &kubectl(&["describe", "node"]);
+    out += &kubectl(&["get", "events", "-A", "--sort-by=.lastTimestamp"]);
+    out += &warnings(env, "node/kubelet.log", klog);
+    out += &warnings(env, "node/containerd.log", |l| {
+        l.contains("level=error") || l.contains("level=warning")
+    });
+    out += &warnings(env, "node/kube-scheduler.log", klog);
+    out
+}
+
+/// A klog line that is a warning or an error: W or E, then the date (W1126 ...).
+fn klog(l: &str) -> bool {
+    let b = l.as_bytes();
+    b.len() > 1 && matches!(b[0], b'E' | b'W') && b[1].is_ascii_digit()
+}
+
+/// The last 40 lines of the node's `log` that `keep` says are warnings or errors.
+fn warnings(env: &TestEnv, log: &str, keep: fn(&str) -> bool) -> String {
+    let text = std::fs::read_to_string(env.dir.join(log)).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| keep(l)).collect();
+    let mut out = format!("==== {log}: the last warnings and errors\n");
+    for l in &lines[lines.len().saturating_sub(40)..] {
+        out += &format!("{l}\n");
+    }
+    out
+}
+
 fn walk(d: &Path) -> Vec<PathBuf> {
     let mut v = vec![];
     if let Ok(rd) = std::fs::read_dir(d) {
@@ -167,8 +210,14 @@ fn walk(d: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// A pod of the pause image, with these annotations, on the node.
+/// A pod of the pause image, with these annotations, on the node. It tolerates the taints a
+/// busy CI machine can put on the node (disk, memory or PID pressure), as the agent's
+/// DaemonSet pod does, so that the host's state does not decide whether it is scheduled.
 fn pause_pod(name: &str, annotations: serde_json::Value) -> Pod {
+    let pressure = ["disk-pressure", "memory-pressure", "pid-pressure"].map(|t| {
+        json!({"key": format!("node.kubernetes.io/{t}"), "operator": "Exists",
+                        "effect": "NoSchedule"})
+    });
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "annotations": annotations},
@@ -176,6 +225,7 @@ fn pause_pod(name: &str, annotations: serde_json::Value) -> Pod {
             "containers": [{"name": "c", "image": "bulkhead.local/pause:test",
                             "imagePullPolicy": "Never"}],
             "terminationGracePeriodSeconds": 1,
+            "tolerations": pressure,
         },
     }))
     .unwrap()
@@ -661,6 +711,7 @@ impl Drop for Logs<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("---- pod logs ----\n{}", pod_logs(self.0));
+            eprintln!("---- the node's state ----\n{}", node_state(self.0));
         }
     }
 }
