@@ -9,6 +9,7 @@
 //! Busy loops, allocations and huge page maps are this test binary itself, run again with
 //! `BH_CHILD=...` set (see `child.rs`), so the guests need nothing but the binary.
 
+mod boot;
 mod child;
 mod cpu;
 mod host;
