@@ -17,6 +17,9 @@
 //!   after 30 s of calm.
 //! - **Freeze** lasts at most `max_frozen`, then the sideload runs at its floor for at least
 //!   twice that before it may be frozen again.
+//! - **Protection, not starvation**: a sideload that moves I/O keeps at least `IO_KEEP` of
+//!   its unthrottled I/O whichever lever holds it; below that, CPU cuts stop, a freeze
+//!   ends and its quota is raised (keep.rs).
 //! - **Useless cuts are reverted** (PARTIES): when everything is cut as far as it goes and
 //!   the harm has not dropped after five periods, the sideloads are not the cause: the
 //!   levels go back to where the episode started and cutting backs off (2 s, doubling to
@@ -40,9 +43,9 @@ const BACKOFF_MIN: Duration = Duration::from_secs(2);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// A sideload moving less than this is not writing or reading enough to throttle.
 const IO_ACTIVE: f64 = 1024.0 * 1024.0;
-/// The share of its unthrottled I/O a throttled sideload keeps at least: protection, not
-/// starvation (and a throttled writer that the protected slice's journal commit waits for
-/// holds it up the less, the more it may write).
+/// The share of its unthrottled I/O a throttled sideload keeps at least, by every lever
+/// (keep.rs): protection, not starvation (and a throttled writer that the protected slice's
+/// journal commit waits for holds it up the less, the more it may write).
 pub const IO_KEEP: f64 = 0.25;
 
 /// What the controller works with (from the plan's `[guard]` and the host).
@@ -172,6 +175,10 @@ struct Side {
     io_episode: Option<(Option<u64>, f64)>,
     /// Since when its I/O limit is at its floor.
     io_floor_since: Option<Duration>,
+    /// Its I/O, smoothed over a few seconds (keep.rs), and when its quota may next be raised
+    /// because that fell below its floor.
+    io_recent: f64,
+    keep_at: Duration,
     last_release_log: Duration,
 }
 
@@ -300,7 +307,9 @@ impl Controller {
         self.slow.ewma(&h, 1.0 - (-dt / SLOW_TAU).exp());
         let mut acts = Vec::new();
         self.track_io_peaks(r);
+        self.track_recent_io(r);
         self.thaw_expired(&mut acts);
+        self.keep_io(&mut acts);
         self.update_calm();
         if self.now >= self.backoff_until {
             self.cut_cpu(r, &mut acts);
@@ -441,6 +450,9 @@ impl Controller {
         why: &str,
     ) -> bool {
         for i in 0..self.sides.len() {
+            if self.starved(i) {
+                continue;
+            }
             let used = r.sideloads.get(i).map_or(self.s.cpus, |u| u.cpu);
             let now = self.sides[i].t.cpu.unwrap_or(self.s.cpus);
             let q = (now.min(used.max(self.s.cpu_floor)) * 0.5).max(self.s.cpu_floor);
@@ -460,7 +472,7 @@ impl Controller {
         let mut any = false;
         for i in 0..self.sides.len() {
             let side = &self.sides[i];
-            if side.t.frozen || self.now < side.refreeze_at {
+            if side.t.frozen || self.now < side.refreeze_at || self.starved(i) {
                 continue;
             }
             self.sides[i].t.frozen = true;
@@ -577,11 +589,15 @@ impl Controller {
     }
 
     /// Whether every lever is at its end: idle (where it can), CPU and I/O at their
-    /// floors, frozen (where allowed and not cooling down).
+    /// floors, frozen (where allowed and not cooling down); a sideload kept at its I/O floor
+    /// (keep.rs) is at its end too.
     fn maxed(&self) -> bool {
-        self.sides.iter().all(|s| {
-            let cpu =
-                s.t.cpu.is_some_and(|q| q <= self.s.cpu_floor) && (s.t.idle || !self.s.can_idle);
+        self.sides.iter().enumerate().all(|(i, s)| {
+            let idle = s.t.idle || !self.s.can_idle;
+            if self.starved(i) {
+                return idle;
+            }
+            let cpu = s.t.cpu.is_some_and(|q| q <= self.s.cpu_floor) && idle;
             let frozen = s.t.frozen || !self.s.can_freeze || self.now < s.refreeze_at;
             cpu && frozen
         })
@@ -701,5 +717,6 @@ impl Controller {
     }
 }
 
+mod keep;
 #[cfg(test)]
 mod tests;

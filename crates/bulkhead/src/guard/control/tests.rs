@@ -331,3 +331,38 @@ fn a_slow_service_with_cpu_stall_is_not_answered_with_io_cuts() {
     }
     assert!(acts.iter().any(|a| a.kind == "io"), "{acts:#?}");
 }
+
+/// An I/O-bound sideload (direct I/O at the mercy of its CPU, as in an emulated guest): what
+/// it moves follows the CPU it gets, and the service's CPU stall grows with that CPU. The
+/// guard cuts it, but it keeps about IO_KEEP of what it moves uncut, is not frozen, and the
+/// service still stalls less than with no guard.
+#[test]
+fn an_io_bound_sideload_keeps_its_share_of_io() {
+    let mut c = Controller::new(settings(), base(), 1);
+    let (demand, alone) = (0.5, 400e6);
+    let host = Host {
+        demand,
+        per_cpu: (0.3, 0.6),
+        other: 0.0,
+        io_demand: 0.0,
+    };
+    let mut t = c.throttles()[0];
+    let (mut io, mut stall, mut acts) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..300 {
+        let mut r = host.reading(&t);
+        r.sideloads[0].io_bps = alone * r.sideloads[0].cpu / demand;
+        io.push(r.sideloads[0].io_bps);
+        stall.push(r.cpu.unwrap() - 0.02);
+        let (now, a) = c.step(&r);
+        t = now[0];
+        acts.extend(a);
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (io, stall) = (mean(&io[50..]) / alone, mean(&stall[50..]));
+    assert!(acts.iter().any(|a| a.kind == "keep"), "{acts:#?}");
+    assert!(!acts.iter().any(|a| a.kind == "freeze"), "{acts:#?}");
+    assert!(io >= 0.8 * IO_KEEP, "it kept {io:.2} of its I/O: {acts:#?}");
+    // Without the guard: 0.5 CPUs at 0.6 stall per CPU.
+    assert!(stall < 0.5 * 0.3, "mean extra stall {stall:.3}");
+    eprintln!("kept {io:.2} of its I/O; mean extra stall {stall:.3} (0.30 unguarded)");
+}
