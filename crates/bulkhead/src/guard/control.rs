@@ -154,7 +154,7 @@ pub struct Action {
     /// Seconds since the guard started.
     pub t: f64,
     pub sideload: usize,
-    /// idle, quota, freeze, thaw, io, release, revert
+    /// idle, quota, freeze, thaw, io, keep, release, revert
     pub kind: &'static str,
     pub to: Throttle,
     /// The signal that decided it, its smoothed harm, and why in words.
