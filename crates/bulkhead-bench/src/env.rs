@@ -293,9 +293,8 @@ impl Env {
             .unwrap_or_default()
             .to_string_lossy()
             .into_owned();
-        let sched = PathBuf::from(format!("/sys/block/{name}/queue/scheduler"));
-        std::fs::write(&sched, scheduler)
-            .map_err(|e| format!("cannot set the {scheduler} scheduler on {name}: {e}"))?;
+        // Recorded like a disk's: a loop device keeps its scheduler after it is detached.
+        self.set_scheduler(&name, scheduler)?;
         Ok((mount, name))
     }
 
