@@ -73,7 +73,7 @@ fn boot_with(
 }
 
 /// The log without the console's colours.
-fn text(log: &std::path::Path) -> String {
+pub(crate) fn text(log: &std::path::Path) -> String {
     let raw = std::fs::read_to_string(log).unwrap_or_default();
     let mut out = String::new();
     let mut esc = false;
@@ -106,7 +106,7 @@ fn wait(Booted(c): &mut Booted, limit: Duration, log: &std::path::Path) -> i32 {
 
 /// A running `spawn --boot`, stopped (SIGTERM, then SIGKILL) when dropped, so a failed
 /// assertion leaves no container behind.
-struct Booted(Child);
+pub(crate) struct Booted(pub(crate) Child);
 impl Drop for Booted {
     fn drop(&mut self) {
         if self.0.try_wait().ok().flatten().is_some() {
@@ -178,7 +178,7 @@ fn boots_debian_to_power_off_and_removes_its_cgroups() {
 }
 
 /// Wait for bulkhead's ready line; the log so far.
-fn wait_ready(Booted(c): &mut Booted, end: Instant, log: &std::path::Path) -> String {
+pub(crate) fn wait_ready(Booted(c): &mut Booted, end: Instant, log: &std::path::Path) -> String {
     while !text(log).contains("bulkhead: ready after ") {
         if c.try_wait().unwrap().is_some() || Instant::now() > end {
             let _ = c.kill();
@@ -191,7 +191,7 @@ fn wait_ready(Booted(c): &mut Booted, end: Instant, log: &std::path::Path) -> St
 }
 
 /// SIGTERM to bulkhead (the child this test started); its exit code.
-fn stop(c: &mut Booted, log: &std::path::Path) -> i32 {
+pub(crate) fn stop(c: &mut Booted, log: &std::path::Path) -> i32 {
     // SAFETY: kill with integer arguments, to the child this test started.
     assert_eq!(unsafe { libc::kill(c.0.id() as i32, libc::SIGTERM) }, 0);
     wait(c, Duration::from_secs(60), log)

@@ -9,10 +9,11 @@
 //! reads its own arguments, not the kernel's, so the guest's `systemd.wants=vmhost.service`
 //! does not reach it, and the mask says so twice.
 
-use super::host::{ended, Host};
+use super::host::Host;
+use crate::boot::{stop, text, wait_ready, Booted};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// An overlay of `/` (its changes on a tmpfs) mounted in a directory of its own, so that the
@@ -72,38 +73,6 @@ impl Drop for OverlayRoot {
     }
 }
 
-/// bulkhead running the booted container; SIGKILLed if the check fails before its stop.
-struct Booted(Child);
-
-impl Drop for Booted {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-fn log_text(log: &Path) -> String {
-    std::fs::read_to_string(log).unwrap_or_default()
-}
-
-/// Wait for `what` in the log, or fail with the log.
-fn wait_line(b: &mut Booted, log: &Path, what: &str, secs: u64) -> Duration {
-    let t0 = Instant::now();
-    while !log_text(log).contains(what) {
-        let gone = b.0.try_wait().unwrap();
-        assert!(
-            gone.is_none() && t0.elapsed() < Duration::from_secs(secs),
-            "no {what:?} after {:?} ({gone:?}):\n{}",
-            t0.elapsed(),
-            log_text(log)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    t0.elapsed()
-}
-
 fn has_word(file: &Path, word: &str) -> bool {
     std::fs::read_to_string(file)
         .unwrap_or_default()
@@ -144,7 +113,9 @@ fn a_booted_system_in_a_slice_gets_its_controllers() {
             .expect("run bulkhead"),
     );
     let pid = b.0.id();
-    let up = wait_line(&mut b, &log, "bulkhead: ready after ", 300);
+    let t0 = Instant::now();
+    wait_ready(&mut b, t0 + Duration::from_secs(300), &log);
+    let up = t0.elapsed();
     let mut seen = format!("ready after {} ms", up.as_millis());
     // Where systemd keeps its cgroups: the unified mount (pure v2, hybrid), else name=systemd.
     let slice = h.unified_dir("boot").unwrap_or_else(|| {
@@ -166,7 +137,7 @@ fn a_booted_system_in_a_slice_gets_its_controllers() {
                 has_word(&container.join("cgroup.controllers"), c),
                 "{c} not delegated to {} (the scope's subtree_control: {sub:?}):\n{}",
                 container.display(),
-                log_text(&log)
+                text(&log)
             );
         }
         assert!(
@@ -180,36 +151,22 @@ fn a_booted_system_in_a_slice_gets_its_controllers() {
         container.join("init.scope").is_dir(),
         "no init.scope in {}:\n{}",
         container.display(),
-        log_text(&log)
+        text(&log)
     );
-    let t0 = Instant::now();
-    // SAFETY: kill with integer arguments, to the child this check started.
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
-    let end = Instant::now() + Duration::from_secs(180);
-    let status = loop {
-        if let Some(s) = b.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < end,
-            "no exit 180 s after SIGTERM:\n{}",
-            log_text(&log)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let t1 = Instant::now();
+    let code = stop(&mut b, &log);
     seen += &format!(
-        "; SIGTERM: {} after {} ms",
-        ended(&status),
-        t0.elapsed().as_millis()
+        "; SIGTERM: exit {code} after {} ms",
+        t1.elapsed().as_millis()
     );
     // systemd removes the emptied scope on its own; wait for it.
-    let t1 = Instant::now();
-    while scope.exists() && t1.elapsed() < Duration::from_secs(20) {
+    let t2 = Instant::now();
+    while scope.exists() && t2.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(100));
     }
     seen += &format!("; scope left: {}", scope.exists());
     h.report(check, &seen);
-    assert!(status.success(), "{}:\n{}", ended(&status), log_text(&log));
+    assert_eq!(code, 0, "{}", text(&log));
     assert!(
         !scope.exists(),
         "{} is left after the stop",
