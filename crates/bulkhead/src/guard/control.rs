@@ -45,8 +45,10 @@ const BACKOFF_MAX: Duration = Duration::from_secs(60);
 const IO_ACTIVE: f64 = 1024.0 * 1024.0;
 /// The share of its unthrottled I/O a throttled sideload keeps at least, by every lever
 /// (keep.rs): protection, not starvation (and a throttled writer that the protected slice's
-/// journal commit waits for holds it up the less, the more it may write).
-pub const IO_KEEP: f64 = 0.25;
+/// journal commit waits for holds it up the less, the more it may write). 40%, because the
+/// peak the guard sees is what the sideload moves beside the protected slice (about 80% of
+/// what it moves alone in the v2 guest), and what it should keep is 30% of that alone.
+pub const IO_KEEP: f64 = 0.40;
 
 /// What the controller works with (from the plan's `[guard]` and the host).
 #[derive(Debug, Clone)]
@@ -179,6 +181,9 @@ struct Side {
     /// because that fell below its floor.
     io_recent: f64,
     keep_at: Duration,
+    /// The least CPU quota at which it kept its I/O floor, learned from keep actions: CPU
+    /// cuts stop there and it is no longer frozen (keep.rs).
+    cpu_keep: Option<f64>,
     last_release_log: Duration,
 }
 
@@ -417,10 +422,8 @@ impl Controller {
         );
         let cut = if self.s.can_idle && self.sides.iter().any(|s| !s.t.idle) {
             self.make_idle(acts, drive, &why)
-        } else if self
-            .sides
-            .iter()
-            .any(|s| s.t.cpu.is_none_or(|q| q > self.s.cpu_floor))
+        } else if (0..self.sides.len())
+            .any(|i| self.sides[i].t.cpu.unwrap_or(self.s.cpus) > self.cpu_floor_of(i))
         {
             self.halve_quota(r, acts, drive, &why)
         } else {
@@ -455,7 +458,11 @@ impl Controller {
             }
             let used = r.sideloads.get(i).map_or(self.s.cpus, |u| u.cpu);
             let now = self.sides[i].t.cpu.unwrap_or(self.s.cpus);
-            let q = (now.min(used.max(self.s.cpu_floor)) * 0.5).max(self.s.cpu_floor);
+            let floor = self.cpu_floor_of(i);
+            if floor >= self.s.cpus {
+                continue; // it needs every CPU to keep its I/O floor
+            }
+            let q = (now.min(used.max(floor)) * 0.5).max(floor);
             if Some(q) != self.sides[i].t.cpu {
                 self.sides[i].t.cpu = Some(q);
                 self.sides[i].t.period_us = self.s.quota_period_us;
@@ -472,7 +479,11 @@ impl Controller {
         let mut any = false;
         for i in 0..self.sides.len() {
             let side = &self.sides[i];
-            if side.t.frozen || self.now < side.refreeze_at || self.starved(i) {
+            if side.t.frozen
+                || self.now < side.refreeze_at
+                || side.cpu_keep.is_some()
+                || self.starved(i)
+            {
                 continue;
             }
             self.sides[i].t.frozen = true;
@@ -597,8 +608,11 @@ impl Controller {
             if self.starved(i) {
                 return idle;
             }
-            let cpu = s.t.cpu.is_some_and(|q| q <= self.s.cpu_floor) && idle;
-            let frozen = s.t.frozen || !self.s.can_freeze || self.now < s.refreeze_at;
+            let cpu = s.t.cpu.is_some_and(|q| q <= self.cpu_floor_of(i)) && idle;
+            let frozen = s.t.frozen
+                || !self.s.can_freeze
+                || self.now < s.refreeze_at
+                || s.cpu_keep.is_some();
             cpu && frozen
         })
     }
@@ -631,6 +645,9 @@ impl Controller {
         );
         self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
         for (i, t) in before.into_iter().enumerate() {
+            if self.sides[i].t == t {
+                continue; // nothing to give back (a sideload kept at its floors since)
+            }
             self.sides[i].t = t;
             self.sides[i].frozen_at = None;
             self.act(acts, i, "revert", (harm, "judge"), why.clone());

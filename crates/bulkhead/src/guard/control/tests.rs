@@ -361,7 +361,10 @@ fn an_io_bound_sideload_keeps_its_share_of_io() {
     let (io, stall) = (mean(&io[50..]) / alone, mean(&stall[50..]));
     assert!(acts.iter().any(|a| a.kind == "keep"), "{acts:#?}");
     assert!(!acts.iter().any(|a| a.kind == "freeze"), "{acts:#?}");
-    assert!(io >= 0.8 * IO_KEEP, "it kept {io:.2} of its I/O: {acts:#?}");
+    assert!(io >= IO_KEEP, "it kept {io:.2} of its I/O: {acts:#?}");
+    // The quota it needed is learned: no saw-tooth of cuts and keeps once it is known.
+    let late = |k: &str| acts.iter().filter(|a| a.kind == k && a.t > 10.0).count();
+    assert!(late("keep") + late("quota") <= 2, "{acts:#?}");
     // Without the guard: 0.5 CPUs at 0.6 stall per CPU.
     assert!(stall < 0.5 * 0.3, "mean extra stall {stall:.3}");
     eprintln!("kept {io:.2} of its I/O; mean extra stall {stall:.3} (0.30 unguarded)");

@@ -1,0 +1,19 @@
+# shellcheck shell=bash disable=SC2086
+# Issue 26: the guard with a learned CPU floor and a 40% I/O keep, in the v2 guest: Redis under the
+# O_DIRECT hog and PostgreSQL under the backup writer, beside free and the plan, 5 and 3 rounds.
+# shellcheck source=../guest-disks.sh # (copied beside it into the out dir)
+source ./guest-disks.sh
+bash mon.sh & mon=$!
+B=/mnt/target/ab/new6/bulkhead
+mkdir -p logs
+( while sleep 1; do for f in /run/bulkhead/bench/*/guard-*.jsonl; do [ -f "$f" ] && cp "$f" "logs/$(date +%H)-${f##*/}"; done; done ) & cp=$!
+R="--data-dir /mnt/db --other-dir /mnt/other --loads 80,closed --duration 8s --warmup 2s --connections 8"
+s=$(date +%s)
+timeout -k 30 1200 $B bench isolation $R --repeat 5 --hog io --setups free,plan,guarded --calibration 5s \
+  --keys 50000 --json redis-io.json > redis-io.txt 2> redis-io.err
+echo "redis-io rc=$? in $(( $(date +%s) - s )) s" >> times.txt
+s=$(date +%s)
+timeout -k 30 1200 $B bench isolation $R --repeat 3 --db postgres --pg-scale 5 --hog backup \
+  --setups free,plan,guarded --calibration 5s --json pg.json > pg.txt 2> pg.err
+echo "pg rc=$? in $(( $(date +%s) - s )) s" >> times.txt
+kill $cp $mon

@@ -1,0 +1,16 @@
+# shellcheck shell=bash disable=SC2086
+# Issue 26: the keep as shipped (new) against the keep with a learned CPU floor (new6; new5 is new6 without its warm-up fix and quiet reverts), 5 rounds at 80%.
+# shellcheck source=../guest-disks.sh # (copied beside it into the out dir)
+source ./guest-disks.sh
+bash mon.sh & mon=$!
+R="--data-dir /mnt/db --other-dir /mnt/other --loads 80 --duration 8s --warmup 2s --repeat 5 --connections 8"
+for b in new new6 new5; do
+  mkdir -p logs-$b
+  ( while sleep 1; do for f in /run/bulkhead/bench/*/guard-*.jsonl; do [ -f "$f" ] && cp "$f" logs-$b/; done; done ) & cp=$!
+  s=$(date +%s)
+  timeout -k 30 900 /mnt/target/ab/$b/bulkhead bench isolation $R --hog io --setups guarded \
+    --calibration 5s --keys 50000 --json $b.json > $b.txt 2> $b.err
+  echo "$b rc=$? in $(( $(date +%s) - s )) s" >> times.txt
+  kill $cp
+done
+kill $mon
