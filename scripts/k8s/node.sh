@@ -183,7 +183,10 @@ volumePluginDir: $n/kubelet/volume-plugins
 makeIPTablesUtilChains: false
 protectKernelDefaults: false
 # Never evict or garbage-collect the imported images for disk space on a shared machine.
-evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+# Absolute thresholds, not shares: on a large, nearly full disk (a CI runner's 252G with 3G
+# left) 1% is already DiskPressure, and the kubelet then rejects every new pod at admission
+# ("The node had condition: [DiskPressure]"), tolerations or not. The test pods need a few MB.
+evictionHard: {memory.available: 100Mi, nodefs.available: 256Mi, imagefs.available: 256Mi, nodefs.inodesFree: 1%}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false

@@ -213,6 +213,8 @@ fn walk(d: &Path) -> Vec<PathBuf> {
 /// A pod of the pause image, with these annotations, on the node. It tolerates the taints a
 /// busy CI machine can put on the node (disk, memory or PID pressure), as the agent's
 /// DaemonSet pod does, so that the host's state does not decide whether it is scheduled.
+/// (The kubelet still rejects it at admission under DiskPressure, tolerations or not: the
+/// node's disk thresholds are absolute, 256Mi free, in scripts/k8s/node.sh.)
 fn pause_pod(name: &str, annotations: serde_json::Value) -> Pod {
     let pressure = ["disk-pressure", "memory-pressure", "pid-pressure"].map(|t| {
         json!({"key": format!("node.kubernetes.io/{t}"), "operator": "Exists",
