@@ -62,16 +62,16 @@ impl Controller {
                 side.t.frozen = false;
                 side.frozen_at = None;
                 side.refreeze_at = self.now + (self.s.max_frozen * 2).max(Duration::from_secs(1));
-                let q = side.t.cpu.unwrap_or(self.s.cpus);
-                side.cpu_keep = Some(side.cpu_keep.map_or(q, |k| k.max(q)));
             } else if let Some(q) = side.t.cpu.filter(|_| self.now >= side.keep_at) {
-                let next = (q * 2.0).min(self.s.cpus);
+                let next = q * 2.0;
                 side.t.cpu = (next < self.s.cpus).then_some(next);
                 side.keep_at = self.now + Duration::from_secs_f64(KEEP_TAU / 2.0);
-                side.cpu_keep = Some(side.cpu_keep.map_or(next, |k| k.max(next)));
             } else {
                 continue;
             }
+            // What it runs at now is the least it needs: learned as its CPU floor.
+            let q = side.t.cpu.unwrap_or(self.s.cpus);
+            side.cpu_keep = Some(side.cpu_keep.map_or(q, |k| k.max(q)));
             self.act(acts, i, "keep", (self.fast.cpu_side().0, "keep"), why);
         }
     }

@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2086
 # Issue 26: the keep as shipped (new) against the keep with a learned CPU floor (new5: a learned CPU floor, keep 40%), 5 rounds at 80%.
-# shellcheck source=../guest-disks.sh # (copied beside it into the out dir)
+# shellcheck source=../../guest-disks.sh # (docs/bench/io-v2/guest-disks.sh, copied beside it into the out dir)
 source ./guest-disks.sh
 bash mon.sh & mon=$!
 R="--data-dir /mnt/db --other-dir /mnt/other --loads 80 --duration 8s --warmup 2s --repeat 5 --connections 8"

@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2086
 # Issue 26: the guard with a learned CPU floor and a 40% I/O keep, in the v2 guest: Redis under the
 # O_DIRECT hog and PostgreSQL under the backup writer, beside free and the plan, 5 and 3 rounds.
-# shellcheck source=../guest-disks.sh # (copied beside it into the out dir)
+# shellcheck source=../../guest-disks.sh # (docs/bench/io-v2/guest-disks.sh, copied beside it into the out dir)
 source ./guest-disks.sh
 bash mon.sh & mon=$!
 B=/mnt/target/ab/new6/bulkhead

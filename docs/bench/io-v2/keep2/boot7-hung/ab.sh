@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2086
 # The guest hang with a guarded scenario: the same run as ab9 (new in round 2 of io/80%/guarded hung),
 # watched from SCHED_FIFO 99 with the kernel's backtraces on the serial console.
-# shellcheck source=../guest-disks.sh # (copied beside it into the out dir)
+# shellcheck source=../../guest-disks.sh # (docs/bench/io-v2/guest-disks.sh, copied beside it into the out dir)
 source ./guest-disks.sh
 chrt -f 99 bash watch.sh /mnt/out/new.err & w=$!
 R="--data-dir /mnt/db --other-dir /mnt/other --loads 80 --duration 8s --warmup 2s --repeat 5 --connections 8"
