@@ -14,7 +14,8 @@
 //! - **Release slowly** once both harms stay below 0.5 for a second: thaw, then raise the
 //!   quota step by step, quickly up to a learned ceiling (80% of the level at which harm
 //!   last returned) and slowly above it, so the guard does not saw-tooth; idle goes last,
-//!   after 30 s of calm.
+//!   after 30 s of calm. I/O limits are also released once the I/O harm alone has stayed
+//!   below 0.5 for a second: a CPU stall the I/O limit cannot lower must not hold it.
 //! - **Freeze** lasts at most `max_frozen`, then the sideload runs at its floor for at least
 //!   twice that before it may be frozen again.
 //! - **Protection, not starvation**: a sideload that moves I/O keeps at least `IO_KEEP` of
@@ -211,6 +212,8 @@ pub struct Controller {
     last_cut: Duration,
     /// Since when both harms are below EXIT.
     calm_since: Option<Duration>,
+    /// Since when the I/O harm is below EXIT.
+    io_calm_since: Option<Duration>,
     episode: Option<Episode>,
     backoff: Duration,
     backoff_until: Duration,
@@ -234,6 +237,7 @@ impl Controller {
             io_backoff: BACKOFF_MIN,
             last_cut: Duration::ZERO,
             calm_since: None,
+            io_calm_since: None,
             episode: None,
             backoff: BACKOFF_MIN,
             backoff_until: Duration::ZERO,
@@ -354,15 +358,11 @@ impl Controller {
     }
 
     fn update_calm(&mut self) {
-        let calm = self.fast.cpu_side().0 < EXIT
-            && self.slow.cpu_side().0 < EXIT
-            && self.fast.io_side().0 < EXIT
-            && self.slow.io_side().0 < EXIT;
-        match (calm, self.calm_since) {
-            (true, None) => self.calm_since = Some(self.now),
-            (false, _) => self.calm_since = None,
-            _ => {}
-        }
+        let io_calm = self.fast.io_side().0 < EXIT && self.slow.io_side().0 < EXIT;
+        let calm = io_calm && self.fast.cpu_side().0 < EXIT && self.slow.cpu_side().0 < EXIT;
+        let since = |on: bool, at: Option<Duration>| if on { at.or(Some(self.now)) } else { None };
+        self.calm_since = since(calm, self.calm_since);
+        self.io_calm_since = since(io_calm, self.io_calm_since);
         if calm && self.episode.take().is_some() {
             // The cuts helped: the next episode starts without back-off.
             self.backoff = BACKOFF_MIN;
@@ -655,11 +655,14 @@ impl Controller {
     }
 
     fn release(&mut self, r: &Reading, acts: &mut Vec<Action>) {
-        let Some(calm) = self.calm_since else { return };
-        if self.now < calm + HOLD || self.now < self.last_cut + HOLD {
+        if self.now < self.last_cut + HOLD {
             return;
         }
         let periods = r.dt.as_secs_f64() / self.s.period.as_secs_f64().max(1e-3);
+        let Some(calm) = self.calm_since.filter(|c| self.now >= *c + HOLD) else {
+            self.release_io_only(periods, acts);
+            return;
+        };
         let total: f64 = self
             .sides
             .iter()
@@ -673,7 +676,7 @@ impl Controller {
             let before = self.sides[i].t;
             let used = r.sideloads.get(i).map_or(0.0, |u| u.cpu);
             self.release_one(i, step, used, periods);
-            self.log_release(acts, i, before, calm);
+            self.log_release(acts, i, before, (calm, "calm"));
         }
         if self.sides.iter().all(|s| s.t.cpu.is_none()) {
             // Calm at full speed: the ceiling relaxes, so changed conditions are found again.
@@ -702,18 +705,44 @@ impl Controller {
             };
             side.t.cpu = (next < cpus).then_some(next);
         }
-        if let Some(b) = side.t.io_bps {
-            let next = b as f64 * (1.0 + 0.25 * periods);
-            let enough = next >= 4.0 * side.io_peak.max(self.s.io_floor as f64) || next > 1e10;
-            side.t.io_bps = (!enough).then_some(next as u64);
-        }
+        self.release_io(i, periods);
+        let side = &mut self.sides[i];
         if side.t.cpu.is_none() && side.t.io_bps.is_none() && side.t.idle && calm_for >= IDLE_HOLD {
             side.t.idle = false;
         }
     }
 
+    /// Raise sideload `i`'s I/O limit by a quarter per period, until it no longer holds.
+    fn release_io(&mut self, i: usize, periods: f64) {
+        let io_floor = self.s.io_floor as f64;
+        let side = &mut self.sides[i];
+        if let Some(b) = side.t.io_bps {
+            let next = b as f64 * (1.0 + 0.25 * periods);
+            let enough = next >= 4.0 * side.io_peak.max(io_floor) || next > 1e10;
+            side.t.io_bps = (!enough).then_some(next as u64);
+        }
+    }
+
+    /// The I/O harm is calm while the CPU's is not: only the I/O limits are given back.
+    fn release_io_only(&mut self, periods: f64, acts: &mut Vec<Action>) {
+        let Some(calm) = self.io_calm_since.filter(|c| self.now >= *c + HOLD) else {
+            return;
+        };
+        for i in 0..self.sides.len() {
+            let before = self.sides[i].t;
+            self.release_io(i, periods);
+            self.log_release(acts, i, before, (calm, "I/O calm"));
+        }
+    }
+
     /// Releases are logged when a lever is given back entirely, and otherwise once a second.
-    fn log_release(&mut self, acts: &mut Vec<Action>, i: usize, before: Throttle, calm: Duration) {
+    fn log_release(
+        &mut self,
+        acts: &mut Vec<Action>,
+        i: usize,
+        before: Throttle,
+        (calm, what): (Duration, &'static str),
+    ) {
         let t = self.sides[i].t;
         if t == before {
             return;
@@ -726,11 +755,16 @@ impl Controller {
             return;
         }
         self.sides[i].last_release_log = self.now;
+        let (harm, of) = if what == "calm" {
+            (self.slow.cpu_side().0, "harm")
+        } else {
+            (self.slow.io_side().0, "I/O harm")
+        };
         let why = format!(
-            "calm for {:.1} s (harm below {EXIT})",
+            "{what} for {:.1} s ({of} below {EXIT})",
             (self.now - calm).as_secs_f64()
         );
-        self.act(acts, i, "release", (self.slow.cpu_side().0, "calm"), why);
+        self.act(acts, i, "release", (harm, what), why);
     }
 }
 

@@ -192,15 +192,20 @@ fn a_sideload_that_does_not_run_is_not_cut() {
     assert!(acts.is_empty(), "{acts:#?}");
 }
 
-#[test]
-fn io_is_throttled_then_given_back() {
-    let mut c = Controller::new(settings(), base(), 1);
-    let mut host = Host {
+/// A sideload that only writes, 500 MB/s, and stalls the service's I/O with it.
+fn io_writer() -> Host {
+    Host {
         demand: 0.0,
         per_cpu: (0.0, 0.0),
         other: 0.0,
         io_demand: 500e6,
-    };
+    }
+}
+
+#[test]
+fn io_is_throttled_then_given_back() {
+    let mut c = Controller::new(settings(), base(), 1);
+    let mut host = io_writer();
     let (ts, _, acts) = run(&mut c, &host, 5.0);
     assert!(acts.iter().any(|a| a.kind == "io"), "{acts:#?}");
     // Cut to at most half of what it moved, and never below IO_KEEP of its peak.
@@ -209,6 +214,23 @@ fn io_is_throttled_then_given_back() {
     host.io_demand = 0.0;
     let (ts, _, _) = run(&mut c, &host, 40.0);
     assert_eq!(ts.last().unwrap().io_bps, None, "{:?}", ts.last());
+}
+
+/// An I/O limit whose I/O harm has gone is given back even while the CPU stall, which no
+/// sideload causes and no I/O limit can lower, stays between EXIT and ENTER: before, only
+/// calm on both released it, and in the v2 guest a helper stayed at its I/O floor for 16 s.
+#[test]
+fn an_io_limit_is_given_back_on_io_calm_alone() {
+    let mut c = Controller::new(settings(), base(), 1);
+    let mut host = io_writer();
+    let (ts, _, _) = run(&mut c, &host, 5.0);
+    assert!(ts.last().unwrap().io_bps.is_some(), "throttled first");
+    host.io_demand = 0.0;
+    host.other = 0.7 * 0.05; // a CPU stall of 0.7x the allowance
+    let (ts, _, acts) = run(&mut c, &host, 20.0);
+    assert_eq!(ts.last().unwrap().io_bps, None, "{acts:#?}");
+    assert!(acts.iter().any(|a| a.signal == "I/O calm"), "{acts:#?}");
+    assert!(!acts.iter().any(|a| a.kind == "quota"), "{acts:#?}");
 }
 
 #[test]
