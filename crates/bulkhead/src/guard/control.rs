@@ -188,6 +188,13 @@ struct Side {
     last_release_log: Duration,
 }
 
+/// Which calm a release follows: both harms, or the I/O harm alone (I/O limits only).
+#[derive(Debug, Clone, Copy)]
+enum Calm {
+    Both,
+    Io,
+}
+
 /// A run of cuts, from the first until calm.
 #[derive(Debug, Clone)]
 struct Episode {
@@ -676,7 +683,7 @@ impl Controller {
             let before = self.sides[i].t;
             let used = r.sideloads.get(i).map_or(0.0, |u| u.cpu);
             self.release_one(i, step, used, periods);
-            self.log_release(acts, i, before, (calm, "calm"));
+            self.log_release(acts, i, before, calm, Calm::Both);
         }
         if self.sides.iter().all(|s| s.t.cpu.is_none()) {
             // Calm at full speed: the ceiling relaxes, so changed conditions are found again.
@@ -731,7 +738,7 @@ impl Controller {
         for i in 0..self.sides.len() {
             let before = self.sides[i].t;
             self.release_io(i, periods);
-            self.log_release(acts, i, before, (calm, "I/O calm"));
+            self.log_release(acts, i, before, calm, Calm::Io);
         }
     }
 
@@ -741,7 +748,8 @@ impl Controller {
         acts: &mut Vec<Action>,
         i: usize,
         before: Throttle,
-        (calm, what): (Duration, &'static str),
+        calm: Duration,
+        which: Calm,
     ) {
         let t = self.sides[i].t;
         if t == before {
@@ -755,10 +763,9 @@ impl Controller {
             return;
         }
         self.sides[i].last_release_log = self.now;
-        let (harm, of) = if what == "calm" {
-            (self.slow.cpu_side().0, "harm")
-        } else {
-            (self.slow.io_side().0, "I/O harm")
+        let (harm, what, of) = match which {
+            Calm::Both => (self.slow.cpu_side().0, "calm", "harm"),
+            Calm::Io => (self.slow.io_side().0, "I/O calm", "I/O harm"),
         };
         let why = format!(
             "{what} for {:.1} s ({of} below {EXIT})",
