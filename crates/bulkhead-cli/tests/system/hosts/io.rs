@@ -240,6 +240,11 @@ fn io_weight_shares_a_bfq_disk_by_weight() {
     h.apply(&[("low", "IOWeight = 25"), ("high", "IOWeight = 100")]);
     let bfq = |n: &str| bfq_weight(&h, n);
     let (wl, wh) = (bfq("low"), bfq("high"));
+    assert_eq!(
+        (wl, wh),
+        (25, 100),
+        "IOWeight 25:100 should reach BFQ as 25:100"
+    );
     // Both readers running before the window opens (an emulated guest starts slowly).
     let warm = if super::memory::in_guest() { 4.0 } else { 1.5 };
     let mut a = reader(&h, "low", &l, 0, 256, warm + 5.0);
@@ -262,7 +267,7 @@ fn io_weight_shares_a_bfq_disk_by_weight() {
     let ratio = hi as f64 / lo.max(1) as f64;
     let want = wh as f64 / wl as f64;
     let tolerance = if l.nullb.is_some() {
-        "-25%..+50%"
+        "-25%..+100%"
     } else {
         "or less: CPU-bound"
     };
@@ -276,9 +281,12 @@ fn io_weight_shares_a_bfq_disk_by_weight() {
     );
     assert!(hi > 0, "the high-weight reader read nothing in the window");
     if l.nullb.is_some() {
-        // BFQ gives the heavier queue at least its share, often more (measured 4.2-5.7 for 4).
+        // BFQ gives the heavier group at least its share and often more (it charges a queue
+        // that is slow to use its budget for the time it held the disk): measured 4.2-6.3 for
+        // 4 in the v2 guest. Below 3 the weights do not hold; above 8 the light group gets
+        // under half of its 20%.
         assert!(
-            (want * 0.75..=want * 1.5).contains(&ratio),
+            (want * 0.75..=want * 2.0).contains(&ratio),
             "BFQ weights {wl}:{wh} gave a ratio of {ratio:.2}"
         );
     } else {
