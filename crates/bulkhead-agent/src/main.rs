@@ -64,9 +64,10 @@ enum Cmd {
         /// The agent's state directory (the plan it applied)
         #[arg(long, default_value = "/run/bulkhead/agent")]
         state_dir: PathBuf,
-        /// A refused annotation fails the container's creation (an event on the pod), or
-        /// is only logged and nothing is applied to the pod
-        #[arg(long, value_enum, default_value = "fail")]
+        /// A refused annotation, or a directive this node cannot apply: log it and report it
+        /// on the pod (an event) and start the container with what applies (log, the
+        /// default), or fail the container's creation (fail, fail closed)
+        #[arg(long, value_enum, default_value = "log")]
         on_refused: OnRefusedArg,
         /// The plugin's name and index (its order among the runtime's plugins)
         #[arg(long, default_value = "bulkhead")]

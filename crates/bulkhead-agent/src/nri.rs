@@ -11,17 +11,24 @@
 //!   512M`): one directive, parsed and checked as the plan file's `[slice.x]` would; only
 //!   directives the operator allowed (`--allow`, the chart's `nri.allow`).
 //!
-//! Anything else in the domain is refused, naming the annotation; refused means the
-//! container's creation fails with that message (an event on the pod), or with
-//! `--on-refused log`, a log line and nothing applied to the pod. Pods without bulkhead.io
-//! annotations are never even sent here by the stub.
+//! What a container's cgroup takes of a slice, on this node's layout and kernel, is decided by
+//! the library's one mapping (`bulkhead::actions::container`, the mapping `apply` uses): a
+//! directive the kernel cannot apply (IOWeight without BFQ or io.cost, MemoryHigh on v1) is a
+//! finding with its reason, never a write that fails.
+//!
+//! Anything else in the domain is refused, naming the annotation. By default
+//! (`--on-refused log`) a refused annotation or a directive the node does not apply is
+//! logged and reported on the pod as a Warning event (`kubectl describe pod`), and the
+//! container starts with what does apply; with `--on-refused fail` (the operator's explicit
+//! choice: fail closed) the container's creation fails with that message instead. Pods
+//! without bulkhead.io annotations are never even sent here by the stub.
 
+pub mod events;
 pub mod stub;
 
+use bulkhead::actions::container::{self, Node};
 use bulkhead::actions::host::Host;
-use bulkhead::plan::ResolvedSlice;
-use bulkhead::plan::{CpuWeight, Plan};
-use bulkhead::units::Limit;
+use bulkhead::plan::{Plan, ResolvedSlice};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -51,30 +58,23 @@ pub struct Request {
     pub namespace: String,
     #[serde(default)]
     pub pod: String,
+    /// The pod's UID (its events name it).
+    #[serde(default)]
+    pub uid: String,
     #[serde(default)]
     pub container: String,
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
 }
 
-/// What the container gets (the stub's `adjust`); absent fields are left as the runtime has
-/// them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Adjust {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu_shares: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu_quota: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu_period: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory_limit: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pids_limit: Option<i64>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub unified: BTreeMap<String, String>,
-}
+/// What the container gets (the stub's `adjust`): the OCI resources the library's mapping
+/// decided; absent fields are left as the runtime has them.
+pub type Adjust = container::Oci;
+
+/// A control file written once the container's cgroup exists (the library's mapping names
+/// it: what OCI has no field for, and the pod's own cgroup for values that count between
+/// siblings).
+pub use container::Write;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Answer {
@@ -85,9 +85,12 @@ pub struct Answer {
     pub adjust: Option<Adjust>,
 }
 
+/// What a refused annotation, or a directive this node does not apply, does to the container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnRefused {
+    /// Fail its creation (fail closed: the operator's explicit choice).
     Fail,
+    /// Start it with what applies, log and report the rest on the pod (the default).
     Log,
 }
 
@@ -103,44 +106,16 @@ pub struct Policy {
     pub on_refused: OnRefused,
 }
 
-/// The node's cgroup version as runc sees it: a hybrid host is v1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cgroups {
-    V1,
-    V2,
-}
-
-impl Cgroups {
-    pub fn detect() -> Cgroups {
-        if bulkhead::actions::host::pure_v2() {
-            Cgroups::V2
-        } else {
-            Cgroups::V1
-        }
-    }
-}
-
-/// A control file the plugin writes itself once the container's cgroup exists: what the OCI
-/// resources have no field for (cpu.idle and the BFQ weight on a v1 node), and the pod's own
-/// cgroup for cpu.idle and the IO weight. Those two work between siblings only: a container
-/// idle inside its pod competes with nothing, so the pod (the sibling of the other pods of
-/// its QoS class) is marked too. The kubelet never writes either file, so nothing fights.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Write {
-    /// The controller by its v2 name (`io` for v1's blkio), as the layout's hierarchies are looked up.
-    pub controller: &'static str,
-    pub file: &'static str,
-    pub value: String,
-    /// Into the pod's cgroup (the container's parent) instead of the container's.
-    pub pod: bool,
-}
-
-/// The decision for one container: the adjustment, the files to write after creation, the
-/// lines to log (what could not be honoured here), or the refusal.
+/// The decision for one container: the adjustment, the files to write after creation, what
+/// this node does not apply (logged and reported on the pod) and how it applies the rest
+/// differently (logged), or the refusal.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Decision {
     pub adjust: Adjust,
     pub writes: Vec<Write>,
+    /// Directives this node does not apply, each with its reason.
+    pub unapplied: Vec<String>,
+    /// How it applies some differently (v1 weights cover reads and direct I/O only, ...).
     pub notes: Vec<String>,
 }
 
@@ -162,7 +137,7 @@ impl Policy {
     pub fn decide(
         &self,
         annotations: &BTreeMap<String, String>,
-        cg: Cgroups,
+        node: &Node,
         host: &Host,
     ) -> Result<Decision, String> {
         let ours: Vec<(&String, &String)> = annotations
@@ -204,15 +179,21 @@ impl Policy {
         let mut d = Decision::default();
         if let Some(name) = role {
             let s = self.plan_slice(&name, host)?;
-            map(&s, cg, &mut d);
+            take(&s, node, &mut d);
         }
         if toml.lines().count() > 1 {
             let plan = Plan::parse(&toml, Some(std::path::Path::new("pod annotations")))
                 .map_err(|e| annotation_error(&e))?;
             let r = plan.resolve(host).map_err(|e| annotation_error(&e))?;
             if let Some(s) = r.slices.iter().find(|s| s.name().as_str() == "pod") {
-                map(s, cg, &mut d);
+                take(s, node, &mut d);
             }
+        }
+        if self.on_refused == OnRefused::Fail && !d.unapplied.is_empty() {
+            return Err(format!(
+                "refused: not applied on this node: {}",
+                d.unapplied.join("; ")
+            ));
         }
         Ok(d)
     }
@@ -274,76 +255,35 @@ fn annotation_error(e: &bulkhead::Error) -> String {
     format!("refused: {}", crate::machine::error_text(e))
 }
 
-fn limit_i64(l: Limit) -> i64 {
-    match l {
-        Limit::Bytes(b) => i64::try_from(b).unwrap_or(i64::MAX),
-        Limit::Infinity => -1,
+/// What of a resolved slice a container's cgroup takes on this node (the library's mapping),
+/// added to the decision; what it does not take is said with its reason.
+fn take(s: &ResolvedSlice, node: &Node, d: &mut Decision) {
+    let r = container::resources(s, node);
+    let from = if s.name().as_str() == "pod" {
+        String::new()
+    } else {
+        format!("{SLICE}={}: ", s.name())
+    };
+    for f in &r.findings {
+        let text = format!("{from}{}", f.message);
+        if f.severity == bulkhead::error::Severity::Note {
+            d.notes.push(text);
+        } else {
+            d.unapplied.push(text);
+        }
     }
+    merge(&mut d.adjust, r.oci);
+    d.writes.extend(r.writes);
 }
 
-/// What of a resolved slice a container's cgroup takes, on this node's cgroup version. What
-/// it cannot take is a note (logged), as the agent warns for a slice.
-fn map(s: &ResolvedSlice, cg: Cgroups, d: &mut Decision) {
-    let (a, notes) = (&mut d.adjust, &mut d.notes);
-    let write = |controller, file, value: String, pod| Write {
-        controller,
-        file,
-        value,
-        pod,
-    };
-    match (s.cpu_weight, cg) {
-        (Some(CpuWeight::Weight(w)), Cgroups::V2) => {
-            a.unified.insert("cpu.weight".into(), w.to_string());
-        }
-        (Some(CpuWeight::Weight(w)), Cgroups::V1) => {
-            a.cpu_shares = Some(bulkhead::plan::convert::weight_to_shares(w));
-        }
-        (Some(CpuWeight::Idle), cg) => {
-            if cg == Cgroups::V2 {
-                a.unified.insert("cpu.idle".into(), "1".into());
-            } else {
-                // The v1 cpu controller has cpu.idle too (Linux 5.15), but OCI has no field
-                // for it and runc refuses unified keys on v1: written after creation.
-                d.writes.push(write("cpu", "cpu.idle", "1".into(), false));
-            }
-            d.writes.push(write("cpu", "cpu.idle", "1".into(), true));
-        }
-        (None, _) => {}
-    }
-    if let Some(m) = s.cpu_max {
-        a.cpu_quota = Some(i64::try_from(m.quota_us).unwrap_or(i64::MAX));
-        a.cpu_period = Some(i64::try_from(m.period_us).unwrap_or(i64::MAX));
-    }
-    if let Some(m) = s.memory_max {
-        a.memory_limit = Some(limit_i64(m));
-    }
-    match (s.memory_high, cg) {
-        (Some(h), Cgroups::V2) => {
-            let v = h.bytes().map_or("max".to_string(), |b| b.to_string());
-            a.unified.insert("memory.high".into(), v);
-        }
-        (Some(_), Cgroups::V1) => {
-            notes.push("MemoryHigh: memory.high needs cgroup v2; not set on this node".into())
-        }
-        (None, _) => {}
-    }
-    match (s.io_weight, cg) {
-        (Some(w), Cgroups::V2) => {
-            let v = format!("default {w}");
-            a.unified.insert("io.weight".into(), v.clone());
-            d.writes.push(write("io", "io.weight", v, true));
-        }
-        (Some(w), Cgroups::V1) => {
-            let bfq = bulkhead::plan::convert::io_weight_to_bfq(w).to_string();
-            d.writes
-                .push(write("io", "blkio.bfq.weight", bfq.clone(), false));
-            d.writes.push(write("io", "blkio.bfq.weight", bfq, true));
-        }
-        (None, _) => {}
-    }
-    if let Some(t) = s.tasks_max {
-        a.pids_limit = Some(limit_i64(t));
-    }
+/// A later adjustment (the pod's own annotations) over an earlier one (its slice).
+fn merge(into: &mut Adjust, from: Adjust) {
+    into.cpu_shares = from.cpu_shares.or(into.cpu_shares);
+    into.cpu_quota = from.cpu_quota.or(into.cpu_quota);
+    into.cpu_period = from.cpu_period.or(into.cpu_period);
+    into.memory_limit = from.memory_limit.or(into.memory_limit);
+    into.pids_limit = from.pids_limit.or(into.pids_limit);
+    into.unified.extend(from.unified);
 }
 
 /// The directory of a container's cgroup under a hierarchy's mount, from the runtime's

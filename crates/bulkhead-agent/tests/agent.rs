@@ -609,7 +609,7 @@ async fn scenario() {
         "{}",
         agent.log()
     );
-    wait("the watch saw Drifted=True, then Repaired", 10, || async {
+    wait("the watch saw Drifted=True, then Repaired", 30, || async {
         let seen = drifted_seen.lock().unwrap().clone();
         let t = seen.iter().position(|s| s == "True/DriftDetected")?;
         seen[t..]
@@ -763,8 +763,22 @@ async fn scenario() {
     // 7. The API server goes away: the slices stay, drift is still repaired; it comes back
     //    and the agent catches up with a change made after.
     eprintln!("API server down");
+    let log_before = agent.log().len();
     env.apiserver("stop-apiserver");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The agent has noticed (both watches failed), not a pause it may not have got through;
+    // and it runs on.
+    let log = &agent.log;
+    wait(
+        "the agent sees the API server gone",
+        60,
+        move || async move {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let since = text.get(log_before..).unwrap_or_default();
+            (since.contains("watch of plans failed") && since.contains("watch of node failed"))
+                .then_some(())
+        },
+    )
+    .await;
     assert!(agent.alive(), "{}", agent.log());
     assert_eq!(read(helper_cpu), cpu_of(100));
     std::fs::write(helper_cpu, cpu_of(9)).unwrap();

@@ -442,7 +442,7 @@ async fn scenario() {
 
     // 4. Per-pod isolation through NRI.
     eprintln!("nri");
-    nri(&root, &node_root, pods, &client).await;
+    nri(&chart, agents, &root, &node_root, pods, &client).await;
 
     // 5. The plan deleted: its slices and labels go.
     eprintln!("delete");
@@ -615,6 +615,53 @@ impl Chart<'_> {
         .await
     }
 
+    /// `helm upgrade` with more values; waits for the DaemonSet's new pod to be Ready.
+    async fn upgrade(&self, agents: &Api<Pod>, extra: &[&str]) -> Pod {
+        let before = agents
+            .list(&ListParams::default().labels("app.kubernetes.io/name=bulkhead"))
+            .await
+            .unwrap();
+        let old: Vec<String> = before
+            .items
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        let chart = format!("{REPO}/deploy/helm/bulkhead");
+        let mut args = vec![
+            "upgrade",
+            "bulkhead-agent",
+            &chart,
+            "--namespace",
+            NS,
+            "--reuse-values",
+        ];
+        for s in extra {
+            args.extend(["--set", s]);
+        }
+        let out = self.env.helm(&args);
+        assert!(
+            out.status.success(),
+            "helm upgrade: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let old = &old;
+        wait("the upgraded agent's pod Ready", 120, || async move {
+            let l = agents
+                .list(&ListParams::default().labels("app.kubernetes.io/name=bulkhead"))
+                .await
+                .ok()?;
+            let gone = l
+                .items
+                .iter()
+                .all(|p| p.metadata.name.as_ref().is_none_or(|n| !old.contains(n)));
+            if !gone {
+                return None;
+            }
+            l.items.into_iter().find(ready)
+        })
+        .await
+    }
+
     fn uninstall(&self) {
         let t0 = Instant::now();
         let out = self
@@ -694,7 +741,10 @@ async fn privileges(
     })
     .await;
     let other = Foreign::spawn(root, "db.slice/db-helper.slice");
-    // Five passes (interval 1 s) that would have set it.
+    // Five passes (interval 1 s) that would have set it. A negative check with no later
+    // event to wait for (the agent, blind to the task, says nothing): the pause only bounds
+    // how long the agent has to (wrongly) set it. A slow host can make it pass without five
+    // passes, never fail a correct agent.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let got = se_slice(other.pid());
     eprintln!("    se.slice of the task after 5 passes: {got:?} (planned {SLICE_NS})");
@@ -718,10 +768,22 @@ impl Drop for Logs<'_> {
     }
 }
 
-/// The NRI plugin in the agent's pod: a pod taking the db-helper slice gets its cpu.idle and
-/// IO weight; an annotation outside the allow-list fails the container with an event naming
-/// it; a pod without annotations is untouched.
-async fn nri(root: &TestRoot, node_root: &str, pods: &Api<Pod>, client: &kube::Client) {
+/// The NRI plugin in the agent's pod, fail-safe by default: a pod taking the db-helper slice
+/// gets what this node applies of it (the library's mapping: its cpu.idle and memory limit,
+/// its IO weight where the kernel has BFQ or io.cost, else a Warning event with the reason)
+/// and runs; an annotation outside the allow-list is reported on its pod, which runs
+/// untouched; a pod without annotations is untouched. Then fail-closed, as an operator sets
+/// it (`nri.onRefused=fail`): the refused pod, and on a kernel without BFQ a pod asking for
+/// an IO weight, do not start, and their events say why.
+async fn nri(
+    chart: &Chart<'_>,
+    agents: &Api<Pod>,
+    root: &TestRoot,
+    node_root: &str,
+    pods: &Api<Pod>,
+    client: &kube::Client,
+) {
+    use bulkhead::actions::container;
     let pp = PostParams::default();
     pods.create(
         &pp,
@@ -744,6 +806,31 @@ async fn nri(root: &TestRoot, node_root: &str, pods: &Api<Pod>, client: &kube::C
     };
     let helper = wait("the helper pod Running", 60, || running("helper")).await;
     let plain = wait("the plain pod Running", 60, || running("plain")).await;
+    // Fail-safe: the refused pod runs, with nothing applied, and says why.
+    wait("the refused pod Running (onRefused: log)", 60, || {
+        running("greedy")
+    })
+    .await;
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let event = |pod: &'static str, reason: &'static str, what: &'static str| {
+        let events = events.clone();
+        async move {
+            let l = events
+                .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
+                .await
+                .ok()?;
+            l.items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .filter_map(|e| e.message)
+                .find(|m| m.contains(what))
+        }
+    };
+    let msg = wait("a BulkheadRefused event naming the annotation", 60, || {
+        event("greedy", "BulkheadRefused", "bulkhead.io/MemoryMax")
+    })
+    .await;
+    assert!(msg.contains("not allowed"), "{msg}");
     let hc = container_cgroup(node_root, &helper);
     let pc = container_cgroup(node_root, &plain);
     let under = |c: &str, rel: &str, f: &str| root.path(c, rel, f);
@@ -761,36 +848,98 @@ async fn nri(root: &TestRoot, node_root: &str, pods: &Api<Pod>, client: &kube::C
         read(&under("memory", &hc, limit)),
         (100u64 << 20).to_string()
     );
-    if root.v1("io") {
+    // The IO weight, where this node's kernel can apply it.
+    let caps = container::node().unwrap().caps;
+    let io_applies = if root.v1("io") {
+        caps.bfq
+    } else {
+        caps.bfq || caps.io_cost
+    };
+    eprintln!(
+        "    this kernel: BFQ {}, io.cost {}",
+        caps.bfq, caps.io_cost
+    );
+    if io_applies && root.v1("io") {
         // BFQ's weight for IOWeight=20 (the library's conversion).
         let w = bulkhead::plan::convert::io_weight_to_bfq(20).to_string();
         assert_eq!(read(&under("io", &hc, "blkio.bfq.weight")), w);
         assert_eq!(read(&under("io", hp, "blkio.bfq.weight")), w);
         assert_eq!(read(&under("io", &pc, "blkio.bfq.weight")), "100");
-    } else {
+    } else if io_applies && caps.io_cost {
         assert_eq!(read(&under("io", &hc, "io.weight")), "default 20");
+    } else if io_applies {
+        assert_eq!(read(&under("io", &hc, "io.bfq.weight")), "default 20");
+    } else {
+        let msg = wait("a BulkheadNotApplied event naming IOWeight", 60, || {
+            event("helper", "BulkheadNotApplied", "IOWeight")
+        })
+        .await;
+        eprintln!("    the helper pod's event: {msg}");
     }
+    let msg = wait("a BulkheadApplied event on the helper pod", 60, || {
+        event("helper", "BulkheadApplied", "")
+    })
+    .await;
+    eprintln!("    applied: {msg}");
     // The unannotated pod kept what the kubelet gave it (BestEffort: the lowest shares).
     if root.v1("cpu") {
         assert_eq!(read(&under("cpu", &pc, "cpu.shares")), "2");
     }
-    // The refused pod: its container's creation failed, and the event names the annotation.
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    let msg = wait("an event naming the refused annotation", 60, || async {
-        let l = events
-            .list(&ListParams::default().fields("involvedObject.name=greedy"))
-            .await
-            .ok()?;
-        l.items
-            .into_iter()
-            .filter_map(|e| e.message)
-            .find(|m| m.contains("bulkhead.io/MemoryMax"))
+    delete_pods(pods, &["helper", "plain", "greedy"]).await;
+
+    // Fail closed, the operator's explicit choice.
+    chart.upgrade(agents, &["nri.onRefused=fail"]).await;
+    pods.create(
+        &pp,
+        &pause_pod("greedy", json!({"bulkhead.io/MemoryMax": "1G"})),
+    )
+    .await
+    .unwrap();
+    let mut names = vec!["greedy"];
+    if !io_applies {
+        pods.create(
+            &pp,
+            &pause_pod("strict", json!({"bulkhead.io/IOWeight": "20"})),
+        )
+        .await
+        .unwrap();
+        names.push("strict");
+    }
+    let failed = |pod: &'static str, what: &'static str| {
+        let events = events.clone();
+        async move {
+            let l = events
+                .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
+                .await
+                .ok()?;
+            l.items
+                .into_iter()
+                .filter_map(|e| e.message)
+                .find(|m| m.contains(what) && m.contains("bulkhead"))
+        }
+    };
+    let msg = wait("an event failing the refused pod", 60, || {
+        failed("greedy", "bulkhead.io/MemoryMax")
     })
     .await;
     assert!(msg.contains("not allowed"), "{msg}");
-    let g = pods.get("greedy").await.unwrap();
-    assert!(!ready(&g), "the refused pod must not run");
-    for p in ["helper", "plain", "greedy"] {
+    assert!(
+        !ready(&pods.get("greedy").await.unwrap()),
+        "fail closed: the refused pod must not run"
+    );
+    if !io_applies {
+        let msg = wait("an event failing the IOWeight pod", 60, || {
+            failed("strict", "not applied on this node")
+        })
+        .await;
+        assert!(msg.contains("IOWeight"), "{msg}");
+        assert!(!ready(&pods.get("strict").await.unwrap()));
+    }
+    delete_pods(pods, &names).await;
+}
+
+async fn delete_pods(pods: &Api<Pod>, names: &[&str]) {
+    for p in names {
         pods.delete(p, &DeleteParams::default()).await.unwrap();
     }
     wait("the test pods gone", 60, || async {

@@ -56,7 +56,11 @@ pub struct Caps {
     pub cpu_idle: bool,
     /// The BFQ scheduler is registered, so *.bfq.weight files exist.
     pub bfq: bool,
-    /// Disks whose active scheduler is BFQ (weights take effect there).
+    /// BFQ can be had: registered, or a module of this kernel that `modprobe bfq` loads.
+    /// False where the kernel was built without it (CONFIG_IOSCHED_BFQ not set).
+    pub bfq_module: bool,
+    /// Disks whose active scheduler is BFQ (weights take effect there), by kernel name (or
+    /// `MAJ:MIN`).
     pub bfq_devices: Vec<String>,
     /// v2 io.cost is available (io.weight works without BFQ).
     pub io_cost: bool,
@@ -68,6 +72,37 @@ pub struct Caps {
     pub hugetlb_rsvd: bool,
     /// v2 memory.swap.max exists (swap accounting on).
     pub swap_v2: bool,
+    /// A sched_ext scheduler is loaded (its name): it replaces the fair scheduler and
+    /// honours cgroup CPU weights and cpu.idle only if it implements them.
+    pub sched_ext: Option<String>,
+    /// The io controller is on cgroup v2 (io.cost and io.max can exist).
+    pub io_v2: bool,
+}
+
+impl Caps {
+    /// What can make I/O weights act on `disk` here, and only that: BFQ where this kernel has
+    /// it (loaded, or a module to load), io.cost where the io controller is on v2, and
+    /// otherwise the limits every kernel has.
+    pub fn weight_hint(&self, disk: &str) -> String {
+        let caps = self;
+        let mut ways = Vec::new();
+        if caps.bfq {
+            ways.push(format!("echo bfq > /sys/block/{disk}/queue/scheduler"));
+        } else if caps.bfq_module {
+            ways.push(format!(
+                "modprobe bfq, then echo bfq > /sys/block/{disk}/queue/scheduler"
+            ));
+        }
+        if caps.io_v2 {
+            ways.push("enable io.cost on the disk with an [iocost] section (docs/IO-LEVERS.md)".into());
+        }
+        if ways.is_empty() {
+            return "this kernel has no BFQ (built without CONFIG_IOSCHED_BFQ) and its io controller is on cgroup v1 (no io.cost): cap the other slices instead with IOReadBandwidthMax/IOWriteBandwidthMax/IO*IOPSMax on the database's disk (blkio.throttle, which every kernel has)".into();
+        }
+        ways.push("or cap the other slices with IOReadBandwidthMax/IOWriteBandwidthMax".into());
+        ways.join("; ")
+    }
+
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -203,9 +238,13 @@ impl Layout {
             Some(_) => kernel_at_least(5, 7),
             None => false,
         };
+        let bfq = bulkhead_sys::host::bfq_available();
         Caps {
             cpu_idle,
-            bfq: bulkhead_sys::host::bfq_available(),
+            bfq,
+            bfq_module: bfq || bulkhead_sys::host::io_scheduler_module("bfq"),
+            sched_ext: bulkhead_sys::host::sched_ext_loaded(),
+            io_v2,
             bfq_devices,
             // io.cost works only where a device has it enabled, not merely compiled in.
             io_cost: io_v2

@@ -12,6 +12,7 @@
 
 pub mod backend;
 pub mod chosen;
+pub mod container;
 pub mod fs;
 pub mod iocost;
 pub mod layout;

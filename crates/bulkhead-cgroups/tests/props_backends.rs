@@ -68,6 +68,9 @@ fn backends_of_changed_plans() {
                 hugetlb_rsvd: caps_on,
                 io_latency: caps_on,
                 swap_v2: caps_on,
+                bfq_module: caps_on,
+                sched_ext: None,
+                io_v2: !caps_on,
             };
             for s in &resolved.slices {
                 for version in [Version::V1, Version::V2] {

@@ -401,7 +401,7 @@ fn b_no_fight_without_enforcement_or_shared_directives() {
     let p = plan("[slice.system]\nCPUWeight = 100\nMemoryMax = \"2G\"\n");
     let c = cfg(&SYSTEMD.replace("[pods, system-reserved, kube-reserved]", "[pods]"));
     assert!(run(&c, &p, &all).is_empty());
-    // The kubelet writes no cpu.max and no memory.high.
+    // The kubelet writes no CPU quota and no memory high mark.
     let c = cfg(SYSTEMD);
     let p2 = plan("[slice.system]\nCPUQuota = \"50%\"\nMemoryHigh = \"2G\"\n");
     assert!(run(&c, &p2, &all).is_empty());

@@ -1,10 +1,13 @@
 //! The NRI plugin's process: start `bulkhead-nri-stub` (the NRI project's Go stub, which
 //! holds the connection to the runtime) with pipes, and answer its requests one JSON line at
 //! a time until it ends. Lines are bounded; the files written after creation are kept for at
-//! most `MAX_PENDING` containers.
+//! most `MAX_PENDING` containers. What each pod got, and what it did not, is logged and
+//! reported on the pod (`events`).
 
-use super::{cgroup_dir, Answer, Cgroups, Policy, Request, Write};
+use super::events::{Events, PodEvent};
+use super::{cgroup_dir, Answer, OnRefused, Policy, Request, Write};
 use crate::logging::log;
+use bulkhead::actions::container;
 use bulkhead::actions::host::{hierarchy_of, write_control, Host};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write as _};
@@ -54,8 +57,9 @@ pub fn serve(o: Options) -> Result<(), String> {
             std::process::exit(0);
         }
     });
-    let cg = Cgroups::detect();
+    let node = container::node().map_err(|e| crate::machine::error_text(&e))?;
     let host = Host::detect();
+    let events = Events::start(&o.name, std::env::var("NODE_NAME").ok());
     let mut child = Command::new(&o.stub)
         .arg("-socket")
         .arg(&o.socket)
@@ -66,11 +70,12 @@ pub fn serve(o: Options) -> Result<(), String> {
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", o.stub.display()))?;
     log(format!(
-        "nri: plugin {}-{} on {} (cgroup {:?} node; allowed directives: {}; slices: {})",
+        "nri: plugin {}-{} on {} (cgroup {} node; on refused: {:?}; allowed directives: {}; slices: {})",
         o.index,
         o.name,
         o.socket.display(),
-        cg,
+        if node.is_v2() { "v2" } else { "v1" },
+        o.policy.on_refused,
         super::list(&o.policy.allow),
         if o.policy.slices.is_empty() {
             "any of the applied plan".into()
@@ -100,7 +105,7 @@ pub fn serve(o: Options) -> Result<(), String> {
             ));
         }
         let answer = match serde_json::from_str::<Envelope>(&line) {
-            Ok(env) => handle(&o.policy, cg, &host, env, &mut pending),
+            Ok(env) => handle(&o.policy, &host, &events, env, &mut pending),
             Err(e) => {
                 let _ = child.kill();
                 return Err(format!("a request the stub should not send: {e}"));
@@ -116,13 +121,23 @@ pub fn serve(o: Options) -> Result<(), String> {
 
 fn handle(
     policy: &Policy,
-    cg: Cgroups,
     host: &Host,
+    events: &Events,
     env: Envelope,
     pending: &mut HashMap<String, Vec<Write>>,
 ) -> serde_json::Value {
     let r = &env.request;
     let who = format!("pod {}/{} container {}", r.namespace, r.pod, r.container);
+    let event = |warning: bool, reason: &'static str, note: String| {
+        events.send(PodEvent {
+            namespace: r.namespace.clone(),
+            pod: r.pod.clone(),
+            uid: r.uid.clone(),
+            warning,
+            reason,
+            note: format!("container {}: {note}", r.container),
+        })
+    };
     let mut answer = Answer {
         seq: r.seq,
         error: None,
@@ -130,25 +145,27 @@ fn handle(
     };
     let mut post = false;
     match env.event.as_str() {
-        "create" => match policy.decide(&r.annotations, cg, host) {
+        // The node is read at each creation: a disk switched to BFQ, or io.cost the agent's
+        // plan enabled, counts from the next container on.
+        "create" => match container::node()
+            .map_err(|e| crate::machine::error_text(&e))
+            .and_then(|node| policy.decide(&r.annotations, &node, host))
+        {
             Ok(d) => {
                 for n in &d.notes {
                     log(format!("nri: {who}: {n}"));
                 }
-                log(format!(
-                    "nri: {who}: {} {}",
-                    serde_json::to_string(&d.adjust).unwrap_or_default(),
-                    d.writes
-                        .iter()
-                        .map(|w| format!(
-                            "{}{}={}",
-                            if w.pod { "pod " } else { "" },
-                            w.file,
-                            w.value
-                        ))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                ));
+                for n in &d.unapplied {
+                    log(format!("nri: {who}: {n}"));
+                }
+                let applied = applied_text(&d.adjust, &d.writes);
+                log(format!("nri: {who}: {applied}"));
+                if !d.unapplied.is_empty() {
+                    event(true, "BulkheadNotApplied", d.unapplied.join("; "));
+                }
+                if !applied.is_empty() {
+                    event(false, "BulkheadApplied", applied);
+                }
                 if !d.writes.is_empty() && pending.len() < MAX_PENDING {
                     pending.insert(env.id.clone(), d.writes);
                     post = true;
@@ -157,19 +174,27 @@ fn handle(
                 }
                 answer.adjust = Some(d.adjust);
             }
-            Err(e) if policy.on_refused == super::OnRefused::Fail => {
+            Err(e) if policy.on_refused == OnRefused::Fail => {
                 log(format!("nri: {who}: {e}"));
                 answer.error = Some(format!("bulkhead: {e}"));
             }
-            Err(e) => log(format!("nri: {who}: {e}; nothing applied")),
+            Err(e) => {
+                log(format!("nri: {who}: {e}; nothing applied"));
+                event(true, "BulkheadRefused", format!("{e}; nothing applied"));
+            }
         },
         "start" => {
             if let Some(writes) = pending.remove(&env.id) {
-                if let Err(e) = write_all(&env.cgroups_path, &writes) {
-                    log(format!("nri: {who}: {e}"));
-                    answer.error = Some(format!("bulkhead: {e}"));
-                } else {
-                    log(format!("nri: {who}: written in {}", env.cgroups_path));
+                match write_all(&env.cgroups_path, &writes) {
+                    Ok(()) => log(format!("nri: {who}: written in {}", env.cgroups_path)),
+                    Err(e) if policy.on_refused == OnRefused::Fail => {
+                        log(format!("nri: {who}: {e}"));
+                        answer.error = Some(format!("bulkhead: {e}"));
+                    }
+                    Err(e) => {
+                        log(format!("nri: {who}: {e}; the container starts without it"));
+                        event(true, "BulkheadNotApplied", e);
+                    }
                 }
             }
         }
@@ -182,6 +207,34 @@ fn handle(
     v
 }
 
+/// What a container gets, in one line: its OCI fields, then the files written after
+/// creation (`pod ` before those of the pod's own cgroup).
+fn applied_text(adjust: &super::Adjust, writes: &[Write]) -> String {
+    let oci = serde_json::to_value(adjust).unwrap_or_default();
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(m) = oci.as_object() {
+        for (k, v) in m {
+            match v.as_object() {
+                Some(u) => parts.extend(u.iter().map(|(f, x)| format!("{f}={}", plain(x)))),
+                None => parts.push(format!("{k}={}", plain(v))),
+            }
+        }
+    }
+    parts.extend(writes.iter().map(|w| {
+        format!(
+            "{}{}={} (after creation)",
+            if w.pod { "pod " } else { "" },
+            w.file,
+            w.value
+        )
+    }));
+    parts.join(" ")
+}
+
+fn plain(v: &serde_json::Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_string)
+}
+
 /// Write the files into the container's cgroup or its pod's (its parent), in the hierarchy of
 /// each one's controller.
 fn write_all(cgroups_path: &str, writes: &[Write]) -> Result<(), String> {
@@ -189,13 +242,13 @@ fn write_all(cgroups_path: &str, writes: &[Write]) -> Result<(), String> {
         .ok_or_else(|| format!("the runtime's cgroups path {cgroups_path:?} is not one I read"))?;
     let pod = rel.parent().filter(|p| !p.as_os_str().is_empty());
     for w in writes {
-        let mount = hierarchy_of(w.controller)?;
+        let mount = hierarchy_of(&w.controller)?;
         let dir = match (w.pod, pod) {
             (false, _) => rel.as_path(),
             (true, Some(p)) => p,
             (true, None) => return Err(format!("{cgroups_path:?} has no pod cgroup above it")),
         };
-        let path = mount.join(dir).join(w.file);
+        let path = mount.join(dir).join(&w.file);
         write_control(&path, &w.value)
             .map_err(|e| format!("write {} = {}: {e}", path.display(), w.value))?;
     }

@@ -5,7 +5,17 @@ use super::apply::{host_ctx, inherited_cpuset, map_slice};
 use super::map::Want;
 use super::CgroupFs;
 use bulkhead_plan::{ResolvedPlan, ResolvedSlice};
+use bulkhead_sys::error::{Diagnostic, Severity};
 use std::fs;
+
+/// One slice's planned directives as the kernel holds them, and the directives this host
+/// does not apply (the mapping's warnings: no BFQ, memory.high on v1, a sched_ext scheduler).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HeldSlice {
+    pub slice: String,
+    pub held: Vec<Held>,
+    pub unapplied: Vec<Diagnostic>,
+}
 
 /// One planned directive of a slice, beside what its control file holds now.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -31,9 +41,9 @@ impl Held {
 
 impl CgroupFs {
     /// For each slice of the plan, its planned directives and what the kernel holds for
-    /// them, in every hierarchy the slice's controllers are in. Defaults the plan did not
-    /// ask for are left out.
-    pub fn held(&self, plan: &ResolvedPlan) -> Vec<(String, Vec<Held>)> {
+    /// them, in every hierarchy the slice's controllers are in, and what this host does not
+    /// apply. Defaults the plan did not ask for are left out.
+    pub fn held(&self, plan: &ResolvedPlan) -> Vec<HeldSlice> {
         let hs = self.hierarchies(
             plan.slices.iter().any(ResolvedSlice::uses_cpuset),
             plan.slices.iter().any(|s| !s.hugetlb_max.is_empty()),
@@ -43,22 +53,25 @@ impl CgroupFs {
         let mut out = Vec::new();
         for s in &plan.slices {
             let mut held = Vec::new();
+            let mut unapplied: Vec<Diagnostic> = Vec::new();
             for (h, ctrls) in &hs {
                 let dir = self.dir(h, s.name());
                 let inherited = inherited_cpuset(plan, s, &root_sets);
                 let m = map_slice(plan, &host, s, &inherited, (h, ctrls));
+                for w in m.warnings {
+                    if w.severity == Severity::Warning && !unapplied.iter().any(|u| u.message == w.message) {
+                        unapplied.push(w);
+                    }
+                }
                 let hier = h
                     .mount
                     .file_name()
                     .map_or_else(String::new, |n| format!("{}/", n.to_string_lossy()));
-                for w in m.wants {
+                for w in m.wants.into_iter().filter(Want::planned) {
                     let (file, planned, why) = match w {
-                        Want::Value { optional: true, .. } => continue,
                         Want::Value {
                             file, value, why, ..
                         } => (file, value, why),
-                        // Device lines the plan does not name: nothing planned to show.
-                        Want::Lines { lines, .. } if lines.is_empty() => continue,
                         Want::Lines {
                             file, lines, why, ..
                         } => {
@@ -67,9 +80,6 @@ impl CgroupFs {
                             (file, v.join("; "), why)
                         }
                     };
-                    if why.contains("(default)") {
-                        continue;
-                    }
                     let kernel = fs::read_to_string(dir.join(&file))
                         .ok()
                         .map(|t| t.trim().lines().collect::<Vec<_>>().join("; "));
@@ -81,7 +91,11 @@ impl CgroupFs {
                     });
                 }
             }
-            out.push((s.name().to_string(), held));
+            out.push(HeldSlice {
+                slice: s.name().to_string(),
+                held,
+                unapplied,
+            });
         }
         out
     }

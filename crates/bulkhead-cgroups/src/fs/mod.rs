@@ -15,7 +15,7 @@ mod place;
 mod planner;
 mod throttle;
 
-pub use held::Held;
+pub use held::{Held, HeldSlice};
 pub use op::{remove_trees, Op};
 pub use place::original_path;
 

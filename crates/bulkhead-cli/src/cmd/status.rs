@@ -61,8 +61,9 @@ fn limits_table(limits: &[status::SliceLimits]) -> String {
             })
         })
         .collect();
+    let unapplied = not_applied(limits);
     if rows.is_empty() {
-        return String::new();
+        return unapplied;
     }
     let head = ["SLICE", "PLANNED", "FILE", "PLAN", "KERNEL"].map(String::from);
     let mut w = [0usize; 4];
@@ -85,6 +86,24 @@ fn limits_table(limits: &[status::SliceLimits]) -> String {
             w2 = w[2],
             w3 = w[3]
         ));
+    }
+    out.push_str(&unapplied);
+    out
+}
+
+/// The planned directives this host does not apply, with the reason and what to do.
+fn not_applied(limits: &[status::SliceLimits]) -> String {
+    let mut out = String::new();
+    for l in limits {
+        for n in &l.not_applied {
+            if out.is_empty() {
+                out.push_str("\nnot applied on this host:\n");
+            }
+            out.push_str(&format!("  {}: {}\n", l.slice, n.reason));
+            if let Some(h) = &n.hint {
+                out.push_str(&format!("    hint: {h}\n"));
+            }
+        }
     }
     out
 }

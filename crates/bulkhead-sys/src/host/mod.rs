@@ -9,7 +9,10 @@ mod kernel;
 
 pub use block::{active_scheduler, bfq_available, bfq_devices, disks, DevNum};
 pub use devpath::{resolve_device_path, Disk};
-pub use kernel::{kernel_at_least, kernel_release, release_at_least};
+pub use kernel::{
+    io_scheduler_module, kernel_at_least, kernel_release, release_at_least, sched_ext_at,
+    sched_ext_loaded,
+};
 
 use crate::units::IdSet;
 use std::collections::BTreeMap;

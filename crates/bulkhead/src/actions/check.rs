@@ -140,7 +140,8 @@ fn plan_findings(cx: &Context) -> Vec<Finding> {
                 .reader()
                 .held(&p.resolved)
                 .into_iter()
-                .filter(|(s, _)| p.chosen.slices().iter().any(|e| e.as_str() == s))
+                .filter(|h| p.chosen.slices().iter().any(|e| e.as_str() == h.slice))
+                .map(|h| (h.slice, h.held))
                 .collect();
             f.extend(drift::unenforced(&held));
             f
@@ -268,6 +269,7 @@ fn data_disks(chosen: &Chosen, placements: &[Expected]) -> Vec<DataDisk> {
                 .map(move |pid| (name.clone(), pid))
         })
         .take(DISK_LOOKUPS);
+    let caps = chosen.reader().layout.caps();
     let mut out: Vec<DataDisk> = Vec::new();
     for (name, pid) in servers {
         let Ok(d) = DevNum::resolve(Path::new(&format!("/proc/{pid}/cwd"))) else {
@@ -285,6 +287,7 @@ fn data_disks(chosen: &Chosen, placements: &[Expected]) -> Vec<DataDisk> {
                 .and_then(|q| iocost::line_of(q, d))
                 .is_some_and(|l| l.split_whitespace().any(|w| w == "enable=1")),
             by: format!("{name} {pid}"),
+            weight_hint: caps.weight_hint(&d.kernel_name().unwrap_or_else(|| "DISK".into())),
         });
     }
     out

@@ -13,6 +13,7 @@
 //! - [`guard`]: the feedback guard (run, dry run, release, watchdog).
 //! - [`image`]: the image store and its images.
 //! - [`iocost`]: `iocost calibrate`.
+//! - [`container`]: a slice as a container takes it (the NRI plugin), with what the node lacks.
 //! - [`host`]: the machine's facts a caller needs (where a controller is mounted).
 //! - [`groups`]: a caller's own cgroup tree on cgroupfs (the benchmarks'): apply, read, spawn into.
 //! - [`hugepages`]: `hugepages status|usage|collapse|reset`.
@@ -20,6 +21,7 @@
 
 pub mod apply;
 pub mod check;
+pub mod container;
 pub mod destroy;
 pub mod export;
 pub mod groups;

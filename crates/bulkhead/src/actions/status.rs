@@ -27,11 +27,22 @@ pub struct Report {
     pub limits: Vec<SliceLimits>,
 }
 
-/// A slice's planned directives and what the kernel holds for them.
+/// A slice's planned directives and what the kernel holds for them, and the directives this
+/// host does not apply, each with its reason (`not applied` in the text).
 #[derive(Debug, serde::Serialize)]
 pub struct SliceLimits {
     pub slice: String,
     pub directives: Vec<Held>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_applied: Vec<NotApplied>,
+}
+
+/// A planned directive this host does not apply, and what to do.
+#[derive(Debug, serde::Serialize)]
+pub struct NotApplied {
+    pub reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
 }
 
 /// The guard's last status, and whether its process is alive.
@@ -93,8 +104,19 @@ impl Reader {
             .reader()
             .held(plan)
             .into_iter()
-            .filter(|(_, d)| !d.is_empty())
-            .map(|(slice, directives)| SliceLimits { slice, directives })
+            .filter(|h| !h.held.is_empty() || !h.unapplied.is_empty())
+            .map(|h| SliceLimits {
+                slice: h.slice,
+                directives: h.held,
+                not_applied: h
+                    .unapplied
+                    .into_iter()
+                    .map(|d| NotApplied {
+                        reason: d.message,
+                        hint: d.hint,
+                    })
+                    .collect(),
+            })
             .collect()
     }
 }

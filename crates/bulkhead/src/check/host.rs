@@ -29,6 +29,9 @@ pub struct DataDisk {
     pub iocost: bool,
     /// Which server process led here: `postgres 812`.
     pub by: String,
+    /// What can make I/O weights act on this disk on this host (only what can work here).
+    #[serde(skip)]
+    pub weight_hint: String,
 }
 
 /// What `check` reads of the host.
@@ -152,10 +155,7 @@ fn io(f: &Facts, w: &Wants) -> Vec<Finding> {
                         d.name, d.disk, d.by
                     ),
                 )
-                .hint(format!(
-                    "echo bfq > /sys/block/{}/queue/scheduler, or an [iocost] section for it in the plan",
-                    d.name
-                ))
+                .hint(d.weight_hint.clone())
             }
         })
         .collect()
@@ -229,6 +229,7 @@ mod tests {
             scheduler: Some(s.into()),
             iocost,
             by: "postgres 1".into(),
+            weight_hint: String::new(),
         };
         let w = Wants {
             io_weights: true,

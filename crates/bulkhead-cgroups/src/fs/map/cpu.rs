@@ -9,6 +9,19 @@ use bulkhead_plan::CpuWeight;
 impl Mapper<'_> {
     pub(super) fn cpu(&mut self, version: Version) {
         let s = self.slice;
+        if let (Some(scx), Some(w)) = (self.caps.sched_ext.clone(), s.cpu_weight) {
+            let directive = match w {
+                CpuWeight::Idle => "CPUWeight=idle".to_string(),
+                CpuWeight::Weight(n) => format!("CPUWeight={n}"),
+            };
+            self.warnings.push(
+                bulkhead_sys::error::Diagnostic::warning(format!(
+                    "{directive} is not in force: the sched_ext scheduler '{scx}' is loaded, which replaces the kernel's fair scheduler and honours cgroup CPU weights and cpu.idle only if it implements them (most do not): CPU protection is not in force"
+                ))
+                .context(format!("[slice.{}]", s.name()))
+                .hint("stop the sched_ext scheduler (its service, e.g. systemctl stop scx), or confirm that it implements cgroup CPU weights; the files are written and take effect when it unloads"),
+            );
+        }
         let weight_file = if version == Version::V2 {
             "cpu.weight"
         } else {

@@ -9,9 +9,13 @@ use bulkhead_sys::host::DevNum;
 use bulkhead_sys::units::Limit;
 
 impl Mapper<'_> {
+    pub(super) fn weight_hint(&self, disk: &str) -> String {
+        self.caps.weight_hint(disk)
+    }
+
     pub(super) fn weight_effective(&mut self, directive: &str) {
         if self.caps.bfq_devices.is_empty() && !self.caps.io_cost {
-            let hint = "set a disk's scheduler to BFQ (echo bfq > /sys/block/DISK/queue/scheduler) or enable io.cost";
+            let hint = self.weight_hint("DISK");
             self.warnings.push(
                 Diagnostic::warning(format!(
                     "{directive} has no effect here: no disk uses the BFQ scheduler and io.cost is not enabled"
@@ -22,9 +26,10 @@ impl Mapper<'_> {
         }
     }
 
+    /// Whether the disk uses BFQ: `bfq_devices` names it (its kernel name, or `MAJ:MIN`).
     pub(super) fn device_is_bfq(&self, d: DevNum) -> bool {
-        d.kernel_name()
-            .is_some_and(|n| self.caps.bfq_devices.contains(&n))
+        let bfq = &self.caps.bfq_devices;
+        bfq.contains(&d.to_string()) || d.kernel_name().is_some_and(|n| bfq.contains(&n))
     }
 
     pub(super) fn device_weights(&mut self, file: &str, cost: bool) -> Vec<(String, String)> {
@@ -47,10 +52,7 @@ impl Mapper<'_> {
                         "device {d} ({}) does not use the BFQ scheduler, so {file} refuses per-device weights",
                         d.kernel_name().unwrap_or_else(|| "unknown".into())
                     ),
-                    &format!(
-                        "echo bfq > /sys/block/{}/queue/scheduler",
-                        d.kernel_name().unwrap_or_else(|| "DISK".into())
-                    ),
+                    &self.weight_hint(&d.kernel_name().unwrap_or_else(|| "DISK".into())),
                 );
             }
         }
@@ -90,10 +92,11 @@ impl Mapper<'_> {
                 reset: Reset::Default,
             });
         } else if w.is_some() && !self.caps.io_cost {
+            let hint = self.weight_hint("DISK");
             self.warn(
                 "IOWeight",
-                "the kernel has neither BFQ nor io.cost",
-                "load the bfq module (modprobe bfq)",
+                "the kernel has neither BFQ nor io.cost enabled on a disk",
+                &hint,
             );
         }
         let lim = |l: Option<Limit>| l.unwrap_or(Limit::Infinity).v2();
@@ -184,11 +187,13 @@ impl Mapper<'_> {
                 reset: Reset::Default,
             });
         } else if s.io_weight.is_some() || !s.io_device_weight.is_empty() {
-            self.warn(
-                "IOWeight",
-                "the kernel has no BFQ scheduler (blkio.bfq.weight)",
-                "load the bfq module (modprobe bfq)",
-            );
+            let hint = self.weight_hint("DISK");
+            let why = if self.caps.bfq_module {
+                "the BFQ scheduler is not loaded (no blkio.bfq.weight)"
+            } else {
+                "the kernel has no BFQ scheduler (no blkio.bfq.weight)"
+            };
+            self.warn("IOWeight", why, &hint);
         }
         for (file, key, pick) in [
             ("blkio.throttle.read_bps_device", "IOReadBandwidthMax", 0),

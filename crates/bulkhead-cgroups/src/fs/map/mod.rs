@@ -7,6 +7,8 @@ mod cpuset;
 mod hugetlb;
 mod io;
 mod memory;
+#[cfg(test)]
+mod table;
 
 pub use compare::{keyed_lines, reset_line, same, same_line};
 
@@ -62,6 +64,21 @@ pub enum Want {
         why: String,
         reset: Reset,
     },
+}
+
+impl Want {
+    /// Whether the plan asked for this value, rather than a default it leaves as the kernel
+    /// has it (what `status` shows as planned and what a container is given).
+    pub fn planned(&self) -> bool {
+        match self {
+            Want::Value { optional: true, .. } => false,
+            Want::Value { why, .. } => !why.contains("(default)"),
+            Want::Lines { lines, why, .. } => {
+                !lines.is_empty()
+                    && (!why.contains("(default)") || lines.iter().any(|(k, _)| k != "default"))
+            }
+        }
+    }
 }
 
 /// The value a fresh cgroup has in a file, so that new slices only get the writes they need.

@@ -16,6 +16,7 @@ mod host;
 mod io;
 mod limits;
 mod memory;
+mod nri;
 mod placement;
 mod sandbox;
 mod systemd;
