@@ -280,4 +280,6 @@ fn place(r: &mut Resources, controller: &str, version: Version, w: Want) {
 }
 
 #[cfg(test)]
+mod table;
+#[cfg(test)]
 mod tests;

@@ -26,6 +26,7 @@ pub mod notify;
 pub mod notifysock;
 pub mod paths;
 pub mod process;
+pub mod procevents;
 pub mod procs;
 pub mod psi;
 pub mod pty;

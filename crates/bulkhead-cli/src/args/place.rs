@@ -5,9 +5,11 @@ use std::time::Duration;
 
 pub const PLACE_LONG: &str = "Place processes as they start, by the plan's [place.NAME] rules: \
 match on user, executable, command line, parent and systemd unit (every key a rule gives must \
-match), and move each match into its rule's slice. Runs until SIGTERM or SIGINT, scanning /proc \
-every --interval; a new process is read again for --recheck, since some (PostgreSQL's backends) \
-change their command line after they start. As root the plan file must be root's and writable \
+match), and move each match into its rule's slice. Runs until SIGTERM or SIGINT, driven by the \
+kernel's process events (fork, exec, user and name changes; /proc is scanned whole at the start \
+and every 10 s), or where those cannot be had (no CAP_NET_ADMIN, another PID namespace) by a scan \
+of /proc every --interval; a new process is read again every --interval for --recheck, since some \
+(PostgreSQL's backends) change their command line after they start. As root the plan file must be root's and writable \
 only by root.";
 
 pub const PLACE_AFTER: &str =
@@ -22,7 +24,8 @@ pub struct PlaceArgs {
     /// Say what one scan would move, move nothing
     #[arg(long)]
     pub dry_run: bool,
-    /// Time between scans of /proc
+    /// How often young processes (and pidfiles) are read again; without the kernel's process
+    /// events, the time between scans of /proc
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = super::guard::positive_duration)]
     pub interval: Duration,
     /// How long a new process is read again (its command line may change)

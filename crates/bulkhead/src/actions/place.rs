@@ -1,21 +1,40 @@
-//! `place`: the plan's placement rules ([place.NAME]) applied to processes as they start,
-//! by bounded scans of /proc; once (`--once`), as a dry run, or until stopped. And the
-//! placements the plan promises ([`expected`]), for `check` and `plan show`.
+//! `place`: the plan's placement rules ([place.NAME]) applied to processes as they start;
+//! once (`--once`), as a dry run, or until stopped. And the placements the plan promises
+//! ([`expected`]), for `check` and `plan show`.
+//!
+//! Until stopped, the kernel's process events (`bulkhead_sys::procevents`) say which
+//! processes forked, exec'd or changed their user or name, and only those are read; the
+//! young ones are read again every `interval` (a title set after the fork has no event).
+//! /proc is scanned whole at the start, after the kernel dropped events, and every
+//! [`SAFETY_SCAN`]. Where the events cannot be had (no CAP_NET_ADMIN, a PID or network
+//! namespace other than the initial one), /proc is scanned every `interval` instead.
 
 use super::slices::require_slice;
 use super::Context;
 use crate::place::pidfiles::{Pidfiles, ServiceMove};
-use crate::place::rules::{Decision, Engine};
+use crate::place::rules::{self, Change, Decision, Engine, MAX_PER_SCAN};
 use crate::place::tree;
-use bulkhead_cgroups::Placement;
+use bulkhead_cgroups::{Chosen, Placement};
 use bulkhead_plan::place::Expected;
 use bulkhead_plan::{Plan, SliceName};
 use bulkhead_sys::error::{Diagnostic, Error, Result};
+use bulkhead_sys::procevents::ProcEvents;
+use bulkhead_sys::signals::stop_requested;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The largest plan file `place` reads as root.
 const MAX_PLAN_BYTES: usize = 1 << 20;
+
+/// While the kernel's process events drive `place`, /proc is still scanned whole this
+/// often: the safety net for what no event says (a process that came to match a rule
+/// without forking, exec'ing or changing its user or name) and for a bug on either side.
+/// A scan reads only the processes it has not decided on, so it costs a listing of /proc.
+pub(crate) const SAFETY_SCAN: Duration = Duration::from_secs(10);
+
+/// How long the processes events name are gathered before they are read (see [`Pending`]):
+/// a placement waits this much longer, far below an interval.
+const GATHER: Duration = Duration::from_millis(20);
 
 /// How to run.
 #[derive(Debug, Clone)]
@@ -60,9 +79,19 @@ pub struct Placed {
 /// What a run did.
 #[derive(Debug, Default, serde::Serialize)]
 pub struct PlaceSummary {
+    /// Full scans of /proc.
     pub scans: u64,
     pub placed: u64,
     pub failed: u64,
+    /// The kernel's process events drove the run (else it scanned every interval).
+    pub events: bool,
+    /// Why the events could not be had (the run scanned instead).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_events: Option<String>,
+    /// Rounds that decided on the processes events named.
+    pub rounds: u64,
+    /// Times the kernel dropped events (each answered by a full scan).
+    pub lost: u64,
 }
 
 /// The placements the plan promises (its services and rules, and the slices they place in): the hook
@@ -71,8 +100,9 @@ pub fn expected(cx: &Context) -> Result<Vec<Expected>> {
     Ok(bulkhead_plan::place::expected(&cx.load_plan()?))
 }
 
-/// Run the rules: scan, move what matches, report each through `on`, until `once`, a dry
-/// run's one scan, or SIGINT/SIGTERM.
+/// Run the rules: move what matches, report each through `on`; one full scan for `once` or
+/// a dry run, else until SIGINT/SIGTERM (driven by the kernel's process events where they
+/// can be had, by a scan every interval where not).
 pub fn place(
     cx: &Context,
     req: &PlaceRequest,
@@ -86,7 +116,7 @@ pub fn place(
     } else {
         bulkhead_plan::services::with_pidfiles(&plan)
     };
-    let mut pidfiles = Pidfiles::new(services);
+    let pidfiles = Pidfiles::new(services);
     if plan.place.is_empty() && pidfiles.is_empty() {
         return Err(Error::invalid(
             Diagnostic::error("the plan has no placement rules (and no service with a pidfile to place without systemd)")
@@ -97,40 +127,204 @@ pub fn place(
     for e in bulkhead_plan::place::expected(&plan) {
         require_slice(cx, &chosen, &e.slice)?;
     }
-    let mut engine = Engine::new(crate::place::rules::compile(&plan)?, req.recheck);
-    let mut sum = PlaceSummary::default();
-    let one_scan = req.once || req.dry_run;
-    if !one_scan {
-        bulkhead_sys::signals::catch_stop(&[libc::SIGINT, libc::SIGTERM]);
+    let mut pl = Placer {
+        chosen: &chosen,
+        engine: Engine::new(rules::compile(&plan)?, req.recheck),
+        pidfiles,
+        dry_run: req.dry_run,
+        sum: PlaceSummary::default(),
+        on: &mut on,
+    };
+    if req.once || req.dry_run {
+        pl.full_scan();
+        return Ok(pl.sum);
     }
-    loop {
-        let now = bulkhead_sys::procs::now_ticks().unwrap_or(0);
-        let services = pidfiles.scan().into_iter();
-        let placed = services
-            .map(|m| carry_out_service(&chosen, m, req.dry_run))
-            .chain(
-                engine
-                    .scan(now)
-                    .into_iter()
-                    .map(|d| carry_out(&chosen, d, req.dry_run)),
-            );
-        for p in placed {
-            if p.error.is_some() {
-                sum.failed += 1;
-            } else {
-                sum.placed += 1;
+    bulkhead_sys::signals::catch_stop(&[libc::SIGINT, libc::SIGTERM]);
+    match ProcEvents::open() {
+        Ok(events) => pl.by_events(events, req.interval),
+        Err(e) => pl.fall_back(e, req.interval),
+    }
+    Ok(pl.sum)
+}
+
+/// A run's state: what it moves with, what it decides with, what it has done.
+struct Placer<'a, F: FnMut(&Placed)> {
+    chosen: &'a Chosen,
+    engine: Engine,
+    pidfiles: Pidfiles,
+    dry_run: bool,
+    sum: PlaceSummary,
+    on: &'a mut F,
+}
+
+impl<F: FnMut(&Placed)> Placer<'_, F> {
+    /// The services by their pidfiles, then every process not decided on yet.
+    fn full_scan(&mut self) {
+        self.services();
+        let now = now_ticks();
+        let decisions = self.engine.scan(now);
+        self.rules(decisions);
+        self.sum.scans += 1;
+    }
+
+    /// Until stopped: a full scan every `interval`.
+    fn by_scans(&mut self, interval: Duration) {
+        loop {
+            self.full_scan();
+            if stop_requested() {
+                return;
             }
-            on(&p);
-        }
-        sum.scans += 1;
-        if one_scan || bulkhead_sys::signals::stop_requested() {
-            return Ok(sum);
-        }
-        std::thread::sleep(req.interval);
-        if bulkhead_sys::signals::stop_requested() {
-            return Ok(sum);
+            std::thread::sleep(interval);
+            if stop_requested() {
+                return;
+            }
         }
     }
+
+    /// The events could not be had: say so once, and scan.
+    fn fall_back(&mut self, why: std::io::Error, interval: Duration) {
+        eprintln!("bulkhead: warning: place: {why}; scanning /proc every {interval:?} instead");
+        self.sum.events = false;
+        self.sum.no_events = Some(why.to_string());
+        self.by_scans(interval);
+    }
+
+    /// Until stopped: decide on the processes the kernel's events name (gathered for
+    /// [`GATHER`]), read the young ones again and the services' pidfiles every `interval`,
+    /// and scan /proc whole at the start, after lost events and every [`SAFETY_SCAN`].
+    fn by_events(&mut self, mut events: ProcEvents, interval: Duration) {
+        self.sum.events = true;
+        self.full_scan();
+        let mut last_full = Instant::now();
+        let mut tick = last_full + interval;
+        let mut pending = Pending::default();
+        let mut batch = Vec::new();
+        while !stop_requested() {
+            let waited = wait(&events, &pending, tick);
+            batch.clear();
+            let room = MAX_PER_SCAN - pending.pids.len();
+            let got = match waited.and_then(|_| events.read(&mut batch, room)) {
+                Ok(got) => got,
+                Err(e) => return self.fall_back(e, interval),
+            };
+            for change in batch.iter().filter_map(rules::change_of) {
+                pending.add(change, &mut self.engine);
+            }
+            if pending.ready() {
+                let decisions = self.engine.decide_on(now_ticks(), &pending.take());
+                self.rules(decisions);
+                self.sum.rounds += 1;
+            }
+            self.sum.lost += u64::from(got.lost);
+            if got.lost || last_full.elapsed() >= SAFETY_SCAN {
+                self.full_scan();
+                last_full = Instant::now();
+            }
+            if Instant::now() >= tick {
+                self.every_interval();
+                tick = Instant::now() + interval;
+            }
+        }
+    }
+
+    /// The services' pidfiles, and the young processes read again.
+    fn every_interval(&mut self) {
+        self.services();
+        if self.engine.watched() > 0 {
+            let decisions = self.engine.recheck(now_ticks());
+            self.rules(decisions);
+        }
+    }
+
+    /// Move the services whose pidfile names a process outside their slice.
+    fn services(&mut self) {
+        for m in self.pidfiles.scan() {
+            let p = carry_out_service(self.chosen, m, self.dry_run);
+            self.report(&p);
+        }
+    }
+
+    /// Move what the rules decided.
+    fn rules(&mut self, decisions: Vec<Decision>) {
+        for d in decisions {
+            let p = carry_out(self.chosen, d, self.dry_run);
+            self.report(&p);
+        }
+    }
+
+    fn report(&mut self, p: &Placed) {
+        if p.error.is_some() {
+            self.sum.failed += 1;
+        } else {
+            self.sum.placed += 1;
+        }
+        (self.on)(p);
+    }
+}
+
+/// The processes events named, gathered for [`GATHER`] after the first of them before
+/// they are read: a fork and its exec are read once, and a process that exits within it
+/// (most of a shell script's) is not read at all.
+#[derive(Default)]
+struct Pending {
+    pids: Vec<i32>,
+    since: Option<Instant>,
+}
+
+impl Pending {
+    /// A change an event says: a process to read, or one gone (forgotten by the engine).
+    fn add(&mut self, change: Change, engine: &mut Engine) {
+        match change {
+            Change::Read(pid) if !self.pids.contains(&pid) => {
+                self.pids.push(pid);
+                self.since.get_or_insert_with(Instant::now);
+            }
+            Change::Read(_) => {}
+            Change::Gone(pid) => {
+                self.pids.retain(|&p| p != pid);
+                if self.pids.is_empty() {
+                    self.since = None;
+                }
+                engine.forget(pid);
+            }
+        }
+    }
+
+    /// When the gathered processes are to be read.
+    fn due(&self) -> Option<Instant> {
+        Some(self.since? + GATHER)
+    }
+
+    /// Time to read them: [`GATHER`] has passed, or there are as many as a round takes.
+    fn ready(&self) -> bool {
+        !self.pids.is_empty()
+            && (self.pids.len() >= MAX_PER_SCAN || self.due().is_some_and(|d| Instant::now() >= d))
+    }
+
+    fn take(&mut self) -> Vec<i32> {
+        self.since = None;
+        std::mem::take(&mut self.pids)
+    }
+}
+
+/// Wait for events until `tick`; while some are gathered, sleep until they are due (or
+/// `tick`) instead, so that a burst of events wakes `place` once per [`GATHER`], not once
+/// per event.
+fn wait(events: &ProcEvents, pending: &Pending, tick: Instant) -> std::io::Result<()> {
+    let until = pending.due().map_or(tick, |due| due.min(tick));
+    let left = until.saturating_duration_since(Instant::now());
+    if pending.pids.is_empty() {
+        events.wait(left)?;
+    } else {
+        std::thread::sleep(left);
+    }
+    Ok(())
+}
+
+/// The clock processes' start times are on (0 if /proc/uptime cannot be read: every
+/// process then looks old, and is decided on once).
+fn now_ticks() -> u64 {
+    bulkhead_sys::procs::now_ticks().unwrap_or(0)
 }
 
 fn carry_out(chosen: &impl Placement, d: Decision, dry_run: bool) -> Placed {
@@ -210,4 +404,35 @@ fn load_trusted_plan(cx: &Context) -> Result<Plan> {
         })
     })?;
     Plan::parse(&text, Some(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_gathered_once_per_process_and_exits_drop_them() {
+        let mut e = Engine::new(Vec::new(), Duration::from_secs(2));
+        let mut p = Pending::default();
+        assert!(p.due().is_none() && !p.ready());
+        // A fork and its exec: one read.
+        p.add(Change::Read(100), &mut e);
+        p.add(Change::Read(100), &mut e);
+        p.add(Change::Read(101), &mut e);
+        assert_eq!(p.pids, [100, 101]);
+        let due = p.due().unwrap();
+        assert!(due > Instant::now() && due <= Instant::now() + GATHER);
+        // Exited before it was read: not read; the last one gone, nothing is due.
+        p.add(Change::Gone(100), &mut e);
+        assert_eq!(p.pids, [101]);
+        p.add(Change::Gone(101), &mut e);
+        assert!(p.pids.is_empty() && p.due().is_none() && !p.ready());
+        // As many as a round takes: ready at once.
+        for pid in 0..MAX_PER_SCAN as i32 {
+            p.add(Change::Read(1000 + pid), &mut e);
+        }
+        assert!(p.ready());
+        assert_eq!(p.take().len(), MAX_PER_SCAN);
+        assert!(p.due().is_none());
+    }
 }

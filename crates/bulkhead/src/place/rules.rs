@@ -1,17 +1,21 @@
-//! The placement rules at work: each scan of /proc reads the processes it has not decided
-//! on yet, matches them against the rules and says which to move where. A process is
-//! decided on once, except a young one: PostgreSQL sets a backend's title ("postgres:
-//! 15/main: backup \[local\] idle") only after the fork, and `sh -c 'pg_dump ...'` becomes
-//! pg_dump only when it execs, so a process younger than `recheck` is read again on each
-//! scan until it matches or grows old.
+//! The placement rules at work: the processes to decide on are read from /proc, matched
+//! against the rules, and the engine says which to move where. Two ways name them: a scan
+//! of /proc ([`Engine::scan`]: every process not decided on yet) and the kernel's process
+//! events ([`Engine::decide_on`]: the processes that forked, exec'd, or changed their user
+//! or command name, as [`change_of`] reads an event). A process is decided on once, except
+//! a young one: PostgreSQL sets a backend's title ("postgres: 15/main: backup \[local\]
+//! idle") only after the fork, with no event, and `sh -c 'pg_dump ...'` becomes pg_dump
+//! only when it execs, so a process younger than `recheck` is read again on each scan or
+//! re-check ([`Engine::recheck`]) until it matches or grows old.
 //! Bounded: at most [`MAX_WATCHED`] young processes are watched, at most [`MAX_PER_SCAN`]
-//! moves are decided per scan (the rest on the next), and the table of decided PIDs holds
-//! only PIDs /proc lists.
+//! moves are decided per scan or re-check (the rest on the next), and the table of decided
+//! PIDs holds only PIDs /proc listed at the last scan or an event named since.
 
 use bulkhead_plan::place::{Facts, PlaceRule};
 use bulkhead_plan::SliceName;
+use bulkhead_sys::procevents::Event;
 use bulkhead_sys::procs::{self, Proc};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 /// Young processes re-read on each scan, at most.
@@ -35,23 +39,56 @@ pub(crate) struct Decision {
     pub slice: SliceName,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Seen {
     /// Young and unmatched: read again until it is `recheck` old.
     Watching,
-    /// Matched, or old: not read again while the PID lives (start time checked).
-    Done,
+    /// Unmatched and old, or nothing to place (a kernel thread, unreadable): a scan does not
+    /// read it again; an event that it changed (exec, user, name) does.
+    Old,
+    /// Matched: not decided on again while the PID lives (start time checked).
+    Decided,
 }
 
-/// The scanner's memory between scans.
+/// What a process event means to the rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// The process is new or may match differently now (fork, exec, user, name): read it.
+    Read(i32),
+    /// The process exited: forget it.
+    Gone(i32),
+}
+
+/// What `e` means to the rules; None for what they cannot see (a thread's own fork, name
+/// or exit, GIDs, sessions, the kernel's answers).
+pub(crate) fn change_of(e: &Event) -> Option<Change> {
+    match *e {
+        Event::Fork {
+            child_pid,
+            child_tgid,
+            ..
+        } if child_pid == child_tgid => Some(Change::Read(child_tgid)),
+        Event::Exec { tgid, .. } | Event::Uid { tgid, .. } => Some(Change::Read(tgid)),
+        Event::Comm { pid, tgid, .. } if pid == tgid => Some(Change::Read(tgid)),
+        Event::Exit { pid, tgid, .. } if pid == tgid => Some(Change::Gone(tgid)),
+        _ => None,
+    }
+}
+
+/// The rules' memory between scans and events.
 pub(crate) struct Engine {
     rules: Vec<Compiled>,
     seen: HashMap<i32, (u64, Seen)>,
+    /// The PIDs `seen` says are [`Seen::Watching`].
+    watching: BTreeSet<i32>,
     /// How long a new process is re-read, in clock ticks.
     recheck_ticks: u64,
     needs_parent: bool,
     me: i32,
 }
+
+/// Parents read in one pass, by PID.
+type Parents = HashMap<i32, Option<Proc>>;
 
 impl Engine {
     pub(crate) fn new(rules: Vec<Compiled>, recheck: Duration) -> Engine {
@@ -60,6 +97,7 @@ impl Engine {
             needs_parent: rules.iter().any(|c| !c.rule.parent.is_empty()),
             rules,
             seen: HashMap::new(),
+            watching: BTreeSet::new(),
             recheck_ticks: ticks,
             me: std::process::id() as i32,
         }
@@ -71,59 +109,122 @@ impl Engine {
         let (pids, _truncated) = procs::pids();
         let live: std::collections::HashSet<i32> = pids.iter().copied().collect();
         self.seen.retain(|p, _| live.contains(p));
-        let mut parents: HashMap<i32, Option<Proc>> = HashMap::new();
+        self.watching.retain(|p| live.contains(p));
+        let mut parents = Parents::new();
         let mut out = Vec::new();
-        let mut watched = self
-            .seen
-            .values()
-            .filter(|(_, s)| *s == Seen::Watching)
-            .count();
         for pid in pids {
             if out.len() == MAX_PER_SCAN {
                 break;
             }
-            if pid <= 1 || pid == self.me {
+            if !self.placeable(pid) {
                 continue;
             }
             let before = self.seen.get(&pid).copied();
-            if matches!(before, Some((_, Seen::Done))) {
+            if matches!(before, Some((_, Seen::Old | Seen::Decided))) {
                 continue;
             }
             let Some(p) = procs::read(pid) else {
                 // Gone, a kernel thread, or unreadable: nothing to place.
-                self.seen.insert(pid, (0, Seen::Done));
+                self.set(pid, 0, Seen::Old);
                 continue;
             };
             if before.is_some_and(|(start, _)| start != p.start) {
                 // The PID was reused: a new process.
-                self.seen.remove(&pid);
+                self.forget(pid);
             }
-            let parent = if self.needs_parent {
-                parents
-                    .entry(p.ppid)
-                    .or_insert_with(|| procs::read(p.ppid))
-                    .clone()
-            } else {
-                None
-            };
-            if let Some(d) = self.decide(&p, parent.as_ref()) {
-                self.seen.insert(pid, (p.start, Seen::Done));
-                out.push(d);
-                continue;
-            }
-            let young = now.saturating_sub(p.start) < self.recheck_ticks;
-            let was_watched = matches!(self.seen.get(&pid), Some((_, Seen::Watching)));
-            let watch = young && (was_watched || watched < MAX_WATCHED);
-            if watch && !was_watched {
-                watched += 1;
-            }
-            if !watch && was_watched {
-                watched -= 1;
-            }
-            let state = if watch { Seen::Watching } else { Seen::Done };
-            self.seen.insert(pid, (p.start, state));
+            out.extend(self.consider(&p, now, &mut parents));
         }
         out
+    }
+
+    /// Decide on these processes (those the kernel's events named; the caller gives at most
+    /// [`MAX_PER_SCAN`]): each is read again unless it was decided on already (its start
+    /// time checked: a reused PID is a new process), so one that exec'd or changed its
+    /// user or name is judged as it is now.
+    pub(crate) fn decide_on(&mut self, now: u64, pids: &[i32]) -> Vec<Decision> {
+        self.decide_each(now, pids, usize::MAX)
+    }
+
+    /// Read the young processes being watched again (their command line may have changed
+    /// without an event): at most [`MAX_PER_SCAN`] moves, the rest on the next re-check.
+    pub(crate) fn recheck(&mut self, now: u64) -> Vec<Decision> {
+        let pids: Vec<i32> = self.watching.iter().copied().collect();
+        self.decide_each(now, &pids, MAX_PER_SCAN)
+    }
+
+    /// [`Engine::decide_on`], stopping at `limit` decisions.
+    fn decide_each(&mut self, now: u64, pids: &[i32], limit: usize) -> Vec<Decision> {
+        let mut parents = Parents::new();
+        let mut out = Vec::new();
+        for &pid in pids {
+            if out.len() >= limit {
+                break;
+            }
+            if !self.placeable(pid) {
+                continue;
+            }
+            let Some(p) = procs::read(pid) else {
+                self.forget(pid);
+                continue;
+            };
+            match self.seen.get(&pid).copied() {
+                Some((start, Seen::Decided)) if start == p.start => continue,
+                Some((start, _)) if start != p.start => self.forget(pid),
+                _ => {}
+            }
+            out.extend(self.consider(&p, now, &mut parents));
+        }
+        out
+    }
+
+    /// The process exited: its entry goes (a later process with its PID starts afresh).
+    pub(crate) fn forget(&mut self, pid: i32) {
+        self.seen.remove(&pid);
+        self.watching.remove(&pid);
+    }
+
+    /// How many young processes are being watched.
+    pub(crate) fn watched(&self) -> usize {
+        self.watching.len()
+    }
+
+    fn placeable(&self, pid: i32) -> bool {
+        pid > 1 && pid != self.me
+    }
+
+    fn set(&mut self, pid: i32, start: u64, s: Seen) {
+        self.seen.insert(pid, (start, s));
+        if s == Seen::Watching {
+            self.watching.insert(pid);
+        } else {
+            self.watching.remove(&pid);
+        }
+    }
+
+    /// Match one process just read: a decision, or watch it while it is young (and there
+    /// is room), else leave it as old.
+    fn consider(&mut self, p: &Proc, now: u64, parents: &mut Parents) -> Option<Decision> {
+        let parent = if self.needs_parent {
+            parents
+                .entry(p.ppid)
+                .or_insert_with(|| procs::read(p.ppid))
+                .clone()
+        } else {
+            None
+        };
+        if let Some(d) = self.decide(p, parent.as_ref()) {
+            self.set(p.pid, p.start, Seen::Decided);
+            return Some(d);
+        }
+        let young = now.saturating_sub(p.start) < self.recheck_ticks;
+        let room = self.watching.contains(&p.pid) || self.watching.len() < MAX_WATCHED;
+        let state = if young && room {
+            Seen::Watching
+        } else {
+            Seen::Old
+        };
+        self.set(p.pid, p.start, state);
+        None
     }
 
     /// The first rule the process matches, unless it is in that rule's slice already.
@@ -225,10 +326,57 @@ pub(crate) fn unit_of(proc_cgroup: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// A child that waits for the test's word on its stdin before it goes on: the test
+    /// scans while the child is surely still what it started as, however long the scan takes
+    /// (6,000 processes on the host), then lets it go.
+    struct Held {
+        child: std::process::Child,
+    }
+
+    impl Held {
+        fn spawn(shell: &str, script: &str) -> Held {
+            use std::process::{Command, Stdio};
+            let child = Command::new(shell)
+                .args(["-c", &format!("read _; {script}")])
+                .stdin(Stdio::piped())
+                .spawn()
+                .unwrap();
+            Held { child }
+        }
+        fn pid(&self) -> i32 {
+            self.child.id() as i32
+        }
+        fn release(&mut self) {
+            use std::io::Write;
+            let mut stdin = self.child.stdin.take().unwrap();
+            stdin.write_all(b"go\n").unwrap();
+        }
+    }
+
+    impl Drop for Held {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// Scans until one decides on `pid`, for at most 30 s (a condition with a deadline, not
+    /// a fixed pause: a loaded host only makes it take longer).
+    fn scan_until(e: &mut Engine, pid: i32) -> Option<Decision> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            let now = procs::now_ticks().unwrap();
+            if let Some(d) = e.scan(now).into_iter().find(|d| d.pid == pid) {
+                return Some(d);
+            }
+            std::thread::yield_now();
+        }
+        None
+    }
+
     #[test]
     fn a_shell_that_execs_a_matching_program_is_caught() {
-        use std::process::Command;
-        // A copy of sleep under a name no other program has; the shell execs it after a while.
+        // A copy of sleep under a name no other program has; the shell execs it when told.
         let dir = std::env::temp_dir().join(format!("bh-rules-exec-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let name = format!("bh-exe-{}", std::process::id());
@@ -240,25 +388,16 @@ mod tests {
             )),
             Duration::from_secs(30),
         );
-        let mut child = Command::new("sh")
-            .args(["-c", &format!("sleep 0.3; exec {} 5", prog.display())])
-            .spawn()
-            .unwrap();
-        let pid = child.id() as i32;
-        let now = || procs::now_ticks().unwrap();
-        assert!(e.scan(now()).iter().all(|d| d.pid != pid), "still sh");
-        let mut found = false;
-        for _ in 0..40 {
-            std::thread::sleep(Duration::from_millis(50));
-            if e.scan(now()).iter().any(|d| d.pid == pid && d.rule == "x") {
-                found = true;
-                break;
-            }
-        }
-        let _ = child.kill();
-        let _ = child.wait();
+        let mut child = Held::spawn("sh", &format!("exec {} 30", prog.display()));
+        let pid = child.pid();
+        let now = procs::now_ticks().unwrap();
+        assert!(e.scan(now).iter().all(|d| d.pid != pid), "still sh");
+        child.release();
+        let found = scan_until(&mut e, pid);
+        drop(child);
         std::fs::remove_dir_all(&dir).unwrap();
-        assert!(found, "the exec'd program was matched");
+        let d = found.expect("the exec'd program was matched");
+        assert_eq!(d.rule, "x");
     }
 
     #[test]
@@ -291,9 +430,8 @@ mod tests {
 
     #[test]
     fn a_child_whose_title_changes_is_caught_and_decided_once() {
-        use std::process::Command;
-        // A child that renames its command line only after a while, as a PostgreSQL backend
-        // does after fork: the first scan does not match it, a later one does.
+        // A child that renames its command line only when told, as a PostgreSQL backend does
+        // after fork: the first scan does not match it, a later one does.
         let marker = format!("bulkhead-rules-test-{}", std::process::id());
         let rules = rule(&format!(
             "[place.t]\nslice = \"db-helper\"\ncmdline = \"*{marker}*\"\n"
@@ -301,29 +439,154 @@ mod tests {
         let mut e = Engine::new(rules, Duration::from_secs(30));
         // The script names the marker in two pieces, so only the renamed process matches.
         let script = format!(
-            "m=bulkhead-rules-; sleep 0.3; exec -a \"${{m}}test-{}\" sleep 5",
+            "m=bulkhead-rules-; exec -a \"${{m}}test-{}\" sleep 30",
             std::process::id()
         );
-        let mut child = Command::new("bash").args(["-c", &script]).spawn().unwrap();
-        let pid = child.id() as i32;
-        let ticks_now = || procs::now_ticks().unwrap();
-        let first = e.scan(ticks_now());
+        let mut child = Held::spawn("bash", &script);
+        let pid = child.pid();
+        let first = e.scan(procs::now_ticks().unwrap());
         assert!(first.iter().all(|d| d.pid != pid), "{first:?}");
-        let mut found = None;
-        for _ in 0..40 {
-            std::thread::sleep(Duration::from_millis(50));
-            if let Some(d) = e.scan(ticks_now()).into_iter().find(|d| d.pid == pid) {
-                found = Some(d);
-                break;
-            }
-        }
-        let d = found.expect("the renamed child matched");
+        child.release();
+        let d = scan_until(&mut e, pid).expect("the renamed child matched");
         assert_eq!(d.rule, "t");
         assert!(
-            e.scan(ticks_now()).iter().all(|d| d.pid != pid),
+            e.scan(procs::now_ticks().unwrap())
+                .iter()
+                .all(|d| d.pid != pid),
             "decided once"
         );
+    }
+
+    /// `sleep 30` whose command line is `MARKER 30` from its start, with the rules that
+    /// match it.
+    fn marked(tag: &str) -> (Engine, std::process::Child) {
+        use std::os::unix::process::CommandExt;
+        let marker = format!("bh-rules-{tag}-{}", std::process::id());
+        let rules = rule(&format!(
+            "[place.m]\nslice = \"db-helper\"\ncmdline = \"{marker} *\"\n"
+        ));
+        let child = std::process::Command::new("sleep")
+            .arg0(&marker)
+            .arg("30")
+            .spawn()
+            .unwrap();
+        // spawn returns when the child leaves the parent's memory (vfork), before the new
+        // program's command line is set: wait for it (with a deadline).
+        let pid = child.id() as i32;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !procs::read(pid).is_some_and(|p| p.cmdline.starts_with(&marker)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{marker} never showed"
+            );
+            std::thread::yield_now();
+        }
+        (Engine::new(rules, Duration::from_secs(30)), child)
+    }
+
+    fn end(mut child: std::process::Child) {
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    #[test]
+    fn an_engine_fed_pids_decides_once() {
+        let (mut e, child) = marked("once");
+        let pid = child.id() as i32;
+        let now = procs::now_ticks().unwrap();
+        let first = e.decide_on(now, &[pid, pid]);
+        let again = e.decide_on(now, &[pid]);
+        end(child);
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!((first[0].pid, first[0].rule.as_str()), (pid, "m"));
+        assert!(again.is_empty(), "decided once: {again:?}");
+    }
+
+    #[test]
+    fn a_reused_pid_or_a_changed_old_process_is_read_again() {
+        let (mut e, child) = marked("reuse");
+        let pid = child.id() as i32;
+        let start = procs::read(pid).unwrap().start;
+        let now = procs::now_ticks().unwrap();
+        // Another process had this PID and was decided on: this one is new.
+        e.seen.insert(pid, (start.wrapping_sub(1), Seen::Decided));
+        let reused = e.decide_on(now, &[pid]);
+        // An old process left unmatched: a scan skips it, an event (its exec) reads it.
+        e.forget(pid);
+        e.seen.insert(pid, (start, Seen::Old));
+        let scanned = e.scan(now);
+        let evented = e.decide_on(now, &[pid]);
+        end(child);
+        assert_eq!(reused.len(), 1, "{reused:?}");
+        assert!(scanned.iter().all(|d| d.pid != pid), "{scanned:?}");
+        assert_eq!(evented.len(), 1, "{evented:?}");
+    }
+
+    #[test]
+    fn a_young_child_named_by_an_event_is_rechecked_until_its_title_matches() {
+        let marker = format!("bulkhead-rules-event-{}", std::process::id());
+        let rules = rule(&format!(
+            "[place.t]\nslice = \"db-helper\"\ncmdline = \"*{marker}*\"\n"
+        ));
+        let mut e = Engine::new(rules, Duration::from_secs(30));
+        let script = format!(
+            "m=bulkhead-rules-; exec -a \"${{m}}event-{}\" sleep 30",
+            std::process::id()
+        );
+        let mut child = Held::spawn("bash", &script);
+        let pid = child.pid();
+        // Its fork: read, no match yet, young: watched.
+        assert!(e.decide_on(procs::now_ticks().unwrap(), &[pid]).is_empty());
+        assert_eq!(e.watched(), 1);
+        child.release();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut found = None;
+        while found.is_none() && std::time::Instant::now() < deadline {
+            let now = procs::now_ticks().unwrap();
+            found = e.recheck(now).into_iter().find(|d| d.pid == pid);
+            std::thread::yield_now();
+        }
+        assert_eq!(found.expect("the renamed child matched").rule, "t");
+        assert_eq!(e.watched(), 0, "decided: no longer watched");
+    }
+
+    #[test]
+    fn events_the_rules_care_about() {
+        let fork = |child_pid, child_tgid| Event::Fork {
+            parent_pid: 1,
+            parent_tgid: 1,
+            child_pid,
+            child_tgid,
+        };
+        assert_eq!(change_of(&fork(10, 10)), Some(Change::Read(10)));
+        assert_eq!(change_of(&fork(11, 10)), None, "a thread");
+        assert_eq!(
+            change_of(&Event::Exec { pid: 12, tgid: 12 }),
+            Some(Change::Read(12))
+        );
+        let uid = Event::Uid {
+            pid: 14,
+            tgid: 13,
+            ruid: 105,
+            euid: 105,
+        };
+        assert_eq!(change_of(&uid), Some(Change::Read(13)));
+        let comm = |pid| Event::Comm {
+            pid,
+            tgid: 15,
+            comm: [0; 16],
+        };
+        assert_eq!(change_of(&comm(15)), Some(Change::Read(15)));
+        assert_eq!(change_of(&comm(16)), None, "a thread's name");
+        let exit = |pid| Event::Exit {
+            pid,
+            tgid: 17,
+            code: 0,
+            signal: 17,
+        };
+        assert_eq!(change_of(&exit(17)), Some(Change::Gone(17)));
+        assert_eq!(change_of(&exit(18)), None, "a thread ended");
+        assert_eq!(change_of(&Event::Sid { pid: 1, tgid: 1 }), None);
+        assert_eq!(change_of(&Event::Ack { ack: 1, err: 0 }), None);
     }
 }

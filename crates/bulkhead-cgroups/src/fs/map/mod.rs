@@ -7,8 +7,6 @@ mod cpuset;
 mod hugetlb;
 mod io;
 mod memory;
-#[cfg(test)]
-mod table;
 
 pub use compare::{keyed_lines, reset_line, same, same_line};
 
