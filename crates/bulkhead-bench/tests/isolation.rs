@@ -309,16 +309,25 @@ fn killed_mid_run_then_cleaned_by_the_next_run() {
         ])
         .spawn()
         .unwrap();
-    // Wait until it has made its loop device and cgroups, then kill -9.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline
-        && !leftovers()
-            .iter()
-            .any(|l| l.contains("/run/bulkhead/bench"))
-    {
+    // Mid-run: its loop device mounted and its load or a hog running (not a pause that a
+    // slow start may not have got through), then kill -9.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let l = leftovers();
+        let mounted = l.iter().any(|l| l.contains("/run/bulkhead/bench"));
+        let working = l.iter().any(|l| {
+            l.starts_with("process ") && (l.contains("bench hog") || l.contains("bench loadgen"))
+        });
+        if mounted && working {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the bench never got mid-run: {l:#?}");
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
-    std::thread::sleep(Duration::from_millis(1500));
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(

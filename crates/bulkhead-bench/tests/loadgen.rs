@@ -52,7 +52,7 @@ fn start_redis() -> Option<Redis> {
         child,
         addr: SocketAddr::from(([127, 0, 0, 1], port)),
     };
-    loadgen::wait_ready(redis.addr, Duration::from_secs(10)).expect("redis-server ready");
+    loadgen::wait_ready(redis.addr, Duration::from_secs(60)).expect("redis-server ready");
     Some(redis)
 }
 
@@ -81,6 +81,18 @@ fn command(addr: SocketAddr, args: &[&str]) -> String {
         Some(_) => line[1..].to_string(),
         None => panic!("no reply to {args:?}"),
     }
+}
+
+/// Sends one command over a fresh connection and returns the connection without reading
+/// the reply.
+fn send_only(addr: SocketAddr, args: &[&str]) -> TcpStream {
+    let mut s = TcpStream::connect(addr).expect("connect for a raw command");
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    s.write_all(req.as_bytes()).unwrap();
+    s
 }
 
 fn total_commands(addr: SocketAddr) -> u64 {
@@ -181,11 +193,43 @@ fn open_loop_holds_the_rate() {
     assert_sane(&r);
 }
 
+/// Runs `spec` in a thread; returns its handle and a receiver that gets one message once
+/// the run is `into` past its start (warm-up included), by the run's own clock (its progress
+/// callback): what the test waits for before it acts on the server, instead of a pause the
+/// run may not have got through (connecting, say) on a busy host.
+fn run_until<'s>(
+    scope: &'s std::thread::Scope<'s, '_>,
+    spec: &'s LoadSpec,
+    into: Duration,
+) -> (
+    std::thread::ScopedJoinHandle<'s, Result<LoadResult, String>>,
+    std::sync::mpsc::Receiver<()>,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let total = (spec.warmup + spec.duration).as_secs_f64();
+    let at = into.as_secs_f64() / total;
+    let load = scope.spawn(move || {
+        let told = std::cell::Cell::new(false);
+        loadgen::run_with_progress(spec, &|done| {
+            if done >= at && !told.replace(true) {
+                let _ = tx.send(());
+            }
+        })
+    });
+    (load, rx)
+}
+
+/// Wait (at most a minute) for [`run_until`]'s message.
+fn reached(rx: &std::sync::mpsc::Receiver<()>) {
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the run never got there");
+}
+
 /// Runs `spec` while the server sleeps 300 ms (DEBUG SLEEP) 500 ms into the measured window.
 fn run_with_stall(spec: &LoadSpec) -> LoadResult {
     std::thread::scope(|scope| {
-        let load = scope.spawn(|| loadgen::run(spec));
-        std::thread::sleep(spec.warmup + Duration::from_millis(500));
+        let (load, at) = run_until(scope, spec, spec.warmup + Duration::from_millis(500));
+        reached(&at);
         assert_eq!(command(spec.addr, &["DEBUG", "SLEEP", "0.3"]), "OK");
         load.join().unwrap().expect("run with a stall")
     })
@@ -228,21 +272,24 @@ fn a_hung_server_does_not_hang_the_run() {
         timeout: Duration::from_millis(200),
         ..spec(redis.addr)
     };
-    let addr = redis.addr;
-    let (r, took) = std::thread::scope(|scope| {
-        let load = scope.spawn(|| {
-            let started = Instant::now();
-            let r = loadgen::run(&s);
-            (r, started.elapsed())
-        });
-        std::thread::sleep(Duration::from_millis(300));
-        // Hangs the server for longer than the whole run (the scope waits for the reply).
-        scope.spawn(move || command(addr, &["DEBUG", "SLEEP", "2"]));
-        let (r, took) = load.join().unwrap();
-        (r.expect("run against a hung server"), took)
+    let started = Instant::now();
+    let (r, hang) = std::thread::scope(|scope| {
+        let (load, at) = run_until(scope, &s, Duration::from_millis(300));
+        reached(&at);
+        // Hangs the server for far longer than the whole run: a run that waited for it would
+        // take a minute. Its reply is not read (the server is killed when the test ends).
+        let hang = send_only(s.addr, &["DEBUG", "SLEEP", "60"]);
+        (
+            load.join().unwrap().expect("run against a hung server"),
+            hang,
+        )
     });
+    let took = started.elapsed();
+    drop(hang);
     println!("hung server, run took {took:?}: {r:?}");
-    assert!(took < Duration::from_millis(1100 + 800), "took {took:?}");
+    // warm-up + duration + a grace of 0.5 s by design (about 1.6 s); a run that waited for
+    // the server would take 60 s. The bound leaves a busy host room.
+    assert!(took < Duration::from_secs(30), "took {took:?}");
     assert!(r.errors > 0, "{r:?}");
 }
 
@@ -259,16 +306,29 @@ fn a_server_that_goes_away_mid_run_counts_errors_and_the_run_still_ends() {
         ..spec(redis.addr)
     };
     let started = Instant::now();
+    let addr = redis.addr;
     let r = std::thread::scope(|scope| {
-        let load = scope.spawn(|| loadgen::run(&s));
-        std::thread::sleep(Duration::from_millis(500));
+        // Half a second in by the run's clock (past the 100 ms warm-up), and the server has
+        // answered more in the window since: some ops count before it goes.
+        let (load, at) = run_until(scope, &s, Duration::from_millis(500));
+        reached(&at);
+        // (Each INFO counts as a command too: `asked` of them.)
+        let seen = total_commands(addr);
+        let (t0, mut asked) = (Instant::now(), 1);
+        while total_commands(addr) < seen + 100 + asked {
+            asked += 1;
+            assert!(t0.elapsed() < Duration::from_secs(60), "the load stopped");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         redis.child.kill().unwrap();
         redis.child.wait().unwrap();
         load.join().unwrap().expect("run that loses its server")
     });
     let took = started.elapsed();
     println!("server gone mid-run after {took:?}: {r:?}");
-    assert!(took < Duration::from_millis(1100 + 800), "took {took:?}");
+    // The run ends at warm-up + duration + a grace of 0.5 s by design (about 1.6 s), not
+    // later because its server is gone; the bound leaves a busy host room.
+    assert!(took < Duration::from_secs(30), "took {took:?}");
     assert!(r.ops > 0, "{r:?}");
     assert!(r.errors > 0, "{r:?}");
 }
@@ -305,12 +365,19 @@ fn bad_specs_and_closed_ports_are_errors() {
         assert!(err.contains(what), "{what}: {err}");
     }
 
-    // Nothing listens on `addr` (the port was free a moment ago).
+    // Nothing listens on `addr` (the port was free a moment ago): said at once, not after
+    // the request timeout or the end of the run (a minute each here, so that the bound below
+    // tells them apart with room for a busy host).
     let started = Instant::now();
-    let err = loadgen::run(&base).expect_err("run against a closed port");
+    let err = loadgen::run(&LoadSpec {
+        duration: Duration::from_secs(60),
+        timeout: Duration::from_secs(60),
+        ..base.clone()
+    })
+    .expect_err("run against a closed port");
     assert!(err.contains(&addr.to_string()), "{err}");
     assert!(
-        started.elapsed() < Duration::from_secs(1),
+        started.elapsed() < Duration::from_secs(30),
         "a refused connection is fast"
     );
     let err = loadgen::preload(addr, 10, 8).expect_err("preload against a closed port");

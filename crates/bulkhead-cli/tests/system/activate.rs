@@ -103,7 +103,7 @@ command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{d
     let t0 = Instant::now();
     while !(status(&name)["state"] == "idle" && pids_of(&marker).is_empty()) {
         assert!(
-            t0.elapsed() < Duration::from_secs(20),
+            t0.elapsed() < Duration::from_secs(60),
             "no idle stop: {} {:?}\n{}",
             status(&name),
             pids_of(&marker),
@@ -562,7 +562,7 @@ fn refused(s: &Scratch, plan_text: &str, expect: &[&str]) {
         if let Some(st) = child.try_wait().unwrap() {
             break st;
         }
-        if t0.elapsed() > Duration::from_secs(10) {
+        if t0.elapsed() > Duration::from_secs(60) {
             let _ = child.kill();
             panic!("serve did not refuse the plan:\n{plan_text}");
         }
@@ -670,12 +670,13 @@ command = ["/bin/sleep", "600"]
     for _ in 0..3 {
         let t0 = Instant::now();
         let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
         let mut out = Vec::new();
-        // Closed, not hung.
+        // Closed (after the 500 ms start_timeout and stop_timeout), not hung until the read
+        // gives up.
         let _ = c.read_to_end(&mut out);
         assert!(out.is_empty());
-        assert!(t0.elapsed() < Duration::from_secs(10));
+        assert!(t0.elapsed() < Duration::from_secs(60));
     }
     let log = serve.log();
     assert!(

@@ -200,7 +200,9 @@ fn guard_cuts_a_hog_and_its_watchdog_puts_the_plan_back_after_sigkill() {
     // Calibration (2 s, the sideloads held at their floor), then the first cut: an action
     // in the guard's log while the helper is off its plan.
     let status = g.state.join("status.json");
-    let took = wait_for("the guard cuts the helper", Duration::from_secs(20), || {
+    // Generous deadlines (a busy host); how long each took is printed: the figures, not these
+    // limits, say how fast the guard and its watchdog are.
+    let took = wait_for("the guard cuts the helper", Duration::from_secs(60), || {
         let v: serde_json::Value = std::fs::read(&status)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
@@ -235,7 +237,7 @@ fn guard_cuts_a_hog_and_its_watchdog_puts_the_plan_back_after_sigkill() {
     let _ = guard.wait();
     let restored = wait_for(
         "the plan is back after SIGKILL",
-        Duration::from_secs(5),
+        Duration::from_secs(30),
         || {
             let s = g.helper_state();
             s[..4] == planned()[..] && unfrozen(&s)
@@ -245,7 +247,7 @@ fn guard_cuts_a_hog_and_its_watchdog_puts_the_plan_back_after_sigkill() {
         "plan back {:?} after SIGKILL",
         killed.elapsed().min(restored)
     );
-    wait_for("the watchdog exits", Duration::from_secs(5), || {
+    wait_for("the watchdog exits", Duration::from_secs(30), || {
         watchdogs_of(&g.state).is_empty()
     });
     let o = g.cmd().args(["status", "--json"]).output().unwrap();
@@ -255,14 +257,14 @@ fn guard_cuts_a_hog_and_its_watchdog_puts_the_plan_back_after_sigkill() {
     // A hung guard (SIGSTOP: alive, but no heartbeat) is killed by its watchdog, which
     // then puts the plan back.
     let hung = g.guard(&["--duration", "60s"]);
-    wait_for("the restarted guard cuts", Duration::from_secs(20), || {
+    wait_for("the restarted guard cuts", Duration::from_secs(60), || {
         g.helper_state()[..4] != planned()[..]
     });
     let pid = nix::unistd::Pid::from_raw(hung.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
     let back = wait_for(
         "the plan is back after a hang",
-        Duration::from_secs(8),
+        Duration::from_secs(30),
         || {
             let s = g.helper_state();
             s[..4] == planned()[..] && unfrozen(&s)
@@ -271,7 +273,7 @@ fn guard_cuts_a_hog_and_its_watchdog_puts_the_plan_back_after_sigkill() {
     eprintln!("plan back {back:?} after SIGSTOP");
     let out = hung.wait_with_output().unwrap();
     assert!(!out.status.success(), "the hung guard was killed");
-    wait_for("the watchdog exits", Duration::from_secs(5), || {
+    wait_for("the watchdog exits", Duration::from_secs(30), || {
         watchdogs_of(&g.state).is_empty()
     });
 

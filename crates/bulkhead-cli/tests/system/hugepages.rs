@@ -195,10 +195,10 @@ fn hugepage_prerequisites() -> bool {
 
 // ---- the test processes -------------------------------------------------------------------
 
-/// Not a test of its own: with BULKHEAD_HP_HELPER=KIND:MB[:HOLD_MS] set, this is the test
+/// Not a test of its own: with BULKHEAD_HP_HELPER=KIND:MB set, this is the test
 /// process. KIND is `hugetlb` (mmap MAP_HUGETLB), `anon` (mmap, no advice) or `malloc` (glibc
 /// malloc through Rust's System allocator). It touches every page, prints `HELPER READY PID`,
-/// and holds the memory until stdin closes (or HOLD_MS passed).
+/// and holds the memory until stdin closes (the test says when it has looked).
 #[test]
 fn helper() {
     let _suite = crate::suite::shared();
@@ -208,7 +208,6 @@ fn helper() {
     let mut parts = mode.split(':');
     let kind = parts.next().unwrap().to_string();
     let mb: usize = parts.next().unwrap().parse().unwrap();
-    let hold: Option<u64> = parts.next().map(|s| s.parse().unwrap());
     let n = mb << 20;
     let map = |hugetlb: bool| {
         let m = if hugetlb {
@@ -240,13 +239,8 @@ fn helper() {
     println!("HELPER READY {}", std::process::id());
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    match hold {
-        Some(ms) => std::thread::sleep(Duration::from_millis(ms)),
-        None => {
-            let mut s = String::new();
-            let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut s);
-        }
-    }
+    let mut s = String::new();
+    let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut s);
     std::process::exit(0);
 }
 
@@ -268,6 +262,9 @@ struct Helper {
     pid: Option<i32>,
     /// What it printed before it was ready or failed.
     out: String,
+    /// Its stderr so far (bulkhead's words when it runs the helper), read by a thread.
+    err: std::sync::Arc<std::sync::Mutex<String>>,
+    err_reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Helper {
@@ -288,6 +285,17 @@ impl Helper {
                 let _ = tx.send(l);
             }
         });
+        let err = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let mut stderr = child.stderr.take().unwrap();
+        let to = err.clone();
+        let err_reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut stderr, &mut buf) {
+                to.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
         let mut out = String::new();
         let mut pid = None;
         // The test harness prints `test helper ... ` before the helper's own words.
@@ -302,16 +310,27 @@ impl Helper {
                 break;
             }
         }
-        Helper { child, pid, out }
+        Helper {
+            child,
+            pid,
+            out,
+            err,
+            err_reader: Some(err_reader),
+        }
+    }
+
+    /// Wait until its stderr says `what` (while it holds its memory).
+    fn wait_err(&self, what: &str) {
+        crate::common::wait_for(what, || self.err.lock().unwrap().contains(what));
     }
 
     fn finish(mut self) -> (std::process::ExitStatus, String) {
         drop(self.child.stdin.take());
         let st = self.child.wait().unwrap();
-        let mut err = String::new();
-        if let Some(mut e) = self.child.stderr.take() {
-            let _ = std::io::Read::read_to_string(&mut e, &mut err);
+        if let Some(r) = self.err_reader.take() {
+            let _ = r.join();
         }
+        let err = self.err.lock().unwrap().clone();
         (st, err)
     }
 }
@@ -588,7 +607,7 @@ fn run_hugepages_thp_gives_the_child_anon_huge_pages() {
         run.env("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
             .args(["run", "--hugepages", "thp", "--"])
             .args(helper_argv());
-        let c = Helper::start(run, "malloc:64:400");
+        let c = Helper::start(run, "malloc:64");
         let pid = c.pid.expect("helper under verification");
         // glibc parses GLIBC_TUNABLES in place (':' becomes NUL), so look for both parts.
         let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
@@ -599,6 +618,11 @@ fn run_hugepages_thp_gives_the_child_anon_huge_pages() {
         );
         assert!(env.contains("glibc.malloc.hugetlb=1"), "{env}");
         let thp = rollup(pid, "AnonHugePages");
+        if thp > 0 {
+            // bulkhead samples the helper's memory now and then: it ends once bulkhead has
+            // seen its huge pages (a fixed lifetime raced those samples on a busy host).
+            c.wait_err("got huge pages after");
+        }
         let (st, err) = c.finish();
         assert!(st.success(), "{err}");
         if thp > 0 {

@@ -176,8 +176,13 @@ fn status_prometheus_and_exporter_match_the_cgroup_files() {
     let plan = t.plan(&EMBEDDED_DEFAULT.replace("CPUWeight = \"idle\"\n", "CPUWeight = 100\n"));
     let p = plan.to_str().unwrap();
     assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
-    let _busy = Killed(t.sh_in("db-helper", "while :; do :; done").spawn().unwrap());
-    std::thread::sleep(Duration::from_millis(300));
+    let busy = Killed(t.sh_in("db-helper", "while :; do :; done").spawn().unwrap());
+    // In the slice (`run` joins it, then execs the shell) and past the CPU time `check`
+    // expects of it.
+    let comm = format!("/proc/{}/comm", busy.0.id());
+    common::wait_for("the busy loop in the slice, busy", || {
+        std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sh") && cpu_seconds(&t) > 0.1
+    });
 
     // (a) one-shot, for the textfile collector.
     let before = cpu_seconds(&t);
@@ -210,8 +215,16 @@ fn status_prometheus_and_exporter_match_the_cgroup_files() {
     );
     check(&t, body, before, after);
     // The counter goes on: a second scrape after the shared page went stale (1 s) reads
-    // afresh.
+    // afresh. The pause is a least age (a slow host only makes it older), not a wait for
+    // something to happen; that is the kernel's counter passing the first scrape's.
     std::thread::sleep(Duration::from_millis(1200));
+    let first = sample(
+        &parse(body),
+        "bulkhead_slice_cpu_usage_seconds_total{slice=\"db-helper\"}",
+    );
+    common::wait_for("the helper's CPU time past the first scrape", || {
+        cpu_seconds(&t) > first
+    });
     let again = parse(
         http(addr, b"GET /metrics HTTP/1.0\r\n\r\n")
             .split_once("\r\n\r\n")
@@ -241,7 +254,7 @@ fn status_prometheus_and_exporter_match_the_cgroup_files() {
     .unwrap();
     let st = exporter.0.wait().unwrap();
     assert!(st.success(), "exporter ended with {st}");
-    drop(_busy);
+    drop(busy);
     assert!(t
         .run(&["-c", p, "destroy", "--kill", "-q"])
         .status

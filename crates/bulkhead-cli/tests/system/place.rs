@@ -2,8 +2,9 @@
 //! (`bulkhead place`), and a real PostgreSQL cluster placed end to end. Each test under its
 //! own cgroup root, removed even when the test fails.
 
-use crate::common::{prerequisites, stderr, stdout, TestRoot};
+use crate::common::{prerequisites, stderr, stdout, wait_for, TestRoot};
 use bulkhead::plan::EMBEDDED_DEFAULT;
+use std::io::{BufRead, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,12 @@ pub(crate) struct Reaped(Option<Child>);
 impl Reaped {
     pub(crate) fn id(&self) -> u32 {
         self.0.as_ref().map_or(0, Child::id)
+    }
+
+    /// Let a child started by [`held`] go on: the word it waits for on its stdin.
+    fn release(&mut self) {
+        let mut stdin = self.0.as_mut().unwrap().stdin.take().expect("a held child");
+        stdin.write_all(b"go\n").unwrap();
     }
 
     /// SIGTERM, then its exit and output.
@@ -51,20 +58,99 @@ pub(crate) fn tree(script: &str) -> Reaped {
     ))
 }
 
+/// [`tree`], but `script` runs only once the test says so ([`Reaped::release`]): until then
+/// the shell waits on its stdin, so the test knows what it is however long a scan takes.
+fn held(script: &str) -> Reaped {
+    use std::os::unix::process::CommandExt;
+    Reaped(Some(
+        Command::new("sh")
+            .args(["-c", &format!("read _; {script}")])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    ))
+}
+
 fn descendants(pid: u32) -> Vec<i32> {
     let table = bulkhead_sys::procs::table();
     bulkhead_sys::procs::descendants(pid as i32, &table)
 }
 
-/// Wait until `pid` has at least `n` descendants.
+/// Wait until `pid` has at least `n` descendants (at most 30 s; the caller checks how many).
 fn wait_descendants(pid: u32, n: usize) -> Vec<i32> {
-    let end = Instant::now() + Duration::from_secs(10);
+    let end = Instant::now() + Duration::from_secs(30);
     loop {
         let d = descendants(pid);
         if d.len() >= n || Instant::now() > end {
             return d;
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A psql session holding an ACCESS EXCLUSIVE lock on table `t` until the test releases it:
+/// a pg_dump started meanwhile waits on it, so the dump's backend lives (and can be looked
+/// at) for as long as the test needs, not for a fixed time.
+pub(crate) struct TableLock {
+    psql: Child,
+}
+
+impl TableLock {
+    /// Start `psql` (reading SQL from its stdin; this sets stdin and stdout), take the lock
+    /// and wait until psql says it holds it.
+    pub(crate) fn take(mut psql: Command) -> TableLock {
+        let mut psql = psql
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("psql");
+        let out = psql.stdout.take().unwrap();
+        let mut lock = TableLock { psql };
+        lock.say("begin;\nlock table t in access exclusive mode;\n\\echo locked\n");
+        // The answer through a thread: a psql that never answers fails the test, not hangs it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(out).lines() {
+                let Ok(l) = l else { break };
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let end = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) if l.trim() == "locked" => return lock,
+                Ok(_) => {}
+                Err(e) => panic!("psql did not take the lock: {e}"),
+            }
+        }
+    }
+
+    fn say(&mut self, sql: &str) {
+        let stdin = self.psql.stdin.as_mut().expect("psql's stdin");
+        stdin.write_all(sql.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Commit (the waiting dump goes on) and end the session.
+    pub(crate) fn release(mut self) {
+        self.say("commit;\n");
+        drop(self.psql.stdin.take());
+        let st = self.psql.wait().unwrap();
+        assert!(st.success(), "psql: {st}");
+    }
+}
+
+impl Drop for TableLock {
+    fn drop(&mut self) {
+        if let Ok(None) = self.psql.try_wait() {
+            let _ = self.psql.kill();
+            let _ = self.psql.wait();
+        }
     }
 }
 
@@ -183,8 +269,11 @@ fn move_tree_catches_a_tree_that_forks_while_it_moves() {
     ]);
     // Either stable (every process moved) or said that it was not.
     if o.status.success() {
-        // Children forked after the move are born in the slice: none is outside it.
-        std::thread::sleep(Duration::from_millis(100));
+        // Children forked after the move are born in the slice: none is outside it. Some
+        // forked after it, unless the loop had ended by then (a busy host: then it checks
+        // the ones there are).
+        let moved = descendants(pid).len();
+        wait_descendants(pid, (moved + 5).min(300));
         let outside: Vec<i32> = descendants(pid)
             .into_iter()
             .filter(|&k| !in_slice(k, &t, "db.slice/db-server.slice"))
@@ -210,20 +299,17 @@ fn marker(tag: &str) -> String {
     format!("bh-{tag}-{}-{n}", std::process::id())
 }
 
-/// `sleep 60` whose command line becomes `MARKER 60` after `delay` (as a PostgreSQL
-/// backend's title changes after fork); the script itself never names the marker whole.
-fn renamed_sleeper(marker: &str, delay: &str) -> Reaped {
+/// `sleep 600` whose command line is `MARKER 600` (as a PostgreSQL backend's title after
+/// fork); the script itself never names the marker whole. With `later`, it takes that title
+/// only when the test releases it ([`Reaped::release`]): until then it is a shell waiting on
+/// its stdin.
+fn renamed_sleeper(marker: &str, later: bool) -> Reaped {
     let (a, b) = marker.split_at(3);
-    tree(&format!(
-        "exec bash -c 'sleep {delay}; m={a}; exec -a \"${{m}}{b}\" sleep 60'"
-    ))
-}
-
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + Duration::from_secs(15);
-    while !f() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
+    let script = format!("exec bash -c 'm={a}; exec -a \"${{m}}{b}\" sleep 600'");
+    if later {
+        held(&script)
+    } else {
+        tree(&script)
     }
 }
 
@@ -239,9 +325,9 @@ fn rules_place_once_dry_run_and_as_processes_start() {
     let p = plan.to_str().unwrap();
     let helper = "db.slice/db-helper.slice";
 
-    let first = renamed_sleeper(&m, "0");
+    let first = renamed_sleeper(&m, false);
     let pid = first.id() as i32;
-    wait_until("the title", || {
+    wait_for("the title", || {
         bulkhead_sys::procs::read(pid).is_some_and(|p| p.cmdline.starts_with(&m))
     });
     // Dry run: says it, moves nothing.
@@ -250,7 +336,7 @@ fn rules_place_once_dry_run_and_as_processes_start() {
     let out = stdout(&o);
     assert!(
         out.contains(&format!(
-            "would place {pid} (sleep: {m} 60) in db-helper.slice (rule t)"
+            "would place {pid} (sleep: {m} 600) in db-helper.slice (rule t)"
         )),
         "{out}"
     );
@@ -267,25 +353,49 @@ fn rules_place_once_dry_run_and_as_processes_start() {
     let o = t.run(&["-c", p, "place", "--once"]);
     assert!(stdout(&o).is_empty(), "{}", stdout(&o));
 
-    // Running: a process that takes its title 300 ms after it starts is placed.
+    // Running: a process that takes its title after `place` could see it without it is
+    // placed. It waits for the test's word (a fixed delay would race `place`'s first scan on
+    // a busy host). A witness started after it, with its title at once, placed: `place` runs
+    // and has decided on processes newer than the held one, which is still the shell it
+    // started as; only then does it take its title. `--recheck`: on a busy host that may be
+    // more than the default 2 s after it started.
+    let mut second = renamed_sleeper(&m, true);
+    let pid2 = second.id() as i32;
     let running = Reaped(Some(
         t.cmd()
-            .args(["-c", p, "place", "--interval", "50ms", "--json"])
+            .args([
+                "-c",
+                p,
+                "place",
+                "--interval",
+                "50ms",
+                "--recheck",
+                "60s",
+                "--json",
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     ));
-    let second = renamed_sleeper(&m, "0.3");
-    let pid2 = second.id() as i32;
-    wait_until("the new process in the helper slice", || {
+    let witness = renamed_sleeper(&m, false);
+    let pid3 = witness.id() as i32;
+    wait_for("the witness in the helper slice", || {
+        in_slice(pid3, &t, helper)
+    });
+    assert!(
+        !in_slice(pid2, &t, helper),
+        "placed before it had its title"
+    );
+    second.release();
+    wait_for("the renamed process in the helper slice", || {
         in_slice(pid2, &t, helper)
     });
     let o = running.stop();
     assert!(o.status.success(), "{}", stderr(&o));
     let lines = stdout(&o);
     assert!(lines.contains(&format!("\"pid\":{pid2}")), "{lines}");
-    drop((first, second));
+    drop((first, second, witness));
 
     // A plan others can write is refused as root, before anything moves.
     let loose = t.plan(&std::fs::read_to_string(&plan).unwrap());
@@ -406,7 +516,7 @@ cmdline = \"* -p {port} *\"
             .spawn()
             .unwrap(),
     ));
-    wait_until("the cluster in db-server", || {
+    wait_for("the cluster in db-server", || {
         std::iter::once(pm)
             .chain(children.iter().copied())
             .all(|k| in_slice(k, &t, server))
@@ -426,17 +536,20 @@ cmdline = \"* -p {port} *\"
     );
 
     let helper_cpu_before = cpu_usage(&t, helper);
-    // Another session holds the table for 2 s, so the dump's backend waits on its lock
-    // first: it lives long enough to be seen in the helper slice while it runs.
-    let mut lock = pg
-        .psql(
-            "postgres",
-            "begin; lock table t in access exclusive mode; select pg_sleep(2); commit;",
-        )
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Another session holds the table until the test has seen the dump's backend in the
+    // helper slice: the backend waits on the lock first, so it lives until then.
+    let mut psql = pg.as_postgres(&format!("{}/psql", crate::postgres::BIN));
+    psql.args([
+        "-X",
+        "-q",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-U",
+        "postgres",
+        "-d",
+        "postgres",
+    ]);
+    let lock = TableLock::take(psql);
     let dump_file = pg.dir.join("dump.sql.gz");
     let mut dump = pg
         .as_postgres(&format!("{}/pg_dump", crate::postgres::BIN))
@@ -451,7 +564,7 @@ cmdline = \"* -p {port} *\"
     let dump_pid = dump.id() as i32;
     // While it runs: its backend (a child of the postmaster) and pg_dump are in db-helper.
     let mut seen_backend = None;
-    let end = Instant::now() + Duration::from_secs(20);
+    let end = Instant::now() + Duration::from_secs(60);
     while dump.try_wait().unwrap().is_none() && Instant::now() < end {
         let backend = descendants(pm as u32).into_iter().find(|&b| {
             bulkhead_sys::procs::read(b)
@@ -469,8 +582,8 @@ cmdline = \"* -p {port} *\"
         std::thread::sleep(Duration::from_millis(20));
     }
     let backend = seen_backend.expect("the dump's backend was placed in db-helper while it ran");
+    lock.release();
     let status = dump.wait().unwrap();
-    let _ = lock.wait();
     assert!(status.success(), "pg_dump failed");
     assert!(std::fs::metadata(&dump_file).unwrap().len() > 1000);
     // The backend's work (the COPY of 200,000 rows) was counted in the helper slice.
@@ -630,7 +743,7 @@ fn services_are_attached_by_slice_drop_ins_on_systemd() {
             .map(str::to_string)
             .collect::<Vec<_>>()
     };
-    let end = Instant::now() + Duration::from_secs(10);
+    let end = Instant::now() + Duration::from_secs(30);
     while kids().len() < 2 && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -405,7 +405,11 @@ fn status_reports_usage_and_pressure() {
     let p = plan.to_str().unwrap();
     assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
     let mut busy = t.sh_in("db-helper", "while :; do :; done").spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // `run` joins the slice, then execs the shell: once it is `sh`, it is in the slice.
+    let comm = format!("/proc/{}/comm", busy.id());
+    crate::common::wait_for("the busy loop in the slice", || {
+        std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sh")
+    });
     let o = t.run(&["status", "--json", "--interval", "0.5"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();

@@ -664,7 +664,7 @@ fn guard_acts_through_runtime_properties() {
     let t0 = std::time::Instant::now();
     while cut(&c) {
         assert!(
-            t0.elapsed() < std::time::Duration::from_secs(10),
+            t0.elapsed() < std::time::Duration::from_secs(30),
             "the plan is not back: quota {} weight {}",
             c.show("db-helper.slice", "CPUQuotaPerSecUSec"),
             c.show("db-helper.slice", "CPUWeight")
@@ -762,10 +762,13 @@ fn spawn_in_a_slice_through_a_delegated_scope() {
     assert!(o.status.success(), "{}", err(&o));
     common::rootfs::busybox_root(&c.path("/srv/sandbox"));
     // The sandbox's processes are looked at from the container (inside the sandbox its own
-    // cgroup namespace makes the scope "/").
-    let o = c.sh("bulkhead spawn -v --slice db-helper -D /srv/sandbox -- \
-           sh -c 'cat /proc/self/cgroup; sleep 2; exit 6' >/tmp/inside & pid=$!
-         for i in $(seq 100); do
+    // cgroup namespace makes the scope "/"). The sandbox's command runs until the script has
+    // looked: it waits for its stdin (a FIFO the script holds open) to close.
+    let o = c.sh("mkfifo /tmp/hold
+         bulkhead spawn -v --slice db-helper -D /srv/sandbox -- \
+           sh -c 'cat /proc/self/cgroup; read _; exit 6' </tmp/hold >/tmp/inside & pid=$!
+         exec 3>/tmp/hold
+         for i in $(seq 300); do
            init=$(cat /proc/$pid/task/$pid/children 2>/dev/null | tr -d ' ')
            [ -n \"$init\" ] && cmd=$(cat /proc/$init/task/$init/children 2>/dev/null | tr -d ' ')
            [ -n \"$cmd\" ] && break
@@ -776,9 +779,10 @@ fn spawn_in_a_slice_through_a_delegated_scope() {
          echo \"sandbox $(grep '^0::' /proc/$cmd/cgroup)\"
          systemctl show -p Slice -p Delegate -p Description bulkhead-spawn-$pid.scope
          echo \"listed $(systemctl list-units --plain --no-legend 'bulkhead-spawn-*' | awk '{print $1, $3}')\"
+         exec 3>&-
          wait $pid; echo \"exit $?\"
          echo \"inside $(grep '^0::' /tmp/inside)\"
-         for i in $(seq 100); do
+         for i in $(seq 300); do
            left=$(systemctl list-units --all --plain --no-legend 'bulkhead-spawn-*')
            [ -z \"$left\" ] && break
            sleep 0.1

@@ -13,3 +13,5 @@ pub use bulkhead_testkit::bins::bulkhead as bin;
 /// Root and a mounted cgroup hierarchy (missing: fails in CI, skips elsewhere).
 pub use bulkhead_testkit::prereq::cgroups as prerequisites;
 pub use bulkhead_testkit::{read, stderr, stdout, TestRoot};
+/// Wait for a condition, with a deadline (never a fixed pause).
+pub use serve::wait_for;

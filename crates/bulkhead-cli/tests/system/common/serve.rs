@@ -99,7 +99,7 @@ impl Serve {
         let t0 = Instant::now();
         while !s.log().contains("listening on") {
             assert!(
-                t0.elapsed() < Duration::from_secs(10),
+                t0.elapsed() < Duration::from_secs(60),
                 "serve did not start:\n{}",
                 s.log()
             );
@@ -158,10 +158,23 @@ pub fn status(name: &str) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// [`status`] for a wait: `null` while `serve` has not written the file yet (it writes it on
+/// a state change and once a second).
+pub fn status_once_written(name: &str) -> serde_json::Value {
+    let p = format!("/run/bulkhead/sockets/{name}.json");
+    std::fs::read_to_string(&p)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
+/// Wait until `f` holds, polling every 20 ms, for at most a minute (the system tests' one
+/// wait for a condition: a busy host, thousands of processes beside the test, only makes it
+/// take longer; never a fixed pause).
 pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !f() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "timed out: {what}");
+        assert!(t0.elapsed() < Duration::from_secs(60), "timed out: {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }

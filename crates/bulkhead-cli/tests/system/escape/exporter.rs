@@ -87,12 +87,16 @@ fn scrapes(addr: SocketAddr, n: usize, every: Duration) -> (usize, f64) {
 }
 
 /// Holds `n` idle connections to the port, each from another 127.x source address, and
-/// opens a new one as soon as one is closed; prints how many it opened.
+/// opens a new one as soon as one is closed; says `holding` once it first holds `n`, and for
+/// `secs` from then on keeps them; then prints how many it opened.
 const IDLE: &str = r#"
 import select, socket, sys, time
 port, n, secs = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-conns, opened, end = [], 0, time.time() + secs
-while time.time() < end:
+conns, opened, end = [], 0, None
+while end is None or time.time() < end:
+    if end is None and len(conns) >= n:
+        end = time.time() + secs
+        print("holding", flush=True)
     while len(conns) < n:
         s = socket.socket()
         s.bind(("127.0.%d.%d" % (opened // 200 % 200, 2 + opened % 200), 0))
@@ -121,7 +125,7 @@ fn idle_connections_renewed_by_a_local_user_do_not_black_out_the_scrapes() {
     let script = s.write("idle.py", IDLE);
     let e = Exporter::start(5);
     assert!(scrape(e.addr).is_some(), "the exporter does not answer");
-    let attacker = as_nobody(PY)
+    let mut attacker = as_nobody(PY)
         .arg(&script)
         .arg(e.addr.port().to_string())
         .arg("24")
@@ -129,10 +133,18 @@ fn idle_connections_renewed_by_a_local_user_do_not_black_out_the_scrapes() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(1));
+    // The scrapes start once the attacker holds its connections (it says so), not after a
+    // pause it may not have started in. It holds them for 14 s from then: the 20 scrapes
+    // take 10.
+    let mut said = std::io::BufReader::new(attacker.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut said, &mut line).unwrap();
+    assert_eq!(line.trim(), "holding", "the attacker did not run");
     let (ok, worst) = scrapes(e.addr, 20, Duration::from_millis(500));
-    let out = attacker.wait_with_output().unwrap();
-    let opened = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let mut opened = String::new();
+    said.read_to_string(&mut opened).unwrap();
+    attacker.wait().unwrap();
+    let opened = opened.trim().to_string();
     println!(
         "escape[exporter]: tried 24 idle connections from uid 65534 (renewed as closed, {opened} opened, from 127.x.y.z) -> {ok} of 20 scrapes of uid 0 succeeded, slowest {worst:.2} s"
     );

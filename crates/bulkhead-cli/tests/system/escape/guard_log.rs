@@ -89,9 +89,11 @@ fn attempt(cmd: &dyn Fn() -> Command, log: &Path, victim: &Path) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // It refuses the log as it starts: it exits by itself (a guard that took the log runs
+    // on; after 30 s it is taken for one).
     let t0 = Instant::now();
     let mut exited = None;
-    while t0.elapsed() < Duration::from_secs(4) {
+    while t0.elapsed() < Duration::from_secs(30) {
         if let Some(st) = guard.try_wait().unwrap() {
             exited = Some(st);
             break;

@@ -203,13 +203,13 @@ fn setuid_binaries_in_snapshots_and_images_are_out_of_host_users_reach() {
             "--",
             "/bin/sh",
             "-c",
-            "cp /bin/busybox /rootshell && chmod 4755 /rootshell && touch /out/ready && sleep 20",
+            "cp /bin/busybox /rootshell && chmod 4755 /rootshell && touch /out/ready && sleep 600",
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    while !ready.exists() && started.elapsed() < Duration::from_secs(20) {
+    while !ready.exists() && started.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(ready.exists(), "the sandbox did not start");
@@ -352,15 +352,16 @@ fn host_reads_of_image_files_stay_in_the_image() {
             "-D",
             s.root(),
             "--timeout",
-            "10s",
+            "300s",
             "--uid",
             "nobody",
         ])
         .args(["--", "/bin/true"])
         .output()
         .unwrap();
+    // Hung, it would end at the timeout (5 minutes); refused, at once.
     assert!(
-        t0.elapsed() < Duration::from_secs(5),
+        t0.elapsed() < Duration::from_secs(60),
         "spawn hung on a FIFO"
     );
     assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
@@ -447,11 +448,15 @@ fn private_users_mounts_never_reach_the_host_namespace() {
             "--private-users auto --ephemeral --snapshot overlay",
         ] {
             // A namespace of our own stands for the host: the root's directory is a mount
-            // of the given propagation type there (on systemd hosts `/` is shared).
+            // of the given propagation type there (on systemd hosts `/` is shared). "During"
+            // is while the sandbox's command runs: it says `up` through one FIFO, then waits
+            // for the other to close (not a fixed time either way).
             let script = format!(
                 "mount --bind {d} {d} && mount --make-{prop} {d} && \
-                 {bin} spawn -D {r} {opts} -- /bin/sh -c 'sleep 1' & \
-                 sleep 0.7; grep -c ' {d}' /proc/self/mountinfo; wait $!; echo exit=$?; \
+                 rm -f {d}/to {d}/from && mkfifo {d}/to {d}/from && \
+                 {{ {bin} spawn -D {r} {opts} -- /bin/sh -c 'echo up; read _ || true' <{d}/to >{d}/from & }} && \
+                 exec 3>{d}/to 4<{d}/from && read -r up <&4 && [ \"$up\" = up ] && \
+                 grep -c ' {d}' /proc/self/mountinfo; exec 3>&- 4<&-; wait $!; echo exit=$?; \
                  grep -c ' {d}' /proc/self/mountinfo",
                 d = s.dir.display(),
                 r = s.root(),
@@ -508,23 +513,39 @@ fn two_live_sandboxes_never_share_a_user_range() {
             })
             .unwrap_or_default()
     };
-    let kids: Vec<_> = (0..2)
+    // Both live until the test has looked: each prints its map, then waits for its stdin
+    // to close.
+    let mut kids: Vec<_> = (0..2)
         .map(|_| {
             bulkhead()
                 .args(["spawn", "-D", s.root(), "--private-users", "auto", "--"])
-                .args(["/bin/sh", "-c", "cat /proc/self/uid_map; sleep 2"])
+                .args(["/bin/sh", "-c", "cat /proc/self/uid_map; read _ || true"])
+                .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap()
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(1000));
+    // Both maps printed: both sandboxes run, each with its range (and its lease).
+    let maps: Vec<String> = kids
+        .iter_mut()
+        .map(|k| {
+            let mut line = String::new();
+            std::io::BufRead::read_line(
+                &mut std::io::BufReader::new(k.stdout.as_mut().unwrap()),
+                &mut line,
+            )
+            .unwrap();
+            line
+        })
+        .collect();
     let pids: Vec<u32> = kids.iter().map(|k| k.id()).collect();
     let held: Vec<Vec<String>> = pids.iter().map(|p| leases(*p)).collect();
-    let maps: Vec<String> = kids
-        .into_iter()
-        .map(|k| stdout(&k.wait_with_output().unwrap()))
-        .collect();
+    for mut k in kids {
+        drop(k.stdin.take());
+        let o = k.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
     let bases: Vec<&str> = maps
         .iter()
         .map(|m| m.split_whitespace().nth(1).unwrap_or(""))

@@ -3,8 +3,8 @@
 
 use crate::common::prerequisites;
 use crate::common::serve::{
-    as_nobody, bulkhead, connect_from, cpu_time, python_ok, serve_cmd, status, wait_for, want_fds,
-    Scratch, Serve, PY,
+    as_nobody, bulkhead, connect_from, cpu_time, python_ok, serve_cmd, status, status_once_written,
+    wait_for, want_fds, Scratch, Serve, PY,
 };
 use bulkhead_testkit::free_port;
 use std::io::{Read, Write};
@@ -34,6 +34,20 @@ fn answer_on(path: &Path, reply: &'static str) -> Arc<AtomicBool> {
         }
     });
     stop
+}
+
+/// How many sockets process `pid` has open.
+fn sockets_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
 }
 
 fn read_all(mut c: TcpStream, timeout: Duration) -> String {
@@ -73,7 +87,7 @@ fn a_unix_backend_symlink_made_in_the_sandbox_does_not_reach_a_host_socket() {
 [socket.{name}]
 listen = ["127.0.0.1:{port}"]
 backend = "unix:/run/app.sock"
-start_timeout = "3s"
+start_timeout = "60s"
 stop_timeout = "500ms"
 [socket.{name}.target]
 rootfs = "{root}"
@@ -88,7 +102,7 @@ command = ["/bin/sh", "-c", "mkdir -p /run && ln -s {host_sock} /run/app.sock &&
     );
     let serve = Serve::start(&plan, s.dir.join("serve.log"));
     let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let out = read_all(c, Duration::from_secs(20));
+    let out = read_all(c, Duration::from_secs(60));
     host.store(true, Ordering::Relaxed);
     own.store(true, Ordering::Relaxed);
     println!(
@@ -183,7 +197,7 @@ while time.time() < end:
                 refused = Some((st.code(), serve.log()));
                 break;
             }
-            assert!(t0.elapsed() < Duration::from_secs(10), "{}", serve.log());
+            assert!(t0.elapsed() < Duration::from_secs(60), "{}", serve.log());
             std::thread::sleep(Duration::from_millis(2));
         }
         serve.stop();
@@ -220,19 +234,24 @@ fn a_local_user_cannot_declare_a_target_ready() {
     let s = Scratch::new("escape");
     let name = s.name("ready");
     let (port, backend) = (free_port(), free_port());
-    // Takes 3 s to come up, then listens and says READY=1 itself.
+    // Comes up only once the test says so (the file `go`, made when serve has refused the
+    // attacker's forged READY=1: the forgeries surely came while it was not ready), then
+    // listens and says READY=1 itself.
+    let go = s.dir.join("go");
     let script = s.write(
         "slow.py",
         &format!(
             r#"
 import os, socket, time
-time.sleep(3)
+while not os.path.exists("{go}"):
+    time.sleep(0.01)
 l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 l.bind(("127.0.0.1", {backend})); l.listen(16)
 socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"READY=1", os.environ["NOTIFY_SOCKET"])
 while True:
     c, _ = l.accept(); c.sendall(b"served by the ready target\n"); c.close()
-"#
+"#,
+            go = go.display()
         ),
     );
     let plan = s.write(
@@ -243,6 +262,7 @@ while True:
 listen = ["127.0.0.1:{port}"]
 backend = "127.0.0.1:{backend}"
 ready = "notify"
+start_timeout = "300s"
 [socket.{name}.target]
 command = ["{PY}", "{script}"]
 "#,
@@ -253,10 +273,10 @@ command = ["{PY}", "{script}"]
     let attack = s.write(
         "forge.py",
         r#"
-import socket, sys, time
-path, end, sent = sys.argv[1], time.time() + 6, 0
+import os, socket, sys, time
+path, stop, sent, end = sys.argv[1], sys.argv[2], 0, time.time() + 300
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-while time.time() < end:
+while not os.path.exists(stop) and time.time() < end:
     try:
         s.sendto(b"READY=1", path)
         sent += 1
@@ -267,20 +287,29 @@ print(sent)
 "#,
     );
     let serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let stop = s.dir.join("stop");
     let attacker = as_nobody(PY)
         .arg(&attack)
         .arg(&notify)
+        .arg(&stop)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // The first client starts the target, which waits; serve refuses the forgeries
+    // meanwhile; then the target comes up, and the client is served.
     let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let out = read_all(c, Duration::from_secs(20));
+    wait_for("refusals counted while the target starts", || {
+        status_once_written(&name)["limits"]["notify_refused"].as_u64() > Some(0)
+    });
+    std::fs::write(&go, "").unwrap();
+    let out = read_all(c, Duration::from_secs(60));
+    std::fs::write(&stop, "").unwrap();
     let sent = String::from_utf8_lossy(&attacker.wait_with_output().unwrap().stdout)
         .trim()
         .parse::<u64>()
         .unwrap_or(0);
     println!(
-        "escape[sockets]: tried {sent} READY=1 datagrams from uid 65534 to {notify} during a 3 s start -> the client read {:?}",
+        "escape[sockets]: tried {sent} READY=1 datagrams from uid 65534 to {notify} during a start -> the client read {:?}",
         out.trim()
     );
     assert!(sent > 0, "the attacker never reached the notify socket");
@@ -290,9 +319,6 @@ print(sent)
         "serve believed a forged READY=1\n{}",
         serve.log()
     );
-    wait_for("refusals counted", || {
-        status(&name)["limits"]["notify_refused"].as_u64() > Some(0)
-    });
 }
 
 /// Item 11: a sandboxed target must not get a writable view of the host's /run through its
@@ -314,7 +340,7 @@ fn a_sandbox_cannot_write_into_the_hosts_run_through_its_notify_socket() {
 listen = ["127.0.0.1:{port}"]
 backend = "127.0.0.1:8000"
 ready = "notify"
-start_timeout = "3s"
+start_timeout = "60s"
 stop_timeout = "500ms"
 [socket.{name}.target]
 rootfs = "{root}"
@@ -415,8 +441,12 @@ command = ["{PY}", "{script}"]
         idle.push(TcpStream::connect(("127.0.0.1", port)).unwrap());
     }
     wait_for("the target", || status(&name)["state"] == "ready");
-    std::thread::sleep(Duration::from_secs(1));
-    let out = other_client(port, b"ping\n", Duration::from_secs(5));
+    // The other client comes once serve has taken the first client's share (not after a
+    // pause in which it may not have got that far).
+    wait_for("the first client at its share", || {
+        status_once_written(&name)["limits"]["per_source"].as_u64() > Some(0)
+    });
+    let out = other_client(port, b"ping\n", Duration::from_secs(60));
     let st = status(&name);
     println!(
         "escape[sockets]: tried 1100 idle connections from 127.0.0.1, then one from 127.0.0.2 -> {} (active {}, refused per source {})",
@@ -467,25 +497,33 @@ command = ["{PY}", "{script}"]
         ),
     );
     let serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let base = sockets_of(serve.pid());
     let mut slow = Vec::new();
     for _ in 0..400 {
         let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
         c.write_all(b"PROXY TCP4 192.0.2.1 ").unwrap();
         slow.push(c);
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // The window opens once serve has taken all 400 (so it measures the wait, not the
+    // accepts): it holds its share of them, and closed the rest at once (counted).
+    wait_for("serve has taken the 400 connections", || {
+        let closed = status_once_written(&name)["limits"]["per_source"]
+            .as_u64()
+            .unwrap_or(0) as usize;
+        sockets_of(serve.pid()).saturating_sub(base) + closed >= 400
+    });
     let (c0, t0) = (cpu_time(serve.pid()), Instant::now());
     std::thread::sleep(Duration::from_secs(2));
     let share = (cpu_time(serve.pid()) - c0).as_secs_f64() / t0.elapsed().as_secs_f64();
     let out = other_client(
         port,
         b"PROXY TCP4 192.0.2.9 192.0.2.1 5555 80\r\nping\n",
-        Duration::from_secs(10),
+        Duration::from_secs(60),
     );
-    // The default header timeout closes them.
+    // The default header timeout (5 s) closes them: long before the 60 s this waits.
     let t1 = Instant::now();
-    let closed = read_all(slow.swap_remove(0), Duration::from_secs(15)).is_empty()
-        && t1.elapsed() < Duration::from_secs(14);
+    let closed = read_all(slow.swap_remove(0), Duration::from_secs(60)).is_empty()
+        && t1.elapsed() < Duration::from_secs(55);
     println!(
         "escape[sockets]: tried 400 half-sent PROXY headers from one client -> serve used {:.1}% of a CPU while they waited; another client {}; the first closed after {:.1} s",
         share * 100.0,
@@ -564,14 +602,18 @@ command = ["{PY}", "{script}"]
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    std::thread::sleep(Duration::from_secs(1));
+    // The fresh client comes once the flood has pushed flows out (serve has worked through
+    // it), not after a pause; it asks again while no answer comes (a datagram may be lost).
+    wait_for("evictions counted", || {
+        status_once_written(&name)["limits"]["udp_flows_evicted"].as_u64() > Some(0)
+    });
     let fresh = UdpSocket::bind("127.0.0.2:0").unwrap();
     fresh
         .set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
     let mut answer = None;
     let mut buf = [0u8; 64];
-    for _ in 0..10 {
+    for _ in 0..120 {
         fresh.send_to(b"hello", ("127.0.0.1", port)).unwrap();
         if let Ok((n, _)) = fresh.recv_from(&mut buf) {
             answer = Some(String::from_utf8_lossy(&buf[..n]).into_owned());
@@ -582,12 +624,9 @@ command = ["{PY}", "{script}"]
         "escape[sockets]: tried UDP from 1500 source ports of 127.0.0.1, then a fresh client -> {}",
         match &answer {
             Some(a) => format!("answered {a:?}"),
-            None => "no answer in 5 s".into(),
+            None => "no answer in 60 s".into(),
         }
     );
     assert_eq!(answer.as_deref(), Some("HELLO"), "{}", serve.log());
-    wait_for("evictions counted", || {
-        status(&name)["limits"]["udp_flows_evicted"].as_u64() > Some(0)
-    });
     drop(flood);
 }

@@ -213,10 +213,18 @@ command = ["/bin/sh", "-c", "echo up; exec sleep 600"]
     for (i, port) in [p1, p1, p1, p2, p2, p2].into_iter().enumerate() {
         clients.push(connect_from([127, 0, 1, 2 + i as u8], port).unwrap());
     }
+    // Watched for 8 s from the first sandbox on (it comes when it comes on a busy host; a
+    // minute at most): the sandboxes never end by themselves, so more would show by then.
     let t0 = Instant::now();
+    let mut first = None;
     let mut most = 0;
-    while t0.elapsed() < Duration::from_secs(8) {
+    while first.is_none_or(|f: Instant| f.elapsed() < Duration::from_secs(8))
+        && t0.elapsed() < Duration::from_secs(60)
+    {
         most = most.max(sandboxes_of(sv.serve.pid()));
+        if most > 0 && first.is_none() {
+            first = Some(Instant::now());
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
     let active = status(&name)["connections_active"].as_u64().unwrap_or(0);

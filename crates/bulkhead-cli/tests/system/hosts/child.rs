@@ -2,13 +2,56 @@
 //! guest needs nothing else): `spin:CPU:SECS` (a busy loop pinned to one CPU, or `-` for
 //! any), `alloc:MIB:SECS` (anonymous memory, every page touched, then held), `hugetlb:MIB`
 //! (a MAP_HUGETLB map of 2 MiB pages, every page touched), `cpus` (print the CPUs this
-//! process may run on), `spawn:N` (start N `sleep 2` at once, print how many started and
-//! how many were refused), `read:DEV:OFFSET_MIB:LEN_MIB:SECS` (O_DIRECT reads of 64 KiB
-//! over a region of a block device by four threads, round and round, for SECS),
-//! `lat:DEV:OFFSET_MIB:LEN_MIB:SECS` (a latency-sensitive reader: one O_DIRECT 4 KiB read at
-//! a random place of the region every millisecond, for SECS; prints `p50=US p99=US n=N`).
+//! process may run on), `spawn:N` (start N long `sleep`s at once, print how many started
+//! and how many were refused, then end them), `read:DEV:OFFSET_MIB:LEN_MIB:SECS` (O_DIRECT
+//! reads of 64 KiB over a region of a block device by four threads, round and round, for
+//! SECS), `lat:DEV:OFFSET_MIB:LEN_MIB:SECS` (a latency-sensitive reader: one O_DIRECT 4 KiB
+//! read at a random place of the region every millisecond, for SECS; prints `p50=US p99=US
+//! n=N`). SECS `-` (spin, alloc, read): until the child's stdin is closed, so that the check,
+//! not a lifetime fixed in advance, ends the work once its window has closed.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How long an op works: SECS seconds, or (`-`) until stdin is closed.
+#[derive(Clone)]
+enum Until {
+    Time(Instant),
+    StdinClosed(Arc<AtomicBool>),
+}
+
+impl Until {
+    fn parse(secs: &str) -> Until {
+        if secs == "-" {
+            let closed = Arc::new(AtomicBool::new(false));
+            let c = closed.clone();
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+                c.store(true, Ordering::SeqCst);
+            });
+            Until::StdinClosed(closed)
+        } else {
+            let secs: f64 = secs.parse().unwrap();
+            Until::Time(Instant::now() + Duration::from_secs_f64(secs))
+        }
+    }
+
+    /// Whether to go on.
+    fn going(&self) -> bool {
+        match self {
+            Until::Time(end) => Instant::now() < *end,
+            Until::StdinClosed(closed) => !closed.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Block until the work should end.
+    fn wait(&self) {
+        while self.going() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
 
 /// Not a check: the entry point of the child. Does nothing without `BH_CHILD`.
 #[test]
@@ -19,14 +62,14 @@ fn child() {
     };
     let parts: Vec<&str> = op.split(':').collect();
     let code = match parts.as_slice() {
-        ["spin", cpu, secs] => spin(cpu, secs.parse().unwrap()),
-        ["alloc", mib, secs] => alloc(mib.parse().unwrap(), secs.parse().unwrap()),
+        ["spin", cpu, secs] => spin(cpu, Until::parse(secs)),
+        ["alloc", mib, secs] => alloc(mib.parse().unwrap(), secs),
         ["hugetlb", mib] => hugetlb(mib.parse().unwrap()),
         ["read", dev, off, len, secs] => read(
             dev,
             off.parse().unwrap(),
             len.parse().unwrap(),
-            secs.parse().unwrap(),
+            Until::parse(secs),
         ),
         ["lat", dev, off, len, secs] => lat(
             dev,
@@ -49,15 +92,14 @@ fn child() {
     std::process::exit(code);
 }
 
-fn spin(cpu: &str, secs: f64) -> i32 {
+fn spin(cpu: &str, until: Until) -> i32 {
     if let Ok(n) = cpu.parse::<usize>() {
         let mut set = nix::sched::CpuSet::new();
         set.set(n).unwrap();
         nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
     }
-    let end = Instant::now() + Duration::from_secs_f64(secs);
     let mut x: u64 = 1;
-    while Instant::now() < end {
+    while until.going() {
         for _ in 0..100_000 {
             x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
@@ -67,13 +109,12 @@ fn spin(cpu: &str, secs: f64) -> i32 {
 
 /// Four readers (threads), each round and round over its quarter of the region: the
 /// device always has work queued, so the scheduler, not the reader, sets the pace.
-fn read(dev: &str, off_mib: u64, len_mib: u64, secs: f64) -> i32 {
-    let end = Instant::now() + Duration::from_secs_f64(secs);
+fn read(dev: &str, off_mib: u64, len_mib: u64, until: Until) -> i32 {
     let quarter = len_mib / 4;
     let threads: Vec<_> = (0..4)
         .map(|i| {
-            let dev = dev.to_string();
-            std::thread::spawn(move || read_region(&dev, off_mib + i * quarter, quarter, end))
+            let (dev, until) = (dev.to_string(), until.clone());
+            std::thread::spawn(move || read_region(&dev, off_mib + i * quarter, quarter, &until))
         })
         .collect();
     for t in threads {
@@ -82,7 +123,7 @@ fn read(dev: &str, off_mib: u64, len_mib: u64, secs: f64) -> i32 {
     0
 }
 
-fn read_region(dev: &str, off_mib: u64, len_mib: u64, end: Instant) {
+fn read_region(dev: &str, off_mib: u64, len_mib: u64, until: &Until) {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -95,7 +136,7 @@ fn read_region(dev: &str, off_mib: u64, len_mib: u64, end: Instant) {
     let buf = &mut v[skip..skip + (64 << 10)];
     let (start, stop) = (off_mib << 20, (off_mib + len_mib) << 20);
     let mut pos = start;
-    while Instant::now() < end {
+    while until.going() {
         f.read_exact_at(buf, pos)
             .unwrap_or_else(|e| panic!("read {dev} at {pos}: {e}"));
         pos += 64 << 10;
@@ -138,22 +179,26 @@ fn lat(dev: &str, off_mib: u64, len_mib: u64, secs: f64) -> i32 {
     0
 }
 
+/// The children live until all are counted (none may end and free its place before the
+/// last is tried, however slowly they start), then are ended.
 fn spawn(n: usize) -> i32 {
     let (mut kids, mut refused) = (Vec::new(), 0);
     for _ in 0..n {
-        match std::process::Command::new("sleep").arg("2").spawn() {
+        match std::process::Command::new("sleep").arg("600").spawn() {
             Ok(k) => kids.push(k),
             Err(_) => refused += 1,
         }
     }
     eprintln!("{} started, {refused} refused", kids.len());
     for mut k in kids {
+        let _ = k.kill();
         let _ = k.wait();
     }
     0
 }
 
-fn alloc(mib: usize, hold: f64) -> i32 {
+fn alloc(mib: usize, hold: &str) -> i32 {
+    let until = (hold == "-").then(|| Until::parse(hold));
     let mut chunks: Vec<Vec<u8>> = Vec::new();
     for _ in 0..mib {
         let mut c = vec![0u8; 1 << 20];
@@ -162,7 +207,10 @@ fn alloc(mib: usize, hold: f64) -> i32 {
         }
         chunks.push(std::hint::black_box(c));
     }
-    std::thread::sleep(Duration::from_secs_f64(hold));
+    match until {
+        Some(u) => u.wait(),
+        None => std::thread::sleep(Duration::from_secs_f64(hold.parse().unwrap())),
+    }
     drop(chunks);
     0
 }

@@ -3,26 +3,41 @@
 //! a window in which all busy loops run.
 
 use super::host::{ended, Host};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// Busy loops in the slices (pinned to CPU 0 with `pin`), and the CPU time each slice got
 /// per second of a `window` in which they all ran.
 fn measure(h: &Host, slices: &[&str], pin: bool, window: Duration) -> Vec<f64> {
-    // Started and pinned before the window opens (an emulated guest starts processes slowly).
-    let warm = if super::memory::in_guest() { 4.0 } else { 1.5 };
-    let secs = warm + window.as_secs_f64() + 1.0;
-    let op = format!("spin:{}:{secs}", if pin { "0" } else { "-" });
+    // Each loop runs until its stdin is closed, after the window; the window opens once
+    // every loop runs in its slice (`run` has exec'd it there and the slice's counter
+    // moved), however slowly they start (an emulated guest, a busy host): neither end is a
+    // fixed time.
+    let op = format!("spin:{}:-", if pin { "0" } else { "-" });
+    let zero: Vec<u64> = slices.iter().map(|s| h.cpu_usage_usec(s)).collect();
     let mut kids: Vec<_> = slices
         .iter()
-        .map(|s| h.child_in(s, &op).spawn().expect("start the busy loop"))
+        .map(|s| {
+            h.child_in(s, &op)
+                .stdin(Stdio::piped())
+                .spawn()
+                .expect("start the busy loop")
+        })
         .collect();
-    std::thread::sleep(Duration::from_secs_f64(warm));
+    crate::common::wait_for("every busy loop running in its slice", || {
+        kids.iter().all(|k| super::host::exec_done(k.id()))
+            && slices
+                .iter()
+                .zip(&zero)
+                .all(|(s, z)| h.cpu_usage_usec(s) > *z)
+    });
     let t0 = Instant::now();
     let before: Vec<u64> = slices.iter().map(|s| h.cpu_usage_usec(s)).collect();
     std::thread::sleep(window);
     let after: Vec<u64> = slices.iter().map(|s| h.cpu_usage_usec(s)).collect();
     let wall = t0.elapsed().as_secs_f64();
     for k in &mut kids {
+        drop(k.stdin.take());
         let st = k.wait().unwrap();
         assert!(st.success(), "busy loop: {}", ended(&st));
     }

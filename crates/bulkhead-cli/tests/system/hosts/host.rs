@@ -236,6 +236,12 @@ impl Drop for Host {
     }
 }
 
+/// Whether `bulkhead run` (PID `pid`, started by the check) has exec'd its command: it joins
+/// the slice first, so the command runs there.
+pub fn exec_done(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() != "bulkhead")
+}
+
 pub fn read_u64(p: &Path) -> u64 {
     common::read(p)
         .parse()

@@ -4,7 +4,6 @@
 use super::host::{ended, read_u64, stat_field, Host};
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
 
 #[test]
 fn tasks_max_stops_forks() {
@@ -182,7 +181,6 @@ fn pressure_is_measured_per_slice() {
         "only {stalled} us of CPU pressure in a 10% slice"
     );
     assert!(status.status.success(), "status --json");
-    std::thread::sleep(Duration::from_millis(10));
 }
 
 /// `some ... total=N` of a pressure file.

@@ -150,14 +150,25 @@ fn memory_swap_max_keeps_a_slice_out_of_swap() {
         return;
     }
     let st0 = h.child_in("noswap", "alloc:128:0").status().unwrap();
-    let mut kid = h.child_in("swap", "alloc:128:3").spawn().unwrap();
-    // The most it had in swap while it lived (an emulated guest allocates slowly).
+    // It holds its memory until the check closes its stdin: once 32 MiB of it is in swap,
+    // or after a minute (an emulated guest allocates slowly; no lifetime fixed in advance).
+    let mut kid = h
+        .child_in("swap", "alloc:128:-")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The most it had in swap while it lived.
     let mut swapped = 0;
+    let t0 = std::time::Instant::now();
     let st1 = loop {
         if let Some(st) = kid.try_wait().unwrap() {
             break st;
         }
         swapped = swapped.max(swap_used(&h, "swap"));
+        if swapped >= 32 << 20 || t0.elapsed() > Duration::from_secs(60) {
+            drop(kid.stdin.take());
+            break kid.wait().unwrap();
+        }
         std::thread::sleep(Duration::from_millis(100));
     };
     drop(swap);

@@ -25,14 +25,14 @@ fn spawn_runs_the_sandbox_in_the_slice() {
         .cmd()
         .args(["spawn", "--slice", &h.slice("box"), "-D"])
         .arg(&r)
-        .args(["--", "sleep", "30"])
+        .args(["--", "sleep", "600"])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let t = Instant::now();
     let found = loop {
         let p = h.processes_below("box");
-        if !p.is_empty() || t.elapsed() > Duration::from_secs(20) {
+        if !p.is_empty() || t.elapsed() > Duration::from_secs(60) {
             break p;
         }
         std::thread::sleep(Duration::from_millis(100));

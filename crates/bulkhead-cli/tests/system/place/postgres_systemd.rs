@@ -4,6 +4,7 @@
 //! judging both.
 
 use crate::common::container::{err, out, Container};
+use crate::common::wait_for;
 use bulkhead::plan::EMBEDDED_DEFAULT;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -158,18 +159,14 @@ exe = \"pg_dump\"
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let end = Instant::now() + Duration::from_secs(10);
-    while !c.path("/run/place.pid").exists() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // Another session holds the table for 3 s: the dump's backend waits on its lock first, so
-    // it lives long enough to be seen in the helper slice.
-    let sql = "begin; lock table t in access exclusive mode; select pg_sleep(3); commit;";
-    let mut lock = as_user(&c, "postgres", &["psql", "-Xqc", sql])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for("the placer's pidfile", || c.path("/run/place.pid").exists());
+    // Another session holds the table until the test has seen the dump's backend and pg_dump
+    // in the helper slice: the backend waits on the lock first, so both live until then.
+    let lock = super::TableLock::take(as_user(
+        &c,
+        "postgres",
+        &["psql", "-Xq", "-v", "ON_ERROR_STOP=1"],
+    ));
     let dump_argv = [
         "pg_dump",
         "-U",
@@ -185,7 +182,7 @@ exe = \"pg_dump\"
         .unwrap();
     let helper = "/db.slice/db-helper.slice/";
     let (mut backend_seen, mut dump_seen) = (None, None);
-    let end = Instant::now() + Duration::from_secs(30);
+    let end = Instant::now() + Duration::from_secs(60);
     while dump.try_wait().unwrap().is_none() && Instant::now() < end {
         if backend_seen.is_none() {
             backend_seen = find(&c, "postgres", "'postgres: 15/main: backup '*")
@@ -202,9 +199,9 @@ exe = \"pg_dump\"
     }
     let backend = backend_seen.expect("the dump's backend was placed in db-helper while it ran");
     let dumper = dump_seen.expect("pg_dump was placed in db-helper while it ran");
+    lock.release();
     let st = dump.wait_with_output().unwrap();
     assert!(st.status.success(), "pg_dump: {}", err(&st));
-    let _ = lock.wait();
     assert!(std::fs::metadata(c.path("/tmp/dump.sql.gz")).unwrap().len() > 1000);
     // The cluster stays where the plan puts it.
     for pid in unit_pids(&c) {
