@@ -1,21 +1,26 @@
 //! The cgroups of a booted container (`spawn --boot`): the host's hierarchies as this
 //! process sees them (`/proc/self/cgroup` matched with mountinfo), a child of bulkhead's own
-//! cgroup made in each hierarchy an init writes to (name=systemd, cgroup2), joined by the
-//! container's PID 1 through a descriptor opened here, and removed, with everything the init
-//! made below it, once the container has exited. Only directories this module made are ever
-//! written or removed. On cgroup2, [`supervisor`] moves bulkhead out of the way so that the
-//! container's cgroup gets controllers.
+//! cgroup made in each hierarchy an init writes to (name=systemd, cgroup2), with the
+//! container's own cgroup `payload` below it, joined by the container's PID 1 through a
+//! descriptor opened here, and removed, with everything the init made below it, once the
+//! container has exited. The limits on how deep and how many cgroups the container may make
+//! (cgroup2's `cgroup.max.depth`, `cgroup.max.descendants`) are on the outer cgroup, above the
+//! root of the container's cgroup namespace, where it cannot write them. Everything is made,
+//! written and removed through directory descriptors ([`tree`]): the container's tree may be
+//! deeper than PATH_MAX. Only directories this module made are ever written or removed. On
+//! cgroup2, [`supervisor`] moves bulkhead out of the way so that the container's cgroup gets
+//! controllers.
 
 pub mod supervisor;
+pub mod tree;
 
 use crate::mountinfo::{self, Mount};
 use crate::statefile;
-use std::fs;
+use rustix::fs::{AtFlags, Mode, OFlags};
+use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 /// What a hierarchy holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,54 +126,177 @@ fn v1_options(super_options: &str) -> String {
         .join(",")
 }
 
-/// The cgroups made for one container: removed (with everything below) on drop.
+/// The container's own cgroup below the one bulkhead makes in each hierarchy: PID 1 joins it,
+/// and it is the root of the container's cgroup namespace.
+pub const PAYLOAD: &str = "payload";
+
+/// What a booted container may make below its cgroup on cgroup2 (v1 hierarchies have no
+/// such files: there nothing bounds it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Levels of cgroups below the container's own (`payload`).
+    pub depth: u32,
+    /// Cgroups below the container's own, in all.
+    pub descendants: u32,
+}
+
+/// One cgroup made for a container, in one hierarchy.
+#[derive(Debug)]
+struct Made {
+    /// This process's own cgroup in the hierarchy, held open: the tree is removed from it.
+    parent: OwnedFd,
+    name: OsString,
+    /// Where the cgroup is, for messages.
+    dir: PathBuf,
+}
+
+/// The cgroups made for one container: removed (with everything below) by [`Self::remove`],
+/// or on drop.
 #[derive(Debug)]
 pub struct OwnedCgroups {
-    dirs: Vec<PathBuf>,
+    made: Vec<Made>,
+    refused: Vec<String>,
 }
 
 impl OwnedCgroups {
-    /// Make `name` below each writable hierarchy's own cgroup and open its `cgroup.procs`
-    /// for the container's PID 1 to join through. A directory that exists already is an
-    /// error (it is not ours).
-    /// With `owner` (a user namespace's root, as host IDs) the directories and the files
-    /// that delegate them are given to it, as systemd delegates a unit's cgroup.
+    /// Make `name` below each writable hierarchy's own cgroup and `name/payload` below it, and
+    /// open `payload/cgroup.procs` for the container's PID 1 to join through. On cgroup2,
+    /// `name` gets `limits` (one more level and one more cgroup than the container gets:
+    /// `payload` itself) and passes every controller it has down to `payload`. A directory
+    /// that exists already is an error (it is not ours).
+    /// With `owner` (a user namespace's root, as host IDs) `payload` and the files that
+    /// delegate it are given to it, as systemd delegates a unit's cgroup; `name` and its
+    /// limits stay root's.
     pub fn create(
         hier: &[Hierarchy],
         name: &str,
         owner: Option<(u32, u32)>,
+        limits: Limits,
     ) -> io::Result<(OwnedCgroups, Vec<OwnedFd>)> {
-        let mut owned = OwnedCgroups { dirs: Vec::new() };
+        let mut owned = OwnedCgroups {
+            made: Vec::new(),
+            refused: Vec::new(),
+        };
         let mut procs = Vec::new();
         for h in hier.iter().filter(|h| h.writable()) {
             let dir = h.own.join(name);
-            fs::create_dir(&dir)
-                .map_err(|e| io::Error::new(e.kind(), format!("mkdir {}: {e}", dir.display())))?;
-            owned.dirs.push(dir.clone());
-            if let Some((uid, gid)) = owner {
-                delegate(&dir, uid, gid)?;
+            let ctx = |what: &str, e: io::Error| {
+                io::Error::new(e.kind(), format!("{what} {}: {e}", dir.display()))
+            };
+            let parent = rustix::fs::open(
+                &h.own,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| {
+                io::Error::new(
+                    io::Error::from(e).kind(),
+                    format!("open {}: {e}", h.own.display()),
+                )
+            })?;
+            rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(0o755))
+                .map_err(|e| ctx("mkdir", e.into()))?;
+            owned.made.push(Made {
+                parent,
+                name: OsString::from(name),
+                dir: dir.clone(),
+            });
+            let parent = &owned.made.last().expect("just made").parent;
+            let outer = open_dir(parent.as_fd(), name).map_err(|e| ctx("open", e))?;
+            if h.kind == Kind::Unified {
+                let levels = limits.depth.saturating_add(1).to_string();
+                let count = limits.descendants.saturating_add(1).to_string();
+                write_at(&outer, "cgroup.max.depth", &levels)
+                    .map_err(|e| ctx("write cgroup.max.depth of", e))?;
+                write_at(&outer, "cgroup.max.descendants", &count)
+                    .map_err(|e| ctx("write cgroup.max.descendants of", e))?;
+                let have = read_at(&outer, "cgroup.controllers")
+                    .map_err(|e| ctx("read cgroup.controllers of", e))?;
+                for c in supervisor::controllers(&have) {
+                    if let Err(e) = write_at(&outer, "cgroup.subtree_control", &format!("+{c}")) {
+                        owned.refused.push(format!("{c} ({e})"));
+                    }
+                }
             }
-            let f = fs::OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-                .open(dir.join("cgroup.procs"))?;
-            procs.push(OwnedFd::from(f));
+            rustix::fs::mkdirat(&outer, PAYLOAD, Mode::from_raw_mode(0o755))
+                .map_err(|e| ctx(&format!("mkdir {PAYLOAD} in"), e.into()))?;
+            let payload = open_dir(outer.as_fd(), PAYLOAD)
+                .map_err(|e| ctx(&format!("open {PAYLOAD} in"), e))?;
+            if let Some((uid, gid)) = owner {
+                delegate(&payload, uid, gid).map_err(|e| ctx(&format!("{PAYLOAD} of"), e))?;
+            }
+            let f = rustix::fs::openat(
+                &payload,
+                "cgroup.procs",
+                OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                Mode::empty(),
+            )
+            .map_err(|e| ctx(&format!("open {PAYLOAD}/cgroup.procs in"), e.into()))?;
+            procs.push(f);
         }
         Ok((owned, procs))
     }
 
-    /// The directories made, in hierarchy order.
-    pub fn dirs(&self) -> &[PathBuf] {
-        &self.dirs
+    /// The outer cgroups made, in hierarchy order (each holds `payload`).
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        self.made.iter().map(|m| m.dir.clone()).collect()
+    }
+
+    /// The controllers an outer cgroup2 cgroup could not pass down to `payload`, with why.
+    pub fn refused(&self) -> &[String] {
+        &self.refused
+    }
+
+    /// Remove every cgroup made, with everything below it ([`tree::remove_tree_at`]); what
+    /// stays is returned (each the deepest cgroup that stayed on its branch).
+    pub fn remove(&mut self) -> Vec<tree::Left> {
+        let mut left = Vec::new();
+        for m in self.made.drain(..) {
+            if let Err(l) = tree::remove_tree_at(m.parent.as_fd(), &m.name, &m.dir) {
+                left.extend(l);
+            }
+        }
+        left
     }
 }
 
 impl Drop for OwnedCgroups {
+    /// What [`Self::remove`] has not removed yet (a start that failed midway).
     fn drop(&mut self) {
-        for d in &self.dirs {
-            let _ = remove_tree(d);
-        }
+        let _ = self.remove();
     }
+}
+
+fn open_dir(dir: BorrowedFd<'_>, name: &str) -> io::Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(Into::into)
+}
+
+fn write_at(dir: &OwnedFd, name: &str, text: &str) -> io::Result<()> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )?;
+    crate::fd::write_once(fd.as_fd(), text.as_bytes()).map(drop)
+}
+
+fn read_at(dir: &OwnedFd, name: &str) -> io::Result<String> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )?;
+    let mut buf = [0u8; 4096];
+    let n = crate::fd::read_once(fd.as_fd(), &mut buf)?;
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
 /// The files a delegated cgroup's owner writes (those a hierarchy lacks are skipped).
@@ -181,33 +309,45 @@ const DELEGATED: &[&str] = &[
     "cgroup.clone_children",
 ];
 
-/// Give `dir` and its [`DELEGATED`] files to `uid`:`gid` (kernfs: no symlinks to follow).
-fn delegate(dir: &Path, uid: u32, gid: u32) -> io::Result<()> {
-    let chown = |p: &Path| {
-        std::os::unix::fs::lchown(p, Some(uid), Some(gid))
-            .map_err(|e| io::Error::new(e.kind(), format!("chown {}: {e}", p.display())))
-    };
-    chown(dir)?;
+/// Give the cgroup open as `dir` and its [`DELEGATED`] files to `uid`:`gid` (kernfs: no
+/// symlinks to follow).
+fn delegate(dir: &OwnedFd, uid: u32, gid: u32) -> io::Result<()> {
+    let (uid, gid) = (
+        Some(rustix::fs::Uid::from_raw(uid)),
+        Some(rustix::fs::Gid::from_raw(gid)),
+    );
+    rustix::fs::fchown(dir, uid, gid).map_err(|e| ctx_io("chown", "the directory", e))?;
     for f in DELEGATED {
-        match chown(&dir.join(f)) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            r => r?,
+        match rustix::fs::chownat(dir, *f, uid, gid, AtFlags::SYMLINK_NOFOLLOW) {
+            Err(rustix::io::Errno::NOENT) => {}
+            r => r.map_err(|e| ctx_io("chown", f, e))?,
         }
     }
     Ok(())
 }
 
+fn ctx_io(what: &str, name: &str, e: rustix::io::Errno) -> io::Error {
+    let e = io::Error::from(e);
+    io::Error::new(e.kind(), format!("{what} {name}: {e}"))
+}
+
 /// Remove what a bulkhead killed with SIGKILL left: `PREFIX-PID` cgroups below this
 /// process's own in the writable hierarchies whose PID is no longer alive and that hold no
-/// process. Returns what was removed.
-pub fn remove_stale(hier: &[Hierarchy], prefix: &str) -> Vec<PathBuf> {
-    let mut out = Vec::new();
+/// process, through descriptors ([`tree`]). Returns what was removed, and what of it stayed.
+pub fn remove_stale(hier: &[Hierarchy], prefix: &str) -> (Vec<PathBuf>, Vec<tree::Left>) {
+    let (mut removed, mut left) = (Vec::new(), Vec::new());
     for h in hier.iter().filter(|h| h.writable()) {
-        let Ok(rd) = fs::read_dir(&h.own) else {
+        let Ok(parent) = rustix::fs::open(
+            &h.own,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
             continue;
         };
-        for e in rd.flatten() {
-            let name = e.file_name();
+        let Ok(names) = statefile::names_in(parent.as_fd()) else {
+            continue;
+        };
+        for name in names {
             let Some(pid) = name
                 .to_str()
                 .and_then(|n| n.strip_prefix(prefix))
@@ -215,36 +355,17 @@ pub fn remove_stale(hier: &[Hierarchy], prefix: &str) -> Vec<PathBuf> {
             else {
                 continue;
             };
-            let dir = e.path();
-            let alive = crate::process::alive(pid);
-            if !alive && crate::cgroupfs::procs_tree(&dir).is_empty() && remove_tree(&dir).is_ok() {
-                out.push(dir);
+            let dir = h.own.join(&name);
+            if crate::process::alive(pid) || !crate::cgroupfs::procs_tree(&dir).is_empty() {
+                continue;
+            }
+            match tree::remove_tree_at(parent.as_fd(), OsStr::new(&name), &dir) {
+                Ok(()) => removed.push(dir),
+                Err(l) => left.extend(l),
             }
         }
     }
-    out
-}
-
-/// Remove a cgroup and every cgroup below it, deepest first. Tasks that are leaving keep a
-/// cgroup busy for a moment after they are reaped: EBUSY is retried for up to 3 s.
-pub fn remove_tree(dir: &Path) -> io::Result<()> {
-    if let Ok(rd) = fs::read_dir(dir) {
-        for e in rd.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                remove_tree(&e.path())?;
-            }
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        match fs::remove_dir(dir) {
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            r => return r,
-        }
-    }
+    (removed, left)
 }
 
 #[cfg(test)]

@@ -212,14 +212,15 @@ fn boots_to_multi_user_and_stops_cleanly_on_sigterm() {
     let up = wait_ready(&mut c, end, &log.0);
     let (before, _) = up.split_once("bulkhead: ready after ").unwrap();
     assert!(before.contains("Reached target multi-user.target"), "{up}");
-    // The container's own cgroups, with the units systemd made below them (it writes there,
-    // and only there).
+    // The container's own cgroups (`payload` below bulkhead's), with the units systemd made
+    // below them (it writes there, and only there).
     let dirs = container_cgroups(pid);
     for d in &dirs {
+        let own = d.join("payload");
         assert!(
-            d.join("init.scope").is_dir() && d.join("system.slice").is_dir(),
+            own.join("init.scope").is_dir() && own.join("system.slice").is_dir(),
             "{}: no init.scope or system.slice",
-            d.display()
+            own.display()
         );
     }
     let t = Instant::now();
@@ -435,9 +436,17 @@ fn boots_with_private_users() {
     let pid = c.0.id();
     let up = wait_ready(&mut c, Instant::now() + Duration::from_secs(120), &log.0);
     use std::os::unix::fs::MetadataExt;
-    for d in container_cgroups(pid) {
-        // Delegated to the namespace's root, an unprivileged ID on the host; its systemd
-        // runs as that ID and made its units' cgroups there.
+    for top in container_cgroups(pid) {
+        // The container's cgroup is delegated to the namespace's root, an unprivileged ID on
+        // the host; its systemd runs as that ID and made its units' cgroups there. The one
+        // above it, with the limits, stays root's.
+        assert_eq!(
+            std::fs::metadata(&top).unwrap().uid(),
+            0,
+            "{}",
+            top.display()
+        );
+        let d = top.join("payload");
         let owner = std::fs::metadata(&d).unwrap().uid();
         assert!(owner >= 0x80000, "{}: owned by {owner}", d.display());
         let init = std::fs::read_to_string(d.join("init.scope/cgroup.procs")).unwrap();

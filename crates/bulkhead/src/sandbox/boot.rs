@@ -12,7 +12,7 @@
 use super::{invalid, Opened, SandboxSpec};
 use crate::run::RunError;
 use bulkhead_sys::bootcg::supervisor::{Skipped, Supervisor, SUPERVISOR};
-use bulkhead_sys::bootcg::{self, Hierarchy, Kind, OwnedCgroups};
+use bulkhead_sys::bootcg::{self, Hierarchy, Kind, Limits, OwnedCgroups, PAYLOAD};
 use bulkhead_sys::error::Error;
 use bulkhead_sys::launch::{HostRef, Program};
 use std::ffi::{CString, OsString};
@@ -38,6 +38,23 @@ pub fn cgroup_name(pid: u32) -> String {
 }
 
 const CGROUP_PREFIX: &str = "bulkhead-boot-";
+
+/// What a booted container may make below its own cgroup on cgroup2: 16 levels and 4096
+/// cgroups. systemd makes one cgroup per unit, at most 5 levels deep for a user's service
+/// (`user.slice/user-1000.slice/user@1000.service/app.slice/x.service`), a few hundred on a
+/// busy system; 16 leaves room for a container inside (which starts over below its own
+/// cgroup) and 4096 for ten times as many units. Without them the container could nest
+/// thousands of cgroups, each costing the host's kernel memory. They are written on
+/// `bulkhead-boot-PID`, above the container's own cgroup (`payload`, the root of its cgroup
+/// namespace): a container without `--private-users` is root with CAP_DAC_OVERRIDE and could
+/// write its own cgroup's files where the host's cgroup2 is not mounted `nsdelegate`. v1
+/// hierarchies (name=systemd on a hybrid host) have no such files: nothing bounds them there.
+/// Even within the limits a tree can pass PATH_MAX (16 names of 255 bytes): it is removed
+/// through directory descriptors ([`bootcg::tree`]).
+pub const LIMITS: Limits = Limits {
+    depth: 16,
+    descendants: 4096,
+};
 
 fn refuse(what: &str, hint: &str) -> RunError {
     invalid(format!("--boot and {what} do not go together"), hint)
@@ -139,15 +156,31 @@ pub fn hierarchies() -> Result<Vec<Hierarchy>, RunError> {
 }
 
 /// The container's cgroups and, with `--slice` on cgroup2, bulkhead in its supervisor
-/// cgroup; dropped in that order once the container has exited (the fields drop in order).
+/// cgroup; once the container has exited, the cgroups are removed (what stays is said on
+/// stderr, with its path), then the supervisor undone.
 #[derive(Debug)]
 pub struct BootCgroups {
-    _owned: OwnedCgroups,
+    owned: OwnedCgroups,
     _supervisor: Option<Supervisor>,
 }
 
+impl Drop for BootCgroups {
+    fn drop(&mut self) {
+        // Before the supervisor drops (the fields drop after this body).
+        for l in self.owned.remove() {
+            warn(&format!("could not remove the container's cgroup {l}"));
+        }
+    }
+}
+
+/// Said whatever `-v` says: a cgroup left behind is the host's to know about.
+fn warn(msg: &str) {
+    eprintln!("bulkhead: warning: {msg}");
+}
+
 /// Make the container's own cgroups (below bulkhead's own, that is below the slice's once
-/// joined) and let PID 1 join them; they are removed when the returned value is dropped.
+/// joined: `bulkhead-boot-PID/payload`, with [`LIMITS`] on `bulkhead-boot-PID` in cgroup2)
+/// and let PID 1 join them; they are removed when the returned value is dropped.
 /// With a user namespace they belong to its root. With `--slice`, on cgroup2, the
 /// controllers of bulkhead's own cgroup reach the container's first ([`supervise`]).
 pub fn own_cgroups(
@@ -157,10 +190,16 @@ pub fn own_cgroups(
     note: &mut dyn FnMut(&str),
 ) -> Result<BootCgroups, RunError> {
     let hier = hierarchies()?;
-    for dir in bootcg::remove_stale(&hier, CGROUP_PREFIX) {
+    let (removed, left) = bootcg::remove_stale(&hier, CGROUP_PREFIX);
+    for dir in removed {
         note(&format!(
             "removed the cgroup of a booted container whose bulkhead was killed: {}",
             dir.display()
+        ));
+    }
+    for l in left {
+        warn(&format!(
+            "could not remove the cgroup of a booted container whose bulkhead was killed: {l}"
         ));
     }
     let supervisor = match (spec.slice.is_some(), delegated) {
@@ -175,20 +214,28 @@ pub fn own_cgroups(
         &hier,
         &cgroup_name(std::process::id()),
         spec.private_users.map(|r| (r.base, r.base)),
+        LIMITS,
     )
     .map_err(|e| {
         super::failed(Error::failed(format!(
             "cannot make the container's cgroup: {e}"
         )))
     })?;
+    if !owned.refused().is_empty() {
+        note(&format!(
+            "controllers the kernel refused to pass down to {PAYLOAD} (left off): {}",
+            owned.refused().join(", ")
+        ));
+    }
     for (fd, dir) in fds.into_iter().zip(owned.dirs()) {
-        let shown = super::setup::cstr(dir.join("cgroup.procs")).map_err(super::failed)?;
+        let shown =
+            super::setup::cstr(dir.join(PAYLOAD).join("cgroup.procs")).map_err(super::failed)?;
         program
             .join_cgroups
             .push(HostRef::hold(fd, shown, &mut program.held));
     }
     Ok(BootCgroups {
-        _owned: owned,
+        owned,
         _supervisor: supervisor,
     })
 }
@@ -263,13 +310,43 @@ pub fn describe_cgroups(
     for h in hier.iter().filter(|h| h.writable()) {
         let dir = h.own.join(&name);
         out.push(format!(
-            "mkdir {} (the container's cgroup; removed with everything below it after the container exits)",
+            "mkdir {} (removed through directory descriptors, with everything below it, after the container exits)",
             dir.display()
+        ));
+        if h.kind != Kind::Unified {
+            out.push(format!(
+                "# {}: a v1 hierarchy has no cgroup.max.depth or cgroup.max.descendants: nothing bounds what the container makes here",
+                h.name()
+            ));
+        } else {
+            out.push(format!(
+                "write {} to {}/cgroup.max.depth and {} to {}/cgroup.max.descendants (the container: {} levels, {} cgroups below its own); each controller of its cgroup.controllers into its cgroup.subtree_control",
+                LIMITS.depth + 1,
+                dir.display(),
+                LIMITS.descendants + 1,
+                dir.display(),
+                LIMITS.depth,
+                LIMITS.descendants,
+            ));
+        }
+        out.push(format!(
+            "mkdir {}/{PAYLOAD} (the container's cgroup, the root of its cgroup namespace{})",
+            dir.display(),
+            if spec.private_users.is_some() || spec.private_users_auto {
+                "; given to the user namespace's root"
+            } else {
+                ""
+            }
         ));
         program.join_cgroups.push(HostRef {
             fd: -1,
-            shown: CString::new(dir.join("cgroup.procs").as_os_str().as_encoded_bytes())
-                .unwrap_or_default(),
+            shown: CString::new(
+                dir.join(PAYLOAD)
+                    .join("cgroup.procs")
+                    .as_os_str()
+                    .as_encoded_bytes(),
+            )
+            .unwrap_or_default(),
         });
     }
     if spec.slice.is_some() {

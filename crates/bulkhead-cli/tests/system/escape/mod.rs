@@ -5,6 +5,8 @@
 mod exporter;
 mod guard_log;
 mod input;
+mod io_uring;
+mod nesting;
 mod paths;
 mod pidfile;
 mod probe;
