@@ -57,10 +57,15 @@ enum Cmd {
         /// CPUWeight, CPUQuota, MemoryHigh, MemoryMax, IOWeight, TasksMax). None by default
         #[arg(long, value_delimiter = ',')]
         allow: Vec<String>,
-        /// Slices bulkhead.io/slice may name (comma-separated; default: any slice of the
-        /// plan the agent applied on this node)
+        /// Slices of the plan the agent applied on this node that bulkhead.io/slice may name
+        /// (comma-separated, by name). None by default: a pod naming a slice is refused
         #[arg(long = "slice", value_delimiter = ',')]
         slices: Vec<String>,
+        /// Namespaces whose pods may use bulkhead.io annotations at all (comma-separated;
+        /// "*" for every namespace). None by default: every pod's annotations are refused.
+        /// What a listed namespace may set is --allow and --slice
+        #[arg(long = "namespace", value_delimiter = ',')]
+        namespaces: Vec<String>,
         /// The agent's state directory (the plan it applied)
         #[arg(long, default_value = "/run/bulkhead/agent")]
         state_dir: PathBuf,
@@ -178,6 +183,7 @@ fn main() {
             stub,
             allow,
             slices,
+            namespaces,
             state_dir,
             on_refused,
             name,
@@ -192,6 +198,7 @@ fn main() {
                 policy: Policy {
                     allow: allow.into_iter().collect(),
                     slices: slices.into_iter().collect(),
+                    namespaces: namespaces.into_iter().collect(),
                     state_dir,
                     on_refused: match on_refused {
                         OnRefusedArg::Fail => OnRefused::Fail,

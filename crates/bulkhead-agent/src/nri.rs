@@ -4,12 +4,20 @@
 //! (scripts/k8s/nri, `bulkhead-nri-stub`), which `serve` starts and answers one JSON line at a
 //! time; the decision is here, with the plan file's parser (one table of directives).
 //!
-//! Annotations (on the pod; every container of it):
+//! Annotations (on the pod; every container of it), from the namespaces the operator lists
+//! (`--namespace`, the chart's `nri.namespaces`; none by default, `*` for every namespace: a
+//! namespace is Kubernetes' unit of trust, its pod authors one tenant):
 //! - `bulkhead.io/slice: NAME`: the directives of slice NAME of the plan the agent applied on
-//!   this node (its state directory), as far as a container's cgroup can hold them.
+//!   this node (its state directory), as far as a container's cgroup can hold them; only
+//!   slices the operator listed (`--slice`, the chart's `nri.slices`; none by default).
 //! - `bulkhead.io/DIRECTIVE: VALUE` (`bulkhead.io/CPUWeight: idle`, `bulkhead.io/MemoryHigh:
 //!   512M`): one directive, parsed and checked as the plan file's `[slice.x]` would; only
-//!   directives the operator allowed (`--allow`, the chart's `nri.allow`).
+//!   directives the operator allowed (`--allow`, the chart's `nri.allow`; none by default).
+//!
+//! A pod's own cgroup (the sibling of the other pods) is written only with values that do not
+//! raise it above a fresh cgroup's (`Write::raises`, the library's answer): marking it idle
+//! or giving it a lower I/O weight, never a higher one. A higher value is set on the
+//! container alone (where it counts only against the pod's other containers) and said.
 //!
 //! What a container's cgroup takes of a slice, on this node's layout and kernel, is decided by
 //! the library's one mapping (`bulkhead::actions::container`, the mapping `apply` uses): a
@@ -36,6 +44,8 @@ use std::path::PathBuf;
 pub const DOMAIN: &str = "bulkhead.io/";
 /// The annotation naming a plan slice.
 pub const SLICE: &str = "bulkhead.io/slice";
+/// In `--namespace`: every namespace.
+pub const ANY_NAMESPACE: &str = "*";
 /// The directives an annotation may set when the operator allows them: those a container's
 /// own cgroup can hold through NRI.
 pub const MAPPABLE: [&str; 6] = [
@@ -99,8 +109,11 @@ pub enum OnRefused {
 pub struct Policy {
     /// Directives a `bulkhead.io/DIRECTIVE` annotation may set.
     pub allow: BTreeSet<String>,
-    /// Slices `bulkhead.io/slice` may name (empty: any slice of the applied plan).
+    /// Slices `bulkhead.io/slice` may name (empty: none).
     pub slices: BTreeSet<String>,
+    /// Namespaces whose pods may use bulkhead.io annotations at all (empty: none;
+    /// `ANY_NAMESPACE`: every namespace).
+    pub namespaces: BTreeSet<String>,
     /// The agent's state directory (state.json, plan.toml).
     pub state_dir: PathBuf,
     pub on_refused: OnRefused,
@@ -120,7 +133,8 @@ pub struct Decision {
 }
 
 impl Policy {
-    /// Check the allow-list against what a container can hold.
+    /// Check the allow-list against what a container can hold, and the slice and namespace
+    /// lists' names.
     pub fn validate(&self) -> Result<(), String> {
         for d in &self.allow {
             if !MAPPABLE.contains(&d.as_str()) {
@@ -130,12 +144,42 @@ impl Policy {
                 ));
             }
         }
+        for s in &self.slices {
+            if bulkhead::plan::SliceName::parse(s).is_err() {
+                return Err(format!(
+                    "--slice {s:?}: not a slice name (list the slices pods may take by name; there is no wildcard)"
+                ));
+            }
+        }
+        for n in &self.namespaces {
+            if n != ANY_NAMESPACE && !namespace_name(n) {
+                return Err(format!(
+                    "--namespace {n:?}: not a namespace name (lowercase letters, digits and '-', at most 63), nor {ANY_NAMESPACE:?} for every namespace"
+                ));
+            }
+        }
         Ok(())
     }
 
-    /// Decide for one pod's annotations (only those in the bulkhead.io domain are looked at).
+    /// Whether pods of `namespace` may use bulkhead.io annotations.
+    pub fn namespace_allowed(&self, namespace: &str) -> bool {
+        self.namespaces.contains(ANY_NAMESPACE) || self.namespaces.contains(namespace)
+    }
+
+    /// The namespaces, for the log: `every namespace`, `none`, or the list.
+    pub fn namespaces_text(&self) -> String {
+        if self.namespaces.contains(ANY_NAMESPACE) {
+            "every namespace".into()
+        } else {
+            list(&self.namespaces)
+        }
+    }
+
+    /// Decide for one pod's annotations (only those in the bulkhead.io domain are looked at),
+    /// the pod being in `namespace`.
     pub fn decide(
         &self,
+        namespace: &str,
         annotations: &BTreeMap<String, String>,
         node: &Node,
         host: &Host,
@@ -144,6 +188,17 @@ impl Policy {
             .iter()
             .filter(|(k, _)| k.starts_with(DOMAIN))
             .collect();
+        if ours.is_empty() {
+            return Ok(Decision::default());
+        }
+        if !self.namespace_allowed(namespace) {
+            let keys: Vec<&str> = ours.iter().map(|(k, _)| k.as_str()).collect();
+            return Err(format!(
+                "refused: {}: pods of namespace {namespace:?} may not use bulkhead.io annotations on this node (the operator allows namespaces: {}; nri.namespaces in the chart, --namespace)",
+                keys.join(", "),
+                self.namespaces_text()
+            ));
+        }
         if ours.len() > MAX_ANNOTATIONS {
             return Err(format!(
                 "{} bulkhead.io annotations; at most {MAX_ANNOTATIONS}",
@@ -158,7 +213,10 @@ impl Policy {
             if v.len() > MAX_VALUE {
                 refused.push(format!("{k}: value longer than {MAX_VALUE} bytes"));
             } else if k == SLICE {
-                role = Some(v.clone());
+                match self.slice_refused(v) {
+                    Some(why) => refused.push(why),
+                    None => role = Some(v.clone()),
+                }
             } else if self.allow.contains(key) {
                 toml.push_str(&format!("{key} = {}\n", toml_value(v)));
             } else if MAPPABLE.contains(&key) || bulkhead::plan::directive_names().contains(&key) {
@@ -198,13 +256,27 @@ impl Policy {
         Ok(d)
     }
 
-    /// Slice `name` of the plan the agent applied on this node.
-    fn plan_slice(&self, name: &str, host: &Host) -> Result<ResolvedSlice, String> {
-        if !self.slices.is_empty() && !self.slices.contains(name) {
-            return Err(format!(
-                "refused: {SLICE}={name}: not a slice pods may take (allowed: {})",
+    /// Why `bulkhead.io/slice: name` is refused, if it is: only slices the operator listed.
+    fn slice_refused(&self, name: &str) -> Option<String> {
+        if self.slices.is_empty() {
+            Some(format!(
+                "{SLICE}={name}: no slice may be taken on this node (the operator lists the slices pods may take: nri.slices in the chart, --slice)"
+            ))
+        } else if !self.slices.contains(name) {
+            Some(format!(
+                "{SLICE}={name}: not a slice pods may take (allowed: {}; nri.slices in the chart, --slice)",
                 list(&self.slices)
-            ));
+            ))
+        } else {
+            None
+        }
+    }
+
+    /// Slice `name` of the plan the agent applied on this node (one `slice_refused` let
+    /// through).
+    fn plan_slice(&self, name: &str, host: &Host) -> Result<ResolvedSlice, String> {
+        if let Some(why) = self.slice_refused(name) {
+            return Err(format!("refused: {why}"));
         }
         let state = crate::state::State::load(&self.state_dir.join("state.json"))?;
         let Some(plan_name) = state.plan else {
@@ -222,6 +294,16 @@ impl Policy {
             .find(|s| !s.implicit && s.name().as_str() == name)
             .ok_or_else(|| format!("refused: {SLICE}={name}: plan {plan_name} has no slice {name}"))
     }
+}
+
+/// A Kubernetes namespace's name (an RFC 1123 label).
+fn namespace_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 63
+        && n.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !n.starts_with('-')
+        && !n.ends_with('-')
 }
 
 fn list(s: &BTreeSet<String>) -> String {
@@ -256,9 +338,11 @@ fn annotation_error(e: &bulkhead::Error) -> String {
 }
 
 /// What of a resolved slice a container's cgroup takes on this node (the library's mapping),
-/// added to the decision; what it does not take is said with its reason.
+/// added to the decision; what it does not take is said with its reason. A write on the
+/// pod's own cgroup that would raise it above a fresh cgroup's value is left out (the
+/// container keeps its own copy of the value) and said in the notes.
 fn take(s: &ResolvedSlice, node: &Node, d: &mut Decision) {
-    let r = container::resources(s, node);
+    let mut r = container::resources(s, node);
     let from = if s.name().as_str() == "pod" {
         String::new()
     } else {
@@ -272,6 +356,13 @@ fn take(s: &ResolvedSlice, node: &Node, d: &mut Decision) {
             d.unapplied.push(text);
         }
     }
+    for w in r.writes.iter().filter(|w| w.pod && w.raises()) {
+        d.notes.push(format!(
+            "{from}{}={}: set on the container only, not on its pod: a pod's own cgroup is never given more than a new cgroup has (only values at or below the default, such as an idle mark or a lower weight)",
+            w.file, w.value
+        ));
+    }
+    r.writes.retain(|w| !(w.pod && w.raises()));
     merge(&mut d.adjust, r.oci);
     d.writes.extend(r.writes);
 }

@@ -4,7 +4,8 @@
 //! `bulkhead-agent` binary as an OCI archive and imported, and the real `helm install` puts
 //! the chart's DaemonSet there with the NRI plugin on. Then, through the pod: a plan applied
 //! to the node's real cgroups, drift repaired, the report, pods isolated by annotation
-//! (bulkhead.io/slice, a refused annotation, an unannotated pod), the plan deleted, and
+//! (bulkhead.io/slice, a refused annotation, a slice not allowed, an unannotated pod), the
+//! plan deleted, and
 //! `helm uninstall` undoing everything. Every process, mount, cgroup and link is removed at
 //! the end, also when the test fails (Drop guards; the node's own by k8s-testenv stop).
 
@@ -331,6 +332,10 @@ async fn scenario() {
             "nri.enabled=true".into(),
             format!("nri.socketPath={}", env.var("K8S_NODE_NRI_SOCKET")),
             "nri.allow={CPUWeight,IOWeight}".into(),
+            // Default-deny (issue 40): the slices pods may take and the namespaces whose
+            // pods may ask, listed.
+            "nri.slices={db-helper}".into(),
+            "nri.namespaces={default}".into(),
         ],
     };
     let t0 = Instant::now();
@@ -772,6 +777,8 @@ impl Drop for Logs<'_> {
 /// gets what this node applies of it (the library's mapping: its cpu.idle and memory limit,
 /// its IO weight where the kernel has BFQ or io.cost, else a Warning event with the reason)
 /// and runs; an annotation outside the allow-list is reported on its pod, which runs
+/// untouched; a pod taking the db-server slice, which the operator did not list (issue 40:
+/// a pod author taking the protected slice's weights), gets nothing, is told why and runs
 /// untouched; a pod without annotations is untouched. Then fail-closed, as an operator sets
 /// it (`nri.onRefused=fail`): the refused pod, and on a kernel without BFQ a pod asking for
 /// an IO weight, do not start, and their events say why.
@@ -800,6 +807,12 @@ async fn nri(
     )
     .await
     .unwrap();
+    pods.create(
+        &pp,
+        &pause_pod("server", json!({"bulkhead.io/slice": "db-server"})),
+    )
+    .await
+    .unwrap();
     let running = |name: &'static str| async move {
         let p = pods.get(name).await.ok()?;
         ready(&p).then_some(p)
@@ -810,6 +823,12 @@ async fn nri(
     wait("the refused pod Running (onRefused: log)", 60, || {
         running("greedy")
     })
+    .await;
+    let server = wait(
+        "the pod taking db-server Running (onRefused: log)",
+        60,
+        || running("server"),
+    )
     .await;
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let event = |pod: &'static str, reason: &'static str, what: &'static str| {
@@ -831,6 +850,17 @@ async fn nri(
     })
     .await;
     assert!(msg.contains("not allowed"), "{msg}");
+    let msg = wait(
+        "a BulkheadRefused event on the pod taking db-server",
+        60,
+        || event("server", "BulkheadRefused", "bulkhead.io/slice=db-server"),
+    )
+    .await;
+    eprintln!("    the db-server pod's event: {msg}");
+    assert!(
+        msg.contains("not a slice pods may take") && msg.contains("nothing applied"),
+        "{msg}"
+    );
     let hc = container_cgroup(node_root, &helper);
     let pc = container_cgroup(node_root, &plain);
     let under = |c: &str, rel: &str, f: &str| root.path(c, rel, f);
@@ -881,11 +911,26 @@ async fn nri(
     })
     .await;
     eprintln!("    applied: {msg}");
-    // The unannotated pod kept what the kubelet gave it (BestEffort: the lowest shares).
+    // The unannotated pod kept what the kubelet gave it (BestEffort: the lowest shares), and
+    // so did the pod that asked for db-server's weights (CPUWeight 1000, 10240 shares): its
+    // container and its pod as the kubelet made them.
+    let sc = container_cgroup(node_root, &server);
+    let sp = sc.rsplit_once('/').unwrap().0;
     if root.v1("cpu") {
         assert_eq!(read(&under("cpu", &pc, "cpu.shares")), "2");
+        assert_eq!(read(&under("cpu", &sc, "cpu.shares")), "2", "{sc}");
+        assert_eq!(read(&under("cpu", sp, "cpu.shares")), "2", "{sp}");
     }
-    delete_pods(pods, &["helper", "plain", "greedy"]).await;
+    if root.v1("io") && io_applies {
+        assert_eq!(read(&under("io", &sc, "blkio.bfq.weight")), "100");
+        assert_eq!(read(&under("io", sp, "blkio.bfq.weight")), "100");
+    }
+    assert_eq!(read(&under("cpu", &sc, "cpu.idle")), "0", "{sc}");
+    assert!(
+        event("server", "BulkheadApplied", "").await.is_none(),
+        "nothing applied to the pod taking db-server"
+    );
+    delete_pods(pods, &["helper", "plain", "greedy", "server"]).await;
 
     // Fail closed, the operator's explicit choice.
     chart.upgrade(agents, &["nri.onRefused=fail"]).await;

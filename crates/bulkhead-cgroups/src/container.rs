@@ -6,7 +6,7 @@
 //! and a feature the kernel lacks is a finding here exactly as it is for `apply`, never a
 //! write that fails.
 
-use crate::fs::map::{Mapper, Want};
+use crate::fs::map::{fresh_default, Mapper, Want};
 use crate::layout::{Caps, Kind, Layout, Version};
 use bulkhead_plan::ResolvedSlice;
 use bulkhead_sys::error::{Diagnostic, Severity};
@@ -87,6 +87,48 @@ pub struct Write {
     pub value: String,
     /// Into the pod's cgroup (the container's parent) instead of the container's.
     pub pod: bool,
+}
+
+impl Write {
+    /// Whether this value gives its cgroup more than a fresh cgroup of the kernel has (the
+    /// NRI plugin writes a pod's own cgroup only with values that do not): a weight above the
+    /// file's default (`default 100`, BFQ's 100, a device line's weight alike), or a file
+    /// whose direction is not known here set to anything but its default. `cpu.idle=1` lowers
+    /// (the group runs only when nothing else wants the CPU); an unreadable value raises.
+    pub fn raises(&self) -> bool {
+        let value = self.value.trim();
+        // A device line (`8:0 50`) is the file without `_device`, for that device.
+        let base = self.file.strip_suffix("_device").unwrap_or(&self.file);
+        let default = fresh_default(base);
+        if base == "cpu.idle" {
+            return value != "1" && Some(value) != default;
+        }
+        if !is_weight(base) {
+            return Some(value) != fresh_default(&self.file);
+        }
+        // The weight is the last word: `default 50`, `8:0 50`, `50`; `8:0 default` clears a
+        // device line back to the default.
+        let last = |v: &str| v.split_whitespace().last().map(str::to_string);
+        match last(value).as_deref() {
+            Some("default") => false,
+            Some(w) => match (
+                w.parse::<u64>(),
+                default.and_then(last).and_then(|d| d.parse::<u64>().ok()),
+            ) {
+                (Ok(w), Some(d)) => w > d,
+                _ => true,
+            },
+            None => true,
+        }
+    }
+}
+
+/// Files whose number is a share against the siblings: more is more.
+fn is_weight(file: &str) -> bool {
+    matches!(
+        file,
+        "cpu.weight" | "cpu.shares" | "io.weight" | "io.bfq.weight" | "blkio.bfq.weight"
+    )
 }
 
 /// One slice as a container gets it.

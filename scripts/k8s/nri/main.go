@@ -8,6 +8,13 @@
 // makes it an event on the pod). Pods without such annotations are never sent and never
 // adjusted. `bulkhead-agent nri` starts it and answers; the allow-list, the directive parser
 // and the cgroup mapping all live there (one table of directives, in Rust).
+//
+// The protocol is one request line, one answer line, in order: `create` (a container of such
+// a pod being created; the answer is its adjustment, an error, or `post`: ask again at its
+// start), `start` (a container whose creation was answered `post`, created by the runtime
+// and about to start: its cgroup exists) and `remove` (such a container removed, before its
+// start or after: the policy forgets what it held for it; the answer carries nothing, and an
+// error in it is only logged).
 package main
 
 import (
@@ -20,7 +27,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -53,8 +59,13 @@ type answer struct {
 	Post bool `json:"post,omitempty"`
 }
 
-// At most this many containers waiting for their StartContainer.
-const maxPosts = 4096
+// At most this many containers waiting for their StartContainer; one created longer ago
+// than maxAge is forgotten when room is needed (created and never started nor removed: the
+// policy forgets it at the same age).
+const (
+	maxPosts = 4096
+	maxAge   = 10 * time.Minute
+)
 
 type adjust struct {
 	CPUShares         *uint64           `json:"cpuShares,omitempty"`
@@ -68,12 +79,55 @@ type adjust struct {
 }
 
 type plugin struct {
-	posts sync.Map // container id -> struct{}
-	npost int64
-	mu    sync.Mutex
+	pmu   sync.Mutex
+	posts map[string]time.Time // container id -> when its creation was answered `post`
+	mu    sync.Mutex           // one request and its answer at a time
 	seq   uint64
 	out   *json.Encoder
 	in    *bufio.Reader
+}
+
+// hold remembers a container to ask about at its start; false when maxPosts are held even
+// after forgetting those created more than maxAge ago.
+func (p *plugin) hold(id string, now time.Time) bool {
+	p.pmu.Lock()
+	defer p.pmu.Unlock()
+	if len(p.posts) >= maxPosts {
+		for k, t := range p.posts {
+			if now.Sub(t) >= maxAge {
+				delete(p.posts, k)
+			}
+		}
+	}
+	if len(p.posts) >= maxPosts {
+		return false
+	}
+	p.posts[id] = now
+	return true
+}
+
+// release forgets a container; whether it was held.
+func (p *plugin) release(id string) bool {
+	p.pmu.Lock()
+	defer p.pmu.Unlock()
+	_, ok := p.posts[id]
+	delete(p.posts, id)
+	return ok
+}
+
+// forget tells the policy to drop what it holds for a container. It never fails the
+// runtime's call: a failure is logged (the policy also forgets by age).
+func (p *plugin) forget(pod *api.PodSandbox, ctr *api.Container) {
+	a, err := p.ask(&request{
+		Event: "remove", Namespace: pod.GetNamespace(), Pod: pod.GetName(), UID: pod.GetUid(),
+		Container: ctr.GetName(), ID: ctr.GetId(),
+	})
+	if err == nil && a.Error != "" {
+		err = errors.New(a.Error)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bulkhead-nri-stub: remove %s: %v\n", ctr.GetId(), err)
+	}
 }
 
 func (p *plugin) ask(r *request) (*answer, error) {
@@ -119,10 +173,8 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	if a.Error != "" {
 		return nil, nil, errors.New(a.Error)
 	}
-	if a.Post && atomic.AddInt64(&p.npost, 1) <= maxPosts {
-		p.posts.Store(ctr.GetId(), struct{}{})
-	} else if a.Post {
-		atomic.AddInt64(&p.npost, -1)
+	if a.Post && !p.hold(ctr.GetId(), time.Now()) {
+		p.forget(pod, ctr)
 		return nil, nil, errors.New("bulkhead: too many containers being created at once")
 	}
 	return a.Adjust.apply(), nil, nil
@@ -131,10 +183,9 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 // StartContainer: the runtime has created the container (runc create: its cgroup exists)
 // and not started it yet; an error fails the start.
 func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
-	if _, ok := p.posts.LoadAndDelete(ctr.GetId()); !ok {
+	if !p.release(ctr.GetId()) {
 		return nil
 	}
-	atomic.AddInt64(&p.npost, -1)
 	a, err := p.ask(&request{
 		Event: "start", Namespace: pod.GetNamespace(), Pod: pod.GetName(), UID: pod.GetUid(),
 		Container: ctr.GetName(), ID: ctr.GetId(), Cgroups: ctr.GetLinux().GetCgroupsPath(),
@@ -148,10 +199,11 @@ func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 	return nil
 }
 
-// RemoveContainer: forget a container that never got to StartContainer.
-func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
-	if _, ok := p.posts.LoadAndDelete(ctr.GetId()); ok {
-		atomic.AddInt64(&p.npost, -1)
+// RemoveContainer: forget a container that never got to StartContainer, here and in the
+// policy.
+func (p *plugin) RemoveContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	if p.release(ctr.GetId()) {
+		p.forget(pod, ctr)
 	}
 	return nil
 }
@@ -193,7 +245,11 @@ func main() {
 	name := flag.String("name", "bulkhead", "plugin name")
 	idx := flag.String("idx", "50", "plugin index (order among plugins)")
 	flag.Parse()
-	p := &plugin{out: json.NewEncoder(os.Stdout), in: bufio.NewReaderSize(os.Stdin, maxLine)}
+	p := &plugin{
+		posts: map[string]time.Time{},
+		out:   json.NewEncoder(os.Stdout),
+		in:    bufio.NewReaderSize(os.Stdin, maxLine),
+	}
 	s, err := stub.New(p, stub.WithPluginName(*name), stub.WithPluginIdx(*idx),
 		stub.WithSocketPath(*socket), stub.WithOnClose(func() {
 			fmt.Fprintln(os.Stderr, "bulkhead-nri-stub: the runtime closed the connection")

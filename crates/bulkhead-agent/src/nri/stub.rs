@@ -1,23 +1,86 @@
 //! The NRI plugin's process: start `bulkhead-nri-stub` (the NRI project's Go stub, which
 //! holds the connection to the runtime) with pipes, and answer its requests one JSON line at
-//! a time until it ends. Lines are bounded; the files written after creation are kept for at
-//! most `MAX_PENDING` containers. What each pod got, and what it did not, is logged and
-//! reported on the pod (`events`).
+//! a time until it ends: each request line gets exactly one answer line. Lines are bounded;
+//! the files written after creation are kept for at most `MAX_PENDING` containers, each until
+//! its StartContainer, its RemoveContainer (the stub's `remove`) or `MAX_AGE` (a container
+//! created and never started nor removed). What each pod got, and what it did not, is logged
+//! and reported on the pod (`events`).
 
 use super::events::{Events, PodEvent};
-use super::{cgroup_dir, Answer, OnRefused, Policy, Request, Write};
+use super::{cgroup_dir, Answer, Decision, OnRefused, Policy, Request, Write};
 use crate::logging::log;
 use bulkhead::actions::container;
 use bulkhead::actions::host::{hierarchy_of, write_control, Host};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write as _};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// The longest request line read (pod annotations are at most 256 KiB in Kubernetes).
 const MAX_LINE: u64 = 1 << 20;
 /// Containers whose files wait for their StartContainer.
 const MAX_PENDING: usize = 4096;
+/// A container created this long ago and neither started nor removed is forgotten (the
+/// kubelet starts a container right after creating it).
+const MAX_AGE: Duration = Duration::from_secs(600);
+/// At most this many forgotten per creation (bounded work per request).
+const EXPIRE_PER_INSERT: usize = 64;
+
+/// The files of containers created and not started yet, by the container's ID, oldest first
+/// (`by_age`, by insertion number): both maps hold the same entries.
+#[derive(Default)]
+pub(crate) struct Pending {
+    by_id: HashMap<String, (u64, Vec<Write>)>,
+    by_age: BTreeMap<u64, (Instant, String)>,
+    next: u64,
+}
+
+impl Pending {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Forget the entries older than `MAX_AGE` at `now`, at most `EXPIRE_PER_INSERT`; their
+    /// IDs.
+    fn expire(&mut self, now: Instant) -> Vec<String> {
+        let mut gone = Vec::new();
+        while gone.len() < EXPIRE_PER_INSERT {
+            let Some(entry) = self.by_age.first_entry() else {
+                break;
+            };
+            if now.saturating_duration_since(entry.get().0) < MAX_AGE {
+                break;
+            }
+            let (_, id) = entry.remove();
+            self.by_id.remove(&id);
+            gone.push(id);
+        }
+        gone
+    }
+
+    /// Keep `writes` for container `id` (a second creation of one ID replaces the first);
+    /// false when `MAX_PENDING` are waiting.
+    fn insert(&mut self, id: &str, writes: Vec<Write>, now: Instant) -> bool {
+        self.take(id);
+        if self.by_id.len() >= MAX_PENDING {
+            return false;
+        }
+        let n = self.next;
+        self.next += 1;
+        self.by_age.insert(n, (now, id.to_string()));
+        self.by_id.insert(id.to_string(), (n, writes));
+        true
+    }
+
+    /// The files of container `id`, forgotten here.
+    fn take(&mut self, id: &str) -> Option<Vec<Write>> {
+        let (n, writes) = self.by_id.remove(id)?;
+        self.by_age.remove(&n);
+        Some(writes)
+    }
+}
 
 pub struct Options {
     pub stub: PathBuf,
@@ -27,10 +90,11 @@ pub struct Options {
     pub policy: Policy,
 }
 
-/// The stub's request: a container being created, or about to start (created by the
-/// runtime: its cgroup exists).
+/// The stub's request: a container being created (`create`), about to start (`start`:
+/// created by the runtime, its cgroup exists) or removed (`remove`: one the plugin asked to
+/// see at its start, removed before it, or after).
 #[derive(serde::Deserialize)]
-struct Envelope {
+pub(crate) struct Envelope {
     #[serde(default)]
     event: String,
     #[serde(default)]
@@ -70,24 +134,24 @@ pub fn serve(o: Options) -> Result<(), String> {
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", o.stub.display()))?;
     log(format!(
-        "nri: plugin {}-{} on {} (cgroup {} node; on refused: {:?}; allowed directives: {}; slices: {})",
+        "nri: plugin {}-{} on {} (cgroup {} node; on refused: {:?}; namespaces: {}; allowed directives: {}; slices: {})",
         o.index,
         o.name,
         o.socket.display(),
         if node.is_v2() { "v2" } else { "v1" },
         o.policy.on_refused,
+        o.policy.namespaces_text(),
         super::list(&o.policy.allow),
-        if o.policy.slices.is_empty() {
-            "any of the applied plan".into()
-        } else {
-            super::list(&o.policy.slices)
-        }
+        super::list(&o.policy.slices),
     ));
+    if o.policy.namespaces.is_empty() {
+        log("nri: no namespace is listed (--namespace): every pod's bulkhead.io annotations are refused");
+    }
     let (Some(mut to_stub), Some(from_stub)) = (child.stdin.take(), child.stdout.take()) else {
         return Err("the stub's pipes are missing".into());
     };
     let mut lines = BufReader::new(from_stub);
-    let mut pending: HashMap<String, Vec<Write>> = HashMap::new();
+    let mut pending = Pending::default();
     loop {
         let mut line = String::new();
         let n = (&mut lines)
@@ -105,7 +169,13 @@ pub fn serve(o: Options) -> Result<(), String> {
             ));
         }
         let answer = match serde_json::from_str::<Envelope>(&line) {
-            Ok(env) => handle(&o.policy, &host, &events, env, &mut pending),
+            Ok(env) => handle(&o.policy, &events, env, &mut pending, Instant::now(), |r| {
+                // The node is read at each creation: a disk switched to BFQ, or io.cost the
+                // agent's plan enabled, counts from the next container on.
+                container::node()
+                    .map_err(|e| crate::machine::error_text(&e))
+                    .and_then(|node| o.policy.decide(&r.namespace, &r.annotations, &node, &host))
+            }),
             Err(e) => {
                 let _ = child.kill();
                 return Err(format!("a request the stub should not send: {e}"));
@@ -119,12 +189,15 @@ pub fn serve(o: Options) -> Result<(), String> {
     }
 }
 
-fn handle(
+/// One request's answer (exactly one per request). `decide` is the policy's decision for a
+/// container being created (`Policy::decide` on this node), `now` the time of the request.
+pub(crate) fn handle(
     policy: &Policy,
-    host: &Host,
     events: &Events,
     env: Envelope,
-    pending: &mut HashMap<String, Vec<Write>>,
+    pending: &mut Pending,
+    now: Instant,
+    decide: impl FnOnce(&Request) -> Result<Decision, String>,
 ) -> serde_json::Value {
     let r = &env.request;
     let who = format!("pod {}/{} container {}", r.namespace, r.pod, r.container);
@@ -145,12 +218,7 @@ fn handle(
     };
     let mut post = false;
     match env.event.as_str() {
-        // The node is read at each creation: a disk switched to BFQ, or io.cost the agent's
-        // plan enabled, counts from the next container on.
-        "create" => match container::node()
-            .map_err(|e| crate::machine::error_text(&e))
-            .and_then(|node| policy.decide(&r.annotations, &node, host))
-        {
+        "create" => match decide(r) {
             Ok(d) => {
                 for n in &d.notes {
                     log(format!("nri: {who}: {n}"));
@@ -164,15 +232,43 @@ fn handle(
                     event(true, "BulkheadNotApplied", d.unapplied.join("; "));
                 }
                 if !applied.is_empty() {
-                    event(false, "BulkheadApplied", applied);
+                    let mut note = applied;
+                    for n in &d.notes {
+                        note = format!("{note}; {n}");
+                    }
+                    event(false, "BulkheadApplied", note);
                 }
-                if !d.writes.is_empty() && pending.len() < MAX_PENDING {
-                    pending.insert(env.id.clone(), d.writes);
-                    post = true;
-                } else if !d.writes.is_empty() {
-                    answer.error = Some("bulkhead: too many containers being created".into());
+                let wants_post = !d.writes.is_empty();
+                if wants_post {
+                    let gone = pending.expire(now);
+                    if !gone.is_empty() {
+                        log(format!(
+                            "nri: forgot {} containers created more than {} s ago and neither started nor removed ({}{})",
+                            gone.len(),
+                            MAX_AGE.as_secs(),
+                            gone[..gone.len().min(3)].join(", "),
+                            if gone.len() > 3 { ", ..." } else { "" }
+                        ));
+                    }
+                    post = pending.insert(&env.id, d.writes, now);
                 }
-                answer.adjust = Some(d.adjust);
+                if post || !wants_post {
+                    answer.adjust = Some(d.adjust);
+                } else {
+                    let e = format!(
+                        "{MAX_PENDING} containers are waiting for their start: the files written after creation are not applied"
+                    );
+                    if policy.on_refused == OnRefused::Fail {
+                        log(format!("nri: {who}: {e}"));
+                        answer.error = Some(format!("bulkhead: {e}"));
+                    } else {
+                        log(format!(
+                            "nri: {who}: {e}; the container starts without them"
+                        ));
+                        event(true, "BulkheadNotApplied", e);
+                        answer.adjust = Some(d.adjust);
+                    }
+                }
             }
             Err(e) if policy.on_refused == OnRefused::Fail => {
                 log(format!("nri: {who}: {e}"));
@@ -184,18 +280,33 @@ fn handle(
             }
         },
         "start" => {
-            if let Some(writes) = pending.remove(&env.id) {
-                match write_all(&env.cgroups_path, &writes) {
-                    Ok(()) => log(format!("nri: {who}: written in {}", env.cgroups_path)),
-                    Err(e) if policy.on_refused == OnRefused::Fail => {
-                        log(format!("nri: {who}: {e}"));
-                        answer.error = Some(format!("bulkhead: {e}"));
-                    }
-                    Err(e) => {
-                        log(format!("nri: {who}: {e}; the container starts without it"));
-                        event(true, "BulkheadNotApplied", e);
-                    }
+            // The stub asks only for containers whose creation was answered `post`: one not
+            // held any more was forgotten (MAX_AGE).
+            let written = match pending.take(&env.id) {
+                Some(writes) => write_all(&env.cgroups_path, &writes),
+                None => Err(format!(
+                    "the files to write at its start were forgotten (created more than {} s before it started)",
+                    MAX_AGE.as_secs()
+                )),
+            };
+            match written {
+                Ok(()) => log(format!("nri: {who}: written in {}", env.cgroups_path)),
+                Err(e) if policy.on_refused == OnRefused::Fail => {
+                    log(format!("nri: {who}: {e}"));
+                    answer.error = Some(format!("bulkhead: {e}"));
                 }
+                Err(e) => {
+                    log(format!("nri: {who}: {e}; the container starts without it"));
+                    event(true, "BulkheadNotApplied", e);
+                }
+            }
+        }
+        // Removed before its start (or after): its files go. Always answered, with nothing.
+        "remove" => {
+            if pending.take(&env.id).is_some() {
+                log(format!(
+                    "nri: {who}: removed before its start; its files are forgotten"
+                ));
             }
         }
         other => answer.error = Some(format!("bulkhead: unknown event {other:?}")),

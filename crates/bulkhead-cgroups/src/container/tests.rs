@@ -221,3 +221,68 @@ fn a_hybrid_host_is_v1_to_runc() {
         r.findings
     );
 }
+
+fn w(file: &str, value: &str) -> Write {
+    Write {
+        controller: "cpu".into(),
+        file: file.into(),
+        value: value.into(),
+        pod: true,
+    }
+}
+
+/// What the NRI plugin may write on a pod's own cgroup: values at or below a fresh cgroup's.
+#[test]
+fn a_write_raises_only_above_the_default() {
+    for (file, value, raises) in [
+        ("cpu.idle", "1", false),
+        ("cpu.idle", "0", false),
+        ("cpu.idle", "2", true),
+        ("io.weight", "default 20", false),
+        ("io.weight", "default 100", false),
+        ("io.weight", "default 101", true),
+        ("io.weight", "8:0 1000", true),
+        ("io.weight", "8:0 50", false),
+        ("io.bfq.weight", "default 1000", true),
+        ("blkio.bfq.weight", "20", false),
+        ("blkio.bfq.weight", "100", false),
+        ("blkio.bfq.weight", "190", true),
+        ("blkio.bfq.weight_device", "8:0 190", true),
+        ("blkio.bfq.weight_device", "8:0 10", false),
+        ("blkio.bfq.weight_device", "8:0 default", false),
+        ("cpu.weight", "10000", true),
+        ("cpu.weight", "1", false),
+        ("cpu.shares", "2", false),
+        ("cpu.shares", "10240", true),
+        // Unreadable, or a file whose direction is not known here: anything but the
+        // default counts as raising.
+        ("io.weight", "default lots", true),
+        ("io.weight", "", true),
+        ("memory.max", "max", false),
+        ("memory.max", "1073741824", true),
+        ("some.file", "1", true),
+    ] {
+        assert_eq!(w(file, value).raises(), raises, "{file} = {value:?}");
+    }
+    // What the mapping writes on the pod for a helper's slice lowers; for a server's it
+    // raises.
+    for caps in [
+        full(),
+        Caps {
+            io_cost: true,
+            ..no_bfq()
+        },
+    ] {
+        for version in [Version::V1, Version::V2] {
+            let node = Node::uniform(version, caps.clone());
+            let low = resources(&slice("CPUWeight = \"idle\"\nIOWeight = 20\n"), &node);
+            assert!(low.writes.iter().any(|w| w.pod), "{low:?}");
+            assert!(low.writes.iter().all(|w| !w.raises()), "{low:?}");
+            let high = resources(&slice("CPUWeight = 1000\nIOWeight = 1000\n"), &node);
+            let pod: Vec<&Write> = high.writes.iter().filter(|w| w.pod).collect();
+            if version == Version::V2 || caps.bfq {
+                assert!(pod.iter().any(|w| w.raises()), "{version:?} {high:?}");
+            }
+        }
+    }
+}
