@@ -212,21 +212,25 @@ pub struct IsolationBench {
     chart: Option<PathBuf>,
     /// The I/O scheduler of the database's disk: none (what NVMe and virtio disks have),
     /// mq-deadline, kyber, or bfq (the only one that honours IOWeight without io.cost)
-    /// [default: none on the bench's loop device; a --data-dir disk keeps its own]
+    /// [default: the disk keeps its own; none on the --loop device]
     #[arg(long)]
     io_scheduler: Option<String>,
-    /// Put the database's files in DIR (a directory on the disk and file system to measure;
-    /// the bench makes and removes a subdirectory) instead of on a loop device of its own
-    #[arg(long, value_name = "DIR")]
+    /// Put the database's files on the disk and file system of DIR (the bench makes and
+    /// removes a subdirectory) [default: /var/lib's, where databases live]
+    #[arg(long, value_name = "DIR", conflicts_with = "use_loop")]
     data_dir: Option<PathBuf>,
+    /// Put them on a loop-backed ext4 of the bench's own instead (a file on the host's file
+    /// system: it measures the loop device's own behaviour, not the disk's; docs/IO.md)
+    #[arg(long = "loop")]
+    use_loop: bool,
     /// Where backup-other writes its archive (another file system) instead of a second
     /// loop device
     #[arg(long, value_name = "DIR")]
     other_dir: Option<PathBuf>,
-    /// Make the database's ext4 (on the bench's loop device) without a journal
+    /// Make the database's ext4 (on the --loop device) without a journal
     #[arg(long)]
     no_journal: bool,
-    /// The loop file system's size
+    /// The --loop file system's size
     #[arg(long, default_value = "3G", value_name = "SIZE")]
     fs_size: String,
     /// The reader's cold data (read from the disk on every pass)
@@ -875,6 +879,7 @@ fn isolation_spec(cli: &Cli, a: &IsolationBench) -> Result<bulkhead_bench::isola
         io: IoSpec {
             scheduler: a.io_scheduler.as_ref().map(|s| s.trim().to_string()),
             data_dir: a.data_dir.clone(),
+            use_loop: a.use_loop,
             other_dir: a.other_dir.clone(),
             journal: !a.no_journal,
             cold_bytes: size(&a.cold_size, "--cold-size")?,
@@ -900,6 +905,9 @@ fn isolation(cli: &Cli, a: &IsolationBench) -> Result<i32> {
         report.machine.kernel,
         report.machine.cgroups
     );
+    if let Some(st) = &report.storage {
+        println!("Storage: {st}.");
+    }
     println!(
         "Plan: {} ({}).",
         report.settings["plan"].as_str().unwrap_or_default(),

@@ -35,6 +35,8 @@ pub struct Bench<'a> {
     pub other_dir: Option<PathBuf>,
     /// The database, as the report names it.
     pub database: String,
+    /// Where the database's files of the I/O groups are, for the report.
+    pub storage: Option<String>,
 }
 
 /// A library error as the bench's message (the bench's caller adds its own "error: ").
@@ -92,6 +94,7 @@ impl<'a> Bench<'a> {
             io_probe: None,
             other_dir: None,
             database: spec.db.name().into(),
+            storage: None,
         };
         b.apply(&b.plan.clone())?;
         Ok(b)
@@ -200,25 +203,35 @@ impl<'a> Bench<'a> {
         out
     }
 
-    /// The database's directory for the I/O hogs: in `--data-dir` (its disk's scheduler as
-    /// it is, or as `--io-scheduler` says), else on a loop-backed ext4 of the bench's own.
+    /// The database's directory for the I/O hogs: on the host's disk (the file system of
+    /// `--data-dir`, by default the one holding /var/lib: its scheduler as it is, or as
+    /// `--io-scheduler` says), or with `--loop` on a loop-backed ext4 of the bench's own.
     fn io_data_dir(&mut self) -> Result<PathBuf, String> {
         let io = &self.spec.io;
-        if let Some(d) = &io.data_dir {
-            let dir = self.env.dir_in(d, "data")?;
+        let dir = if io.use_loop {
+            let sched = io.scheduler.clone().unwrap_or_else(|| "none".into());
+            self.say(format!(
+                "making a loop-backed ext4{} with the {sched} scheduler for the database's data",
+                if io.journal { "" } else { " without a journal" },
+            ));
+            self.env.loop_fs(io.fs_bytes, &sched, io.journal)?.0
+        } else {
+            let parent = io
+                .data_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("/var/lib"));
+            let dir = self.env.dir_in(&parent, "data")?;
             if let Some(s) = &io.scheduler {
                 for dev in super::diag::block::path_devices(&dir) {
                     self.env.set_scheduler(&dev.name, s)?;
                 }
             }
-            return Ok(dir);
-        }
-        let sched = io.scheduler.clone().unwrap_or_else(|| "none".into());
-        self.say(format!(
-            "making a loop-backed ext4{} with the {sched} scheduler for the database's data",
-            if io.journal { "" } else { " without a journal" },
-        ));
-        Ok(self.env.loop_fs(io.fs_bytes, &sched, io.journal)?.0)
+            dir
+        };
+        let about = describe_storage(&dir);
+        self.say(format!("the database's data: {about}"));
+        self.storage = Some(about);
+        Ok(dir)
     }
 
     /// One hog's group: (the baseline peak, its scenarios).
@@ -265,7 +278,7 @@ impl<'a> Bench<'a> {
         self.io_probe = None;
         if kind.is_io() {
             self.env.drop_loop_fs();
-            if io.data_dir.is_some() {
+            if !io.use_loop {
                 let _ = std::fs::remove_dir_all(&data_dir);
             }
         }
@@ -434,4 +447,43 @@ fn fold(kind: HogKind, runs: Runs) -> Vec<ScenarioResult> {
     };
     out.sort_by_key(order);
     out
+}
+
+/// One line about where the data is: `/var/lib/bulkhead-bench-9-data: vda (ext4, scheduler
+/// mq-deadline; BFQ: not in this kernel; io.cost: off)`, the loop device's file named.
+pub fn describe_storage(dir: &Path) -> String {
+    let fs = bulkhead::actions::host::fs_magic(dir).map_or_else(
+        || "unknown file system".into(),
+        bulkhead::actions::host::fs_name,
+    );
+    let devs: Vec<String> = super::diag::block::path_devices(dir)
+        .iter()
+        .map(|d| {
+            let backing = d
+                .backing
+                .as_ref()
+                .map(|b| format!(", a loop device over {}", b.display()))
+                .unwrap_or_default();
+            format!("{} (scheduler {}{backing})", d.name, d.scheduler)
+        })
+        .collect();
+    let k = bulkhead::actions::host::io_kernel();
+    format!(
+        "{}: {} on {}; BFQ: {}; io.cost: {}",
+        dir.display(),
+        fs,
+        if devs.is_empty() {
+            "an unknown device".to_string()
+        } else {
+            devs.join(" over ")
+        },
+        if k.bfq {
+            "available"
+        } else if k.bfq_module {
+            "a module, not loaded"
+        } else {
+            "not in this kernel"
+        },
+        if k.io_cost { "on" } else { "off" },
+    )
 }

@@ -246,9 +246,12 @@ pub struct IoSpec {
     /// `bfq`, `mq-deadline`, `none`, or `kyber`; `None`: `none` on the bench's loop device,
     /// and a `--data-dir` disk's own.
     pub scheduler: Option<String>,
-    /// The database's files go here (a file system on the disk to measure) instead of
-    /// the bench's loop device.
+    /// The database's files go in a directory of the bench's own here (a file system on the
+    /// disk to measure); `None`: the file system that holds /var/lib, where databases live.
     pub data_dir: Option<PathBuf>,
+    /// A loop-backed ext4 of the bench's own instead (`--loop`): the inversion a loop device
+    /// on a file system shows is measured, not the host's disk.
+    pub use_loop: bool,
     /// The backup's other file system (`backup-other`) instead of a second loop device.
     pub other_dir: Option<PathBuf>,
     pub journal: bool,
@@ -270,6 +273,10 @@ pub struct Machine {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub machine: Machine,
+    /// Where the I/O hogs' groups kept the database's files: path, device, file system,
+    /// scheduler, BFQ and io.cost (None: no I/O hog ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<String>,
     pub settings: serde_json::Value,
     pub database: String,
     pub load_generator: String,
@@ -417,6 +424,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
         }
     }
     let database = g.database.clone();
+    let storage = g.storage.clone();
     let plan_line = g.plan_line();
     let layout = g.finish();
     result?;
@@ -428,6 +436,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
             kernel: bulkhead::actions::host::kernel_release(),
             cgroups: layout,
         },
+        storage,
         settings: serde_json::json!({
             "warmup_s": spec.warmup.as_secs_f64(),
             "duration_s": spec.duration.as_secs_f64(),

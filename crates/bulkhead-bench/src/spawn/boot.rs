@@ -115,6 +115,7 @@ pub(super) fn plan(
     roots: &Roots,
     host_fs: &str,
     with_nspawn: bool,
+    peers_cg: &[std::path::PathBuf],
 ) -> Vec<Planned> {
     let bh = bulkhead.display().to_string();
     let cache = cache.display().to_string();
@@ -169,7 +170,7 @@ pub(super) fn plan(
             let mut n = Planned::new(
                 nspawn_name(method, phase),
                 "systemd-nspawn",
-                nspawn(root, theirs, phase),
+                super::in_cgroup(peers_cg, nspawn(root, theirs, phase)),
             );
             b.ready = phase == Phase::Ready;
             n.ready = b.ready;
@@ -251,7 +252,7 @@ mod tests {
             xfs: None,
         };
         let bh = Path::new("/bin/bulkhead");
-        let p = plan(bh, Path::new("/c"), &roots, "ext4", true);
+        let p = plan(bh, Path::new("/c"), &roots, "ext4", true, &[]);
         assert_eq!(p.len(), 8);
         let has = |x: &Planned, w: &str| x.argv.iter().any(|a| a == w);
         for x in &p {
@@ -264,7 +265,7 @@ mod tests {
         assert_eq!(p.iter().filter(|x| x.ready).count(), 4);
         assert!(has(&p[0], "/c") && has(&p[1], "/c") && has(&p[1], "--volatile=overlay"));
         assert!(has(&p[2], "/mnt/b/debian") && has(&p[3], "--ephemeral"));
-        let p = plan(bh, Path::new("/c"), &roots, "ext4", false);
+        let p = plan(bh, Path::new("/c"), &roots, "ext4", false, &[]);
         assert!(p.iter().all(|x| x.group == "bulkhead") && p.len() == 4);
     }
 }

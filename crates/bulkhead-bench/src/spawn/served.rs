@@ -61,6 +61,8 @@ struct Rig {
     chain_port: u16,
     /// `bulkhead-bench seed-chain ...`, which systemd-socket-activate starts.
     chain: Vec<std::ffi::OsString>,
+    /// The chain runs from this cgroup of the bench's (nspawn's cgroups go below it).
+    peers_cg: Vec<PathBuf>,
 }
 
 impl Drop for Rig {
@@ -106,6 +108,7 @@ fn start(bulkhead: &Path, root: &Path, dir: &Path) -> Result<Rig, String> {
         serve_port,
         chain_port: crate::redis::free_port()?,
         chain,
+        peers_cg: Vec::new(),
     };
     let t0 = Instant::now();
     while status(&rig.name).is_none() {
@@ -131,10 +134,15 @@ fn listening(port: u16) -> bool {
 
 /// The seed's chain for one cold start: systemd-socket-activate listening, not yet started.
 fn start_chain(rig: &Rig) -> Result<Child, String> {
-    let mut cmd = Command::new("systemd-socket-activate");
-    cmd.arg("-l")
-        .arg(format!("127.0.0.1:{}", rig.chain_port))
-        .args(&rig.chain)
+    let mut argv = vec![
+        "systemd-socket-activate".to_string(),
+        "-l".into(),
+        format!("127.0.0.1:{}", rig.chain_port),
+    ];
+    argv.extend(rig.chain.iter().map(|a| a.to_string_lossy().into_owned()));
+    let argv = super::in_cgroup(&rig.peers_cg, argv);
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -216,8 +224,15 @@ pub struct Served {
 }
 
 /// `rounds` cold starts of each peer.
-pub fn run(bulkhead: &Path, root: &Path, dir: &Path, rounds: usize) -> Result<Served, String> {
-    let rig = start(bulkhead, root, dir)?;
+pub fn run(
+    bulkhead: &Path,
+    root: &Path,
+    dir: &Path,
+    rounds: usize,
+    peers_cg: &[PathBuf],
+) -> Result<Served, String> {
+    let mut rig = start(bulkhead, root, dir)?;
+    rig.peers_cg = peers_cg.to_vec();
     let mut out = Served {
         first: [Vec::new(), Vec::new()],
         median: [Vec::new(), Vec::new()],

@@ -76,3 +76,14 @@ pub fn pressure_totals(path: &Path) -> Option<PressureTotals> {
 pub fn fs_magic(path: &Path) -> Option<u32> {
     bulkhead_sys::statfs::fs_magic(path)
 }
+
+/// A file system's name from its magic (`ext4`, `btrfs`).
+pub fn fs_name(magic: u32) -> String {
+    bulkhead_sys::statfs::fs_name(magic)
+}
+
+/// What this kernel offers for I/O protection (BFQ, io.cost, io.latency, ...): the
+/// capabilities the mapping plans with.
+pub fn io_kernel() -> bulkhead_cgroups::layout::Caps {
+    Layout::detect().map(|l| l.caps()).unwrap_or_default()
+}
