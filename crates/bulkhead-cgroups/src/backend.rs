@@ -142,6 +142,25 @@ pub trait Placement {
     }
     /// Move one whole process into a slice; on failure it is left where it was.
     fn move_pid(&self, slice: &SliceName, pid: i32) -> std::result::Result<(), String>;
+    /// Move the process a caller decided on by its PID, then check with `still_same` (its
+    /// pidfd alive, its start time unchanged) that the PID still names it: a process that
+    /// exited during the move may have left its PID to another (issue 40 #7). Then the move
+    /// is refused with the reason, and where the backend can, the process the PID names now
+    /// is put where it was born (its parent's cgroups).
+    fn move_held(
+        &self,
+        slice: &SliceName,
+        pid: i32,
+        still_same: &dyn Fn() -> bool,
+    ) -> std::result::Result<(), String> {
+        self.move_pid(slice, pid)?;
+        if still_same() {
+            return Ok(());
+        }
+        Err(format!(
+            "the process exited during the move: PID {pid} may name another process now, which this backend cannot put back"
+        ))
+    }
     /// Move a running process out of every slice, back to the cgroup root (`move --slice /`).
     fn move_pid_out(&self, _pid: i32) -> std::result::Result<(), String> {
         Err("on systemd every process belongs to a unit: move it into another slice (bulkhead move --slice SLICE PID), stop it, or remove the slices with destroy --kill".into())

@@ -239,6 +239,14 @@ impl Placement for Chosen {
     fn move_pid_out(&self, pid: i32) -> std::result::Result<(), String> {
         self.placement().move_pid_out(pid)
     }
+    fn move_held(
+        &self,
+        slice: &SliceName,
+        pid: i32,
+        still_same: &dyn Fn() -> bool,
+    ) -> std::result::Result<(), String> {
+        self.placement().move_held(slice, pid, still_same)
+    }
 }
 
 impl Backend for Chosen {

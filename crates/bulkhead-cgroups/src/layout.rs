@@ -94,7 +94,9 @@ impl Caps {
             ));
         }
         if caps.io_v2 {
-            ways.push("enable io.cost on the disk with an [iocost] section (docs/IO-LEVERS.md)".into());
+            ways.push(
+                "enable io.cost on the disk with an [iocost] section (docs/IO-LEVERS.md)".into(),
+            );
         }
         if ways.is_empty() {
             return "this kernel has no BFQ (built without CONFIG_IOSCHED_BFQ) and its io controller is on cgroup v1 (no io.cost): cap the other slices instead with IOReadBandwidthMax/IOWriteBandwidthMax/IO*IOPSMax on the database's disk (blkio.throttle, which every kernel has)".into();
@@ -102,7 +104,6 @@ impl Caps {
         ways.push("or cap the other slices with IOReadBandwidthMax/IOWriteBandwidthMax".into());
         ways.join("; ")
     }
-
 }
 
 #[derive(Debug, Clone, serde::Serialize)]

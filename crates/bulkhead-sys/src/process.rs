@@ -1,7 +1,7 @@
 //! Processes: signals to a PID, liveness, start times from /proc, pidfds, and the fork of a
 //! detached worker.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 
 /// kill(2).
 pub fn kill(pid: i32, sig: i32) -> std::io::Result<()> {
@@ -62,6 +62,39 @@ pub fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
     let pid = rustix::process::Pid::from_raw(pid)
         .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ESRCH))?;
     rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).map_err(Into::into)
+}
+
+/// One process a caller decided on, held by a pidfd and known by its start time: the PID it
+/// writes into a cgroup is checked, before and after, to still name that process (a PID
+/// freed by an exit is soon another process's; issue 40 #7).
+pub struct Held {
+    pid: i32,
+    start: u64,
+    fd: OwnedFd,
+}
+
+impl Held {
+    /// Hold `pid` if it is still the process started at `start` (the pidfd is opened first,
+    /// then the start time read: a match means the pidfd is that process). None: it exited,
+    /// or its PID names another process now.
+    pub fn hold(pid: i32, start: u64) -> Option<Held> {
+        let fd = pidfd_open(pid).ok()?;
+        let held = Held { pid, start, fd };
+        held.still_same().then_some(held)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// It has not exited (its pidfd is not readable) and its PID still has its start time.
+    pub fn still_same(&self) -> bool {
+        !crate::fd::any_readable(&[self.fd.as_fd()])
+            && u32::try_from(self.pid)
+                .ok()
+                .and_then(start_time)
+                .is_some_and(|s| s == self.start)
+    }
 }
 
 /// Field 22 (starttime, clock ticks after boot) of a /proc/PID/stat text.
@@ -497,6 +530,28 @@ pub fn exit_code(status: i32, otherwise: i32) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 40 #7: a decision is about a process, not a number: once it exits (and its PID
+    /// is free for another), the hold says so; a start time that is not its own is refused.
+    #[test]
+    fn a_held_process_is_that_process() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let start = start_time(child.id()).unwrap();
+        assert!(Held::hold(pid, start + 1).is_none(), "another start time");
+        let held = Held::hold(pid, start).expect("held");
+        assert!(held.still_same());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            !held.still_same(),
+            "exited: its PID is free for another process"
+        );
+        assert!(Held::hold(pid, start).is_none());
+    }
 
     #[test]
     fn stat_fields() {

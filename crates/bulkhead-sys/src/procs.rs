@@ -3,7 +3,7 @@
 //! its /proc/PID directory, so all its files describe the same process even if the PID is
 //! reused meanwhile (then the reads fail, never mix two processes).
 
-use rustix::fs::{openat, readlinkat, Mode, OFlags, CWD};
+use rustix::fs::{openat, readlinkat, statat, AtFlags, Mode, OFlags, CWD};
 use std::io::Read;
 use std::os::fd::OwnedFd;
 
@@ -95,6 +95,12 @@ pub struct Proc {
     pub comm: String,
     /// The executable's path (None: a kernel thread, or not readable).
     pub exe: Option<String>,
+    /// The executable's (device, inode), by stat through /proc/PID/exe: the file itself,
+    /// whatever path the process's own mount namespace shows for it.
+    pub exe_id: Option<(u64, u64)>,
+    /// The executable file's owner (root for what a package installed; a user's own copy is
+    /// the user's).
+    pub exe_owner: Option<u32>,
     /// The command line, its arguments joined by spaces (as `ps` shows it), at most
     /// [`MAX_CMDLINE`] bytes.
     pub cmdline: String,
@@ -130,12 +136,17 @@ pub fn read(pid: i32) -> Option<Proc> {
     let exe = readlinkat(&dir, "exe", Vec::new())
         .ok()
         .map(|p| p.to_string_lossy().into_owned());
+    let exe_st = statat(&dir, "exe", AtFlags::empty()).ok();
+    let exe_id = exe_st.as_ref().map(|st| (st.st_dev, st.st_ino));
+    let exe_owner = exe_st.as_ref().map(|st| st.st_uid);
     Some(Proc {
         pid,
         ppid: i32::try_from(crate::process::parse_stat_ppid(&stat)?).ok()?,
         uid,
         comm,
         exe,
+        exe_id,
+        exe_owner,
         cmdline: join_cmdline(&cmdline),
         start: crate::process::parse_stat_start(&stat)?,
         cgroup: String::from_utf8_lossy(&cgroup).into_owned(),
@@ -149,12 +160,26 @@ pub fn now_ticks() -> Option<u64> {
     Some((secs * crate::process::clock_ticks() as f64) as u64)
 }
 
-/// The PID a pidfile names (its first line) and the file's owner, or None when there is no
-/// such file (a stopped service). The path is opened once by the host-path rule
+/// What a pidfile says, and what vouches for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pidfile {
+    pub pid: i32,
+    /// The file's owner.
+    pub owner: u32,
+    /// When it was last written (its mtime), seconds since the epoch: a process that started
+    /// later is not the one it was written for (a stale pidfile whose PID was reused).
+    pub written: i64,
+}
+
+/// The PID a pidfile names (its first line), its owner and when it was written, or None when
+/// there is no such file (a stopped service). The path is opened once by the host-path rule
 /// ([`crate::hostpath`]: no symlink on the way that another user owns), decided on by
 /// `fstat` of that descriptor (a regular file with one link: a hard link may be another
-/// user's name for root's pidfile) and read through it, at most 4 KiB. Err: why not.
-pub fn read_pidfile(path: &std::path::Path) -> Result<Option<(i32, u32)>, String> {
+/// user's name for root's pidfile) and read through it, at most 4 KiB. Its directory must be
+/// writable by root or the file's owner alone (not by others, nor by a group other than
+/// root's): else anyone who can write there plants a pidfile while the service is down.
+/// Err: why not.
+pub fn read_pidfile(path: &std::path::Path) -> Result<Option<Pidfile>, String> {
     let hp = match crate::hostpath::HostPath::open(path) {
         Ok(h) => h,
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
@@ -164,6 +189,7 @@ pub fn read_pidfile(path: &std::path::Path) -> Result<Option<(i32, u32)>, String
         return Err("is not a regular file".into());
     }
     let st = hp.stat();
+    dir_trusted(&hp.real_path(), st.st_uid)?;
     if st.st_nlink != 1 {
         return Err(format!(
             "has {} hard links: another name for a file may be someone else's (a pidfile has one)",
@@ -188,7 +214,32 @@ pub fn read_pidfile(path: &std::path::Path) -> Result<Option<(i32, u32)>, String
         .and_then(|l| l.trim().parse::<i32>().ok())
         .filter(|&p| p > 0)
         .ok_or("does not start with a process ID")?;
-    Ok(Some((pid, st.st_uid)))
+    Ok(Some(Pidfile {
+        pid,
+        owner: st.st_uid,
+        written: st.st_mtime,
+    }))
+}
+
+/// The directory of a pidfile (the file's real path) is one only root or the file's owner
+/// can write in.
+fn dir_trusted(file: &std::path::Path, owner: u32) -> Result<(), String> {
+    let Some(dir) = file.parent() else {
+        return Ok(());
+    };
+    let d = crate::hostpath::HostPath::open(dir).map_err(|e| e.to_string())?;
+    let st = d.stat();
+    let mode = st.st_mode & 0o7777;
+    let others = mode & 0o002 != 0;
+    let group = mode & 0o020 != 0 && st.st_gid != 0;
+    if st.st_uid != 0 && st.st_uid != owner || others || group {
+        return Err(format!(
+            "is in {}, a directory others can write in (owner UID {}, mode {mode:o}): anyone who can write there could plant it while the service is down",
+            dir.display(),
+            st.st_uid
+        ));
+    }
+    Ok(())
 }
 
 /// /proc/PID/cgroup of one process (None: gone).
@@ -271,8 +322,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("x.pid");
         std::fs::write(&f, "4242\n/var/lib/x\n").unwrap();
-        let (pid, _owner) = read_pidfile(&f).unwrap().unwrap();
-        assert_eq!(pid, 4242);
+        let pf = read_pidfile(&f).unwrap().unwrap();
+        assert_eq!(pf.pid, 4242);
         assert_eq!(
             read_pidfile(&dir.join("gone.pid")).unwrap(),
             None,
@@ -290,12 +341,18 @@ mod tests {
         std::fs::write(&f, "4242\n").unwrap();
         let link = dir.join("l.pid");
         std::os::unix::fs::symlink(&f, &link).unwrap();
-        assert_eq!(read_pidfile(&link).unwrap().map(|x| x.0), Some(4242));
+        assert_eq!(read_pidfile(&link).unwrap().map(|x| x.pid), Some(4242));
         if rustix::process::geteuid().is_root() {
             std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
             let e = read_pidfile(&link).unwrap_err();
             assert!(e.contains("l.pid"), "{e}");
         }
+        // A directory others can write in (issue 40 #3): refused, saying where.
+        std::fs::remove_file(&link).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let e = read_pidfile(&f).unwrap_err();
+        assert!(e.contains("others can write"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

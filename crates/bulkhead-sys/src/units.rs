@@ -48,6 +48,28 @@ impl fmt::Display for Limit {
 
 /// A fraction as systemd and the plan spell it: at most three decimals, no trailing zeros
 /// (`50`, `12.5`, `33.333`).
+/// Text another user chose (a command line, a process name) made safe for one line of a
+/// terminal or a log: control characters (newlines, escape sequences, C1 codes) are written
+/// as escapes (`\n`, `\u{1b}`), so no one forges a line such as `bulkhead: error: ...` or
+/// moves the cursor (issue 40 #13). A backslash is doubled, so the escapes are unambiguous.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(|c| c.is_control() || c == '\\') {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 pub fn trim_float(f: f64) -> String {
     let s = format!("{f:.3}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -260,6 +282,17 @@ impl From<IdSet> for String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn another_users_text_cannot_forge_a_line() {
+        assert_eq!(printable("postgres: idle"), "postgres: idle");
+        assert_eq!(
+            printable("x\nbulkhead: error: forged\u{1b}[2K\t\\"),
+            "x\\nbulkhead: error: forged\\u{1b}[2K\\t\\\\"
+        );
+        assert_eq!(printable("\u{85}"), "\\u{85}");
+    }
+
     use super::*;
 
     #[test]

@@ -53,9 +53,35 @@ pub fn group_list(user: &str, gid: u32) -> Vec<u32> {
         .unwrap_or_else(|_| vec![gid])
 }
 
+/// The first UID of ordinary users (`UID_MIN` of /etc/login.defs, 1000 by default): below it
+/// are root and the system users services run as (postgres, redis).
+pub fn uid_min() -> u32 {
+    std::fs::read_to_string("/etc/login.defs")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next() == Some("UID_MIN")).then(|| w.next()?.parse().ok())?
+            })
+        })
+        .unwrap_or(1000)
+}
+
+/// Whether a UID is root's or a system user's (below [`uid_min`]; 65534, nobody, is not).
+pub fn is_system_uid(uid: u32) -> bool {
+    uid < uid_min() && uid != 65534
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn system_users() {
+        assert!(is_system_uid(0));
+        assert!(!is_system_uid(65534));
+        assert!(!is_system_uid(uid_min()));
+    }
 
     #[test]
     fn root_is_uid_0_with_its_group() {

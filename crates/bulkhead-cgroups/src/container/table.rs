@@ -5,7 +5,7 @@
 //! The test fails when the document and the code disagree;
 //! `BULKHEAD_BLESS=1 cargo test -p bulkhead-cgroups directive_table` rewrites the document.
 
-use super::{self as container, Node};
+use crate::container::{self, Node};
 use crate::fs::map::{Mapper, Want};
 use crate::layout::{Caps, Version};
 use bulkhead_plan::{IoMax, Plan, ResolvedSlice, SliceName};

@@ -59,7 +59,9 @@ impl CgroupFs {
                 let inherited = inherited_cpuset(plan, s, &root_sets);
                 let m = map_slice(plan, &host, s, &inherited, (h, ctrls));
                 for w in m.warnings {
-                    if w.severity == Severity::Warning && !unapplied.iter().any(|u| u.message == w.message) {
+                    if w.severity == Severity::Warning
+                        && !unapplied.iter().any(|u| u.message == w.message)
+                    {
                         unapplied.push(w);
                     }
                 }

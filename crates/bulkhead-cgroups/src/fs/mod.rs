@@ -211,6 +211,15 @@ impl Placement for CgroupFs {
     fn move_pid_out(&self, pid: i32) -> std::result::Result<(), String> {
         self.move_pid_out_fs(pid)
     }
+
+    fn move_held(
+        &self,
+        slice: &SliceName,
+        pid: i32,
+        still_same: &dyn Fn() -> bool,
+    ) -> std::result::Result<(), String> {
+        self.move_held_fs(slice, pid, still_same)
+    }
 }
 
 impl Backend for CgroupFs {

@@ -53,6 +53,38 @@ impl CgroupFs {
         move_into(&dirs, pid)
     }
 
+    /// [`crate::Placement::move_held`] on cgroupfs: when the PID names another process after
+    /// the move, that process goes where its parent is (where it was born).
+    pub(super) fn move_held_fs(
+        &self,
+        slice: &SliceName,
+        pid: i32,
+        still_same: &dyn Fn() -> bool,
+    ) -> Result<(), String> {
+        let dirs = self.existing_dirs(slice);
+        if dirs.is_empty() {
+            return Err(format!("slice '{slice}' does not exist"));
+        }
+        move_into(&dirs, pid)?;
+        if still_same() {
+            return Ok(());
+        }
+        let parent = bulkhead_sys::process::parent(pid as u32)
+            .and_then(|pp| fs::read_to_string(format!("/proc/{pp}/cgroup")).ok());
+        let hs: Vec<&Hierarchy> = dirs.iter().map(|(h, _)| *h).collect();
+        match parent {
+            Some(text) => {
+                put_back(&hs, &text, pid);
+                Err(format!(
+                    "the process exited during the move and PID {pid} names another process now: that one was put back where its parent is"
+                ))
+            }
+            None => Err(format!(
+                "the process exited during the move; PID {pid} names no process now"
+            )),
+        }
+    }
+
     /// `move --slice /`: back to the cgroup root (out of every slice, as before `run` or
     /// `move`), in every hierarchy.
     pub(super) fn move_pid_out_fs(&self, pid: i32) -> Result<(), String> {

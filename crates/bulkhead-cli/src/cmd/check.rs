@@ -4,6 +4,7 @@
 use crate::args::{CheckArgs, Cli};
 use crate::cmd::json;
 use bulkhead::actions::check::{self, CheckLevel, Report};
+use bulkhead::units::printable;
 
 pub fn check(cli: &Cli, a: &CheckArgs) -> i32 {
     let r = check::check(&cli.context());
@@ -46,9 +47,10 @@ fn text(r: &Report, brief: bool) -> String {
             "  {:<8} {:<9} {}\n",
             word(f.level),
             f.area.name(),
-            f.message
+            printable(&f.message)
         ));
         if let Some(h) = &f.hint {
+            let h = printable(h);
             out.push_str(&format!("  {:<8} {:<9} hint: {h}\n", "", ""));
         }
     }

@@ -4,6 +4,7 @@ use crate::args::place::PlaceArgs;
 use crate::args::Cli;
 use bulkhead::actions::place::{self, PlaceRequest, Placed};
 use bulkhead::error::Result;
+use bulkhead::units::printable;
 
 pub fn place(cli: &Cli, a: &PlaceArgs) -> Result<i32> {
     let req = PlaceRequest {
@@ -31,7 +32,12 @@ fn print_one(p: &Placed, a: &PlaceArgs, quiet: bool) {
     // PID 0: a service whose pidfile could not be used names no process.
     let mut what = match p.pid {
         0 => "its process".to_string(),
-        pid => format!("{pid} ({}: {})", p.comm, short(&p.cmdline)),
+        // Another user's process names itself: printed with its control characters escaped.
+        pid => format!(
+            "{pid} ({}: {})",
+            printable(&p.comm),
+            printable(&short(&p.cmdline))
+        ),
     };
     if !p.descendants.is_empty() {
         what.push_str(&format!(" and {} descendant(s)", p.descendants.len()));
@@ -45,7 +51,8 @@ fn print_one(p: &Placed, a: &PlaceArgs, quiet: bool) {
     match &p.error {
         Some(e) => eprintln!(
             "bulkhead: error: {why} could not move {what} to {}: {e}",
-            p.slice.unit()
+            p.slice.unit(),
+            e = printable(e)
         ),
         None if quiet => {}
         None => {

@@ -74,12 +74,22 @@ fn scrape(t: &TestRoot, plan: &str) -> String {
         .unwrap();
     let addr = crate::common::exporter::address(&mut child);
     let _exporter = Killed(child);
-    let mut c = TcpStream::connect(addr).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut out = String::new();
-    c.read_to_string(&mut out).unwrap();
-    out
+    // The exporter judges `check` on a thread of its own: its first verdict comes once that
+    // walk is done; scrapes before it have no protection gauge.
+    let get = || {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        out
+    };
+    let mut page = get();
+    crate::common::wait_for("the exporter's first verdict", || {
+        page = get();
+        page.contains("bulkhead_protection{")
+    });
+    page
 }
 
 #[test]
@@ -225,7 +235,7 @@ fn check_protected_drift_moved_out_exporter_and_non_root() {
     let summary = v["summary"].as_str().unwrap();
     assert!(
         summary.starts_with("bulkhead check: NOT PROTECTED: database server scylla outside db-server: 1 process(es)")
-            && summary.contains(&format!("{pid} in {}/db.slice/db-helper.slice", t.cgroup)),
+            && summary.contains(&format!("{pid} (UID 0) in {}/db.slice/db-helper.slice", t.cgroup)),
         "{summary}"
     );
     let o = t.run(&["-c", p, "check", "--brief"]);

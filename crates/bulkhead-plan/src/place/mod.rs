@@ -55,28 +55,84 @@ pub struct PlaceRule {
     pub unit: Vec<String>,
 }
 
+/// A file by what the kernel vouches for: (device, inode).
+pub type FileId = (u64, u64);
+
 /// What a rule sees of one process.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Facts<'a> {
     pub uid: u32,
     pub exe: Option<&'a str>,
+    /// The executable's identity (fstat through /proc/PID/exe: the file itself, whatever
+    /// path the process's mount namespace gives it).
+    pub exe_id: Option<FileId>,
     pub comm: &'a str,
     pub cmdline: &'a str,
     pub parent_exe: Option<&'a str>,
+    pub parent_exe_id: Option<FileId>,
     pub parent_comm: &'a str,
     pub unit: Option<&'a str>,
 }
 
+/// One `exe` or `parent` pattern as this host resolves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Program {
+    /// A name or a glob: matched against the path's text or `comm` (which the process's
+    /// owner can choose).
+    Pattern,
+    /// A literal absolute path: the file it names on the host, by identity.
+    File(FileId),
+    /// A literal absolute path with no file on the host: matches no process.
+    Missing,
+}
+
+/// A rule's names resolved on the host: its users' UIDs, and its `exe` and `parent`
+/// patterns (in order) as [`Program`]s.
+#[derive(Debug, Clone, Default)]
+pub struct OnHost {
+    pub uids: Vec<u32>,
+    pub exe: Vec<Program>,
+    pub parent: Vec<Program>,
+}
+
 impl PlaceRule {
     /// Whether the process matches every key the rule gives. `uids` are the rule's users,
-    /// resolved on this host (names the host does not know are left out by the caller).
+    /// resolved on this host (names the host does not know are left out by the caller);
+    /// every path pattern is matched by its text ([`PlaceRule::matches_on`] matches literal
+    /// paths by the file's identity).
     pub fn matches(&self, f: &Facts<'_>, uids: &[u32]) -> bool {
+        self.matches_on(
+            f,
+            &OnHost {
+                uids: uids.to_vec(),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// [`PlaceRule::matches`] with the rule resolved on the host: a literal executable path
+    /// matches only the file it names (device and inode), not a process whose mount
+    /// namespace shows another file at that path.
+    pub fn matches_on(&self, f: &Facts<'_>, h: &OnHost) -> bool {
         let any = |pats: &[String], text: &str| pats.iter().any(|p| glob::matches(p, text));
-        (self.user.is_empty() || uids.contains(&f.uid))
-            && (self.exe.is_empty() || program(&self.exe, f.exe, f.comm))
+        (self.user.is_empty() || h.uids.contains(&f.uid))
+            && (self.exe.is_empty() || program(&self.exe, &h.exe, f.exe, f.exe_id, f.comm))
             && (self.cmdline.is_empty() || any(&self.cmdline, f.cmdline))
-            && (self.parent.is_empty() || program(&self.parent, f.parent_exe, f.parent_comm))
+            && (self.parent.is_empty()
+                || program(
+                    &self.parent,
+                    &h.parent,
+                    f.parent_exe,
+                    f.parent_exe_id,
+                    f.parent_comm,
+                ))
             && (self.unit.is_empty() || f.unit.is_some_and(|u| any(&self.unit, u)))
+    }
+
+    /// The `exe` and `parent` patterns that are literal absolute paths (no glob
+    /// character): the ones [`OnHost`] resolves to files.
+    pub fn literal_path(pattern: &str) -> bool {
+        pattern.starts_with('/') && !pattern.contains(['*', '?', '['])
     }
 
     /// The match keys with their patterns, in [`MATCH_KEYS`] order (empty: not given).
@@ -91,9 +147,21 @@ impl PlaceRule {
     }
 }
 
-/// A program pattern: with a `/` the whole executable path, else its file name or `comm`.
-fn program(pats: &[String], exe: Option<&str>, comm: &str) -> bool {
-    pats.iter().any(|p| {
+/// A program pattern: a literal path resolved on the host by the file's identity; else with
+/// a `/` the whole executable path, else its file name or `comm`.
+fn program(
+    pats: &[String],
+    on_host: &[Program],
+    exe: Option<&str>,
+    exe_id: Option<FileId>,
+    comm: &str,
+) -> bool {
+    pats.iter().enumerate().any(|(i, p)| {
+        match on_host.get(i) {
+            Some(Program::File(id)) => return exe_id == Some(*id),
+            Some(Program::Missing) => return false,
+            _ => {}
+        }
         if p.contains('/') {
             exe.is_some_and(|e| glob::matches(p, e))
         } else {
@@ -261,13 +329,56 @@ fn patterns(cx: &mut Ctx<'_>, loc: Loc, key: &str, v: &DeValue<'_>) -> Option<Ve
     Some(list)
 }
 
-/// Every rule's slice must be one of the plan's.
+/// What makes a slice (or one of its parents) rank above a process's default place: a CPU
+/// or I/O weight above the default 100, or memory protection. None: it does not.
+fn raises(name: &SliceName, slices: &BTreeMap<SliceName, crate::SliceSpec>) -> Option<String> {
+    use crate::directives::{CpuWeight, Value};
+    let mut at = Some(name.clone());
+    while let Some(n) = at {
+        if let Some(spec) = slices.get(&n) {
+            for (d, v) in &spec.directives {
+                let above = match (&v.value, *d) {
+                    (Value::CpuWeight(CpuWeight::Weight(w)), _) if *w > 100 => true,
+                    (Value::Weight(w), "IOWeight") if *w > 100 => true,
+                    (Value::Memory(_), "MemoryMin" | "MemoryLow") => true,
+                    _ => false,
+                };
+                if above {
+                    return Some(format!("{d} in [slice.{n}]"));
+                }
+            }
+        }
+        at = n.parent();
+    }
+    None
+}
+
+/// Every rule's slice must be one of the plan's; a rule into a slice that ranks above the
+/// default must say whose processes it is for (`user`, or a systemd `unit`, which only root
+/// or systemd can give a process): any user can start a program of a given name, path or
+/// command line, and `place` runs as root (issue 40).
 pub(crate) fn check_slices(
     source: &Source,
     rules: &BTreeMap<String, PlaceRule>,
     slices: &BTreeMap<SliceName, crate::SliceSpec>,
     errors: &mut Vec<Diagnostic>,
 ) {
+    for r in rules
+        .values()
+        .filter(|r| r.user.is_empty() && r.unit.is_empty())
+    {
+        if let Some(why) = raises(&r.slice, slices) {
+            errors.push(
+                Diagnostic::error(format!(
+                    "the rule sends processes into {}, which ranks above other processes ({why}), but says neither whose they are nor their unit: any user could start a matching process and have root raise it",
+                    r.slice
+                ))
+                .at(source.at(r.loc))
+                .context(format!("[place.{}]", r.name))
+                .hint("add user = [\"postgres\"] (the users whose processes it is for), or unit = \"postgresql@*.service\""),
+            );
+        }
+    }
     let named: Vec<String> = slices.keys().map(|n| n.to_string()).collect();
     for r in rules.values().filter(|r| !slices.contains_key(&r.slice)) {
         let hint = match crate::nearest(r.slice.as_str(), &named) {

@@ -9,9 +9,11 @@ fn facts<'a>(exe: &'a str, cmdline: &'a str, parent: &'a str) -> Facts<'a> {
     Facts {
         uid: 105,
         exe: Some(exe),
+        exe_id: None,
         comm: exe.rsplit('/').next().unwrap(),
         cmdline,
         parent_exe: Some(parent),
+        parent_exe_id: None,
         parent_comm: parent.rsplit('/').next().unwrap(),
         unit: Some("postgresql@15-main.service"),
     }
@@ -127,4 +129,41 @@ fn rules_are_bounded() {
         vec!["\"x\""; MAX_PATTERNS + 1].join(",")
     );
     assert!(plan(&list).unwrap_err().contains("1 to 32 patterns"));
+}
+
+#[test]
+fn a_rule_into_a_higher_slice_must_say_whose_processes() {
+    let e = plan("[place.s]\nslice = \"db-server\"\nexe = \"postgres\"\n").unwrap_err();
+    assert!(e.contains("ranks above") && e.contains("CPUWeight"), "{e}");
+    plan("[place.s]\nslice = \"db-server\"\nexe = \"postgres\"\nuser = \"root\"\n").unwrap();
+    plan("[place.s]\nslice = \"db-server\"\nunit = \"postgresql@*.service\"\n").unwrap();
+    // The helper slice ranks below: any process may be sent there.
+    plan("[place.h]\nslice = \"db-helper\"\nexe = \"pg_dump\"\n").unwrap();
+}
+
+#[test]
+fn a_literal_path_is_the_file_it_names() {
+    let p = plan("[place.d]\nslice = \"db-helper\"\nexe = [\"/usr/bin/pg_dump\", \"/opt/*/x\"]\n")
+        .unwrap();
+    let r = &p.place["d"];
+    assert!(PlaceRule::literal_path("/usr/bin/pg_dump") && !PlaceRule::literal_path("/opt/*/x"));
+    let host = OnHost {
+        uids: vec![],
+        exe: vec![Program::File((8, 42)), Program::Pattern],
+        parent: vec![],
+    };
+    let mut f = facts("/usr/bin/pg_dump", "pg_dump", "/bin/sh");
+    // The path's text is not enough: another file shown at that path (a mount namespace).
+    f.exe_id = Some((8, 43));
+    assert!(!r.matches_on(&f, &host));
+    f.exe_id = Some((8, 42));
+    assert!(r.matches_on(&f, &host));
+    let missing = OnHost {
+        exe: vec![Program::Missing, Program::Pattern],
+        ..host.clone()
+    };
+    assert!(!r.matches_on(&f, &missing));
+    // A glob path is still matched by its text.
+    let g = facts("/opt/a/x", "x", "/bin/sh");
+    assert!(r.matches_on(&g, &host));
 }

@@ -73,7 +73,10 @@ mod tests {
         assert!(names_module("kernel/block/bfq.ko", "bfq"));
         assert!(names_module("kernel/block/bfq.ko.xz: kernel/x.ko", "bfq"));
         assert!(!names_module("kernel/block/bfqx.ko", "bfq"));
-        assert!(!names_module("kernel/drivers/x.ko: kernel/block/bfq.ko", "bfq"));
+        assert!(!names_module(
+            "kernel/drivers/x.ko: kernel/block/bfq.ko",
+            "bfq"
+        ));
     }
 
     #[test]

@@ -16,10 +16,45 @@ use bulkhead_sys::host::{self as hostfacts, DevNum, Host};
 use bulkhead_sys::procs;
 use bulkhead_sys::units::Limit;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// The most server processes whose disks are looked up (PostgreSQL runs one per connection;
 /// they share the data directory).
 const DISK_LOOKUPS: usize = 16;
+
+/// The walk of /proc stops after this long, with an UNKNOWN "incomplete" finding: a host
+/// with tens of thousands of processes (of any user) never holds a check, or a scrape, up.
+const SCAN_FOR: Duration = Duration::from_secs(10);
+
+/// What the walk could not cover.
+fn scan_findings(scan: &crate::place::claims::Scan) -> Vec<Finding> {
+    let mut out = Vec::new();
+    if scan.truncated {
+        out.push(Finding::new(
+            Area::Access,
+            Level::Unknown,
+            format!(
+                "more than {} processes: the rest were not checked",
+                procs::MAX_PROCS
+            ),
+        ));
+    }
+    if scan.incomplete {
+        out.push(
+            Finding::new(
+                Area::Access,
+                Level::Unknown,
+                format!(
+                    "incomplete: the walk of /proc stopped after {} s ({} processes read); the rest were not checked",
+                    SCAN_FOR.as_secs(),
+                    scan.read
+                ),
+            )
+            .hint("a host this busy is checked in part: run check again, or look for who starts so many processes"),
+        );
+    }
+    out
+}
 
 /// Check everything once. Never fails: what cannot be read is an UNKNOWN finding.
 pub fn check(cx: &Context) -> Report {
@@ -39,25 +74,12 @@ pub fn check(cx: &Context) -> Report {
     let mut findings = Vec::new();
     findings.extend(plan_findings(cx));
     let roles = Roles::of(&plan);
-    let (all, truncated) = procs::all();
-    let procs: Vec<placement::ProcEntry> = all.into_iter().map(Into::into).collect();
-    if truncated {
-        findings.push(Finding::new(
-            Area::Access,
-            Level::Unknown,
-            format!(
-                "more than {} processes: the rest were not checked",
-                procs::MAX_PROCS
-            ),
-        ));
-    }
     let by = {
         let l = &chosen.reader().layout;
         l.hierarchy("cpu").or_else(|| l.primary())
     };
-    // The plan's own placements: its services and its placement rules, with the processes
-    // each claims now.
-    let pids: Vec<u32> = procs.iter().map(|p| p.pid).collect();
+    // The plan's own placements (its services and rules, with the processes each claims
+    // now) and the known servers and helpers: one streaming walk of /proc, bounded in time.
     let rules = match crate::place::rules::compile(&plan) {
         Ok(r) => r,
         Err(e) => {
@@ -74,7 +96,12 @@ pub fn check(cx: &Context) -> Report {
             Vec::new()
         }
     };
-    let claims: Vec<Claim> = crate::place::claims::claims(&plan, &rules, &pids)
+    let want = |p: &procs::Proc| placement::known_name(&p.comm);
+    let scan = crate::place::claims::scan(&plan, &rules, &want, Instant::now() + SCAN_FOR);
+    findings.extend(scan_findings(&scan));
+    let procs: Vec<placement::ProcEntry> = scan.procs.into_iter().map(Into::into).collect();
+    let claims: Vec<Claim> = scan
+        .claims
         .into_iter()
         .map(|(what, slice, pids)| Claim {
             what,

@@ -19,12 +19,16 @@ use std::time::{Duration, Instant};
 /// scrapes in between show its last verdict.
 pub const CHECK_EVERY: Duration = Duration::from_secs(15);
 
+/// The last check: when (monotonic, Unix time) and what it found.
+type Checked = Arc<Mutex<Option<(Instant, f64, Arc<crate::check::Report>)>>>;
+
 /// Reads the slices that exist under the cgroup root, as `status` does, and `check`'s verdict.
 pub struct Scraper {
     chosen: Chosen,
     cx: Context,
-    /// The last check: when (monotonic, Unix time) and what it found.
-    checked: Mutex<Option<(Instant, f64, Arc<crate::check::Report>)>>,
+    checked: Checked,
+    /// `check` runs on a thread of its own ([`Scraper::check_in_background`]).
+    background: bool,
 }
 
 /// Choose the backend once; every scrape then only reads files.
@@ -32,7 +36,8 @@ pub fn scraper(cx: &Context) -> Result<Scraper> {
     Ok(Scraper {
         chosen: cx.choose()?,
         cx: cx.clone(),
-        checked: Mutex::new(None),
+        checked: Arc::new(Mutex::new(None)),
+        background: false,
     })
 }
 
@@ -54,22 +59,42 @@ impl Scraper {
             sockets: crate::activate::state::read_all(),
             hugepages: bulkhead_sys::host::hugepages::pools(&Default::default()),
             guard: crate::guard::status(),
-            protection: Some(self.protection()),
+            protection: self.protection(),
         }
     }
 
-    /// `check`'s verdict, judged again when the last one is older than [`CHECK_EVERY`].
-    fn protection(&self) -> (Arc<crate::check::Report>, f64) {
+    /// Judge `check` on a thread of its own, now and every [`CHECK_EVERY`]: a scrape serves
+    /// the last verdict with the time it was judged and never waits for a walk of /proc
+    /// (issue 40 #4: a host with 20,000 processes of another user timed scrapes out).
+    pub fn check_in_background(&mut self) {
+        let (cx, checked) = (self.cx.clone(), self.checked.clone());
+        let spawned = std::thread::Builder::new()
+            .name("check".into())
+            .spawn(move || loop {
+                let r = Arc::new(super::check::check(&cx));
+                let at = bulkhead_sys::process::unix_now();
+                *checked.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), at, r));
+                std::thread::sleep(CHECK_EVERY);
+            });
+        self.background = spawned.is_ok();
+    }
+
+    /// `check`'s verdict and when it was judged: the background thread's last (None before
+    /// its first), or judged here when the last is older than [`CHECK_EVERY`].
+    fn protection(&self) -> Option<(Arc<crate::check::Report>, f64)> {
         let mut last = self.checked.lock().unwrap_or_else(|p| p.into_inner());
+        if self.background {
+            return last.as_ref().map(|(_, at, r)| (r.clone(), *at));
+        }
         if let Some((when, at, r)) = last.as_ref() {
             if when.elapsed() < CHECK_EVERY {
-                return (r.clone(), *at);
+                return Some((r.clone(), *at));
             }
         }
         let r = Arc::new(super::check::check(&self.cx));
         let at = bulkhead_sys::process::unix_now();
         *last = Some((Instant::now(), at, r.clone()));
-        (r, at)
+        Some((r, at))
     }
 
     /// The exposition of one reading.
@@ -117,7 +142,9 @@ impl Exporter {
             .max_blocking_threads(2)
             .build()
             .map_err(|e| Error::failed(format!("cannot start the event loop: {e}")))?;
-        let scraper = Arc::new(self.scraper);
+        let mut scraper = self.scraper;
+        scraper.check_in_background();
+        let scraper = Arc::new(scraper);
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(self.listener)
                 .map_err(|e| Error::failed(e.to_string()))?;

@@ -6,7 +6,7 @@
 //! processes forked, exec'd or changed their user or name, and only those are read; the
 //! young ones are read again every `interval` (a title set after the fork has no event).
 //! /proc is scanned whole at the start, after the kernel dropped events, and every
-//! [`SAFETY_SCAN`]. Where the events cannot be had (no CAP_NET_ADMIN, a PID or network
+//! 10 s (`SAFETY_SCAN`). Where the events cannot be had (no CAP_NET_ADMIN, a PID or network
 //! namespace other than the initial one), /proc is scanned every `interval` instead.
 
 use super::slices::require_slice;
@@ -16,15 +16,11 @@ use crate::place::rules::{self, Change, Decision, Engine, MAX_PER_SCAN};
 use crate::place::tree;
 use bulkhead_cgroups::{Chosen, Placement};
 use bulkhead_plan::place::Expected;
-use bulkhead_plan::{Plan, SliceName};
+use bulkhead_plan::SliceName;
 use bulkhead_sys::error::{Diagnostic, Error, Result};
 use bulkhead_sys::procevents::ProcEvents;
 use bulkhead_sys::signals::stop_requested;
-use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// The largest plan file `place` reads as root.
-const MAX_PLAN_BYTES: usize = 1 << 20;
 
 /// While the kernel's process events drive `place`, /proc is still scanned whole this
 /// often: the safety net for what no event says (a process that came to match a rule
@@ -108,7 +104,7 @@ pub fn place(
     req: &PlaceRequest,
     mut on: impl FnMut(&Placed),
 ) -> Result<PlaceSummary> {
-    let plan = load_trusted_plan(cx)?;
+    let plan = cx.load_plan()?;
     let chosen = cx.choose()?;
     // systemd attaches services itself (their Slice= drop-ins); elsewhere their pidfiles do.
     let services = if chosen.name() == "systemd" {
@@ -191,7 +187,7 @@ impl<F: FnMut(&Placed)> Placer<'_, F> {
 
     /// Until stopped: decide on the processes the kernel's events name (gathered for
     /// [`GATHER`]), read the young ones again and the services' pidfiles every `interval`,
-    /// and scan /proc whole at the start, after lost events and every [`SAFETY_SCAN`].
+    /// and scan /proc whole at the start, after lost events and every `SAFETY_SCAN`.
     fn by_events(&mut self, mut events: ProcEvents, interval: Duration) {
         self.sum.events = true;
         self.full_scan();
@@ -247,8 +243,10 @@ impl<F: FnMut(&Placed)> Placer<'_, F> {
     /// Move what the rules decided.
     fn rules(&mut self, decisions: Vec<Decision>) {
         for d in decisions {
-            let p = carry_out(self.chosen, d, self.dry_run);
-            self.report(&p);
+            // A process that exited since the rules matched it is nothing to place.
+            if let Some(p) = carry_out(self.chosen, d, self.dry_run) {
+                self.report(&p);
+            }
         }
     }
 
@@ -327,13 +325,15 @@ fn now_ticks() -> u64 {
     bulkhead_sys::procs::now_ticks().unwrap_or(0)
 }
 
-fn carry_out(chosen: &impl Placement, d: Decision, dry_run: bool) -> Placed {
+fn carry_out(chosen: &impl Placement, d: Decision, dry_run: bool) -> Option<Placed> {
     let r = if dry_run {
         Ok(())
     } else {
-        chosen.move_pid(&d.slice, d.pid)
+        // Held from here to the write: the process the rules matched, not its number.
+        let held = bulkhead_sys::process::Held::hold(d.pid, d.start)?;
+        chosen.move_held(&d.slice, held.pid(), &|| held.still_same())
     };
-    Placed {
+    Some(Placed {
         pid: d.pid,
         comm: d.comm,
         cmdline: d.cmdline,
@@ -342,7 +342,7 @@ fn carry_out(chosen: &impl Placement, d: Decision, dry_run: bool) -> Placed {
         moved: r.is_ok() && !dry_run,
         descendants: Vec::new(),
         error: r.err(),
-    }
+    })
 }
 
 /// A service's main process with its whole tree (`move --tree`'s rounds).
@@ -377,33 +377,6 @@ fn carry_out_service(chosen: &impl Placement, m: ServiceMove, dry_run: bool) -> 
         Err(e) => p.error = Some(e),
     }
     p
-}
-
-/// As root, rules decide where every process of the host goes: the plan must be a file
-/// only root can change (read through the descriptor that was checked).
-fn load_trusted_plan(cx: &Context) -> Result<Plan> {
-    let default = Path::new(bulkhead_plan::DEFAULT_PLAN_PATH);
-    let path = match cx.config.as_deref() {
-        Some(p) => p,
-        None if default.exists() => default,
-        None => return cx.load_plan(),
-    };
-    if !bulkhead_sys::process::is_root() {
-        return Plan::load(Some(path));
-    }
-    use bulkhead_sys::trusted::{read_root_file, RootFileError};
-    let text = read_root_file(path, MAX_PLAN_BYTES).map_err(|e| {
-        let at = path.display().to_string();
-        Error::invalid(match e {
-            RootFileError::Untrusted(why) => Diagnostic::error(format!("refusing the plan file: it {why}"))
-                .at(at)
-                .hint("placement rules run as root and move any process: make the file root's and writable only by root (chown root: FILE; chmod go-w FILE)"),
-            RootFileError::Io(err) => Diagnostic::error(format!("cannot read the plan file: {err}"))
-                .at(at)
-                .hint("-c names the plan file; it must be a regular file, not a symlink"),
-        })
-    })?;
-    Plan::parse(&text, Some(path))
 }
 
 #[cfg(test)]

@@ -18,16 +18,29 @@ pub struct ProcEntry {
     /// `/proc/PID/cgroup`, as the kernel prints it.
     #[serde(skip)]
     pub cgroup: String,
+    /// Its real UID.
+    pub uid: u32,
+    /// Root or a system user runs it, from an executable root owns: what vouches that a
+    /// process named like a database server is one (any user can name a process `postgres`).
+    #[serde(skip)]
+    pub vouched: bool,
 }
 
 impl From<bulkhead_sys::procs::Proc> for ProcEntry {
     fn from(p: bulkhead_sys::procs::Proc) -> Self {
         ProcEntry {
             pid: p.pid.unsigned_abs(),
+            vouched: bulkhead_sys::users::is_system_uid(p.uid) && p.exe_owner == Some(0),
+            uid: p.uid,
             comm: p.comm,
             cgroup: p.cgroup,
         }
     }
+}
+
+/// Whether a process has a known server's or helper's name.
+pub fn known_name(comm: &str) -> bool {
+    SERVERS.iter().chain(HELPERS).any(|n| comm == comm_of(n))
 }
 
 /// Database servers by executable name: they belong in the server slice(s).
@@ -127,6 +140,8 @@ pub struct SliceDirs {
 pub struct Found {
     pub pid: u32,
     pub comm: String,
+    /// Its real UID.
+    pub uid: u32,
     /// Its cgroup in the hierarchy `check` names processes by (the CPU controller's).
     pub cgroup: String,
 }
@@ -201,10 +216,13 @@ pub fn expected(
         .map(|n| (*n, Role::Server))
         .chain(HELPERS.iter().map(|n| (*n, Role::Helper)));
     for (name, role) in known {
+        // A name counts only where the kernel vouches for it: root or a system user runs it
+        // from a root-owned executable (issue 40 #8: any user can name a process `postgres`,
+        // and an ordinary user's own rsync is not the database's helper).
         let hits: Vec<&ProcEntry> = free
             .iter()
             .copied()
-            .filter(|p| p.comm == comm_of(name))
+            .filter(|p| p.comm == comm_of(name) && p.vouched)
             .collect();
         if hits.is_empty() {
             continue;
@@ -242,6 +260,7 @@ fn judge(
             e.outside.push(Found {
                 pid: p.pid,
                 comm: p.comm.clone(),
+                uid: p.uid,
                 cgroup: by
                     .and_then(|h| original_path(&p.cgroup, h))
                     .unwrap_or_else(|| "?".into()),
@@ -258,7 +277,7 @@ fn pids(found: &[Found]) -> String {
     let mut s: Vec<String> = found
         .iter()
         .take(NAMED)
-        .map(|f| format!("{} in {}", f.pid, f.cgroup))
+        .map(|f| format!("{} (UID {}) in {}", f.pid, f.uid, f.cgroup))
         .collect();
     if found.len() > NAMED {
         s.push(format!("and {} more", found.len() - NAMED));
@@ -338,7 +357,21 @@ mod tests {
             pid,
             comm: comm.into(),
             cgroup: format!("3:cpu,cpuacct:{cpu}\n0::{v2}\n"),
+            uid: 105,
+            vouched: true,
         }
+    }
+
+    /// Issue 40 #8: a process an ordinary user named `postgres` (or ran from its own copy)
+    /// is not a server: the verdict is not turned, and no one is told to move it.
+    #[test]
+    fn a_users_process_named_like_a_server_is_not_one() {
+        let mut fake = proc(7, "postgres", "/user.slice", "/user.slice");
+        fake.vouched = false;
+        fake.uid = 1000;
+        let (layout, roles, slices) = setup();
+        let f = found(&[fake], &[], &roles, &slices, &layout);
+        assert!(f.is_empty(), "{f:?}");
     }
 
     /// The findings for these processes, named by the cpu hierarchy.
@@ -418,10 +451,11 @@ mod tests {
         assert!(f.iter().all(|x| x.level == Level::Critical), "{f:?}");
         assert!(f[0]
             .message
-            .contains("postgres outside db-server: 1 process(es) (11 in"));
+            .contains("postgres outside db-server: 1 process(es) (11 (UID 105) in"));
         assert!(
-            f[1].message
-                .contains("redis-server outside db-server: 1 process(es) (10 in /user.slice)"),
+            f[1].message.contains(
+                "redis-server outside db-server: 1 process(es) (10 (UID 105) in /user.slice)"
+            ),
             "{}",
             f[1].message
         );

@@ -1,48 +1,119 @@
 //! The processes each of the plan's placements claims now, for `check`: a service's (by its
-//! unit's cgroup, or its pidfile's process tree) and a rule's (every process it matches).
+//! unit, or its pidfile's process tree) and a rule's (every process it matches). One
+//! streaming walk of /proc ([`scan`]): each process is read once, judged, and kept only when a
+//! placement claims it or the caller wants it (a known server or helper), so memory follows
+//! what is judged, not the host's size; and the walk stops at a deadline (issue 40 #4: 20,000
+//! processes of another user must not time out a scrape or exhaust the exporter's memory).
 
-use super::rules::{unit_of, Compiled};
-
+use super::identity::unit_of;
+use super::rules::{first_match, Compiled};
 use bulkhead_plan::{Plan, SliceName};
-use bulkhead_sys::procs;
+use bulkhead_sys::procs::{self, Proc};
+use std::time::Instant;
 
 /// (what: `service NAME` or `rule NAME`, its slice, the PIDs it claims).
 pub(crate) type Claimed = (String, SliceName, Vec<u32>);
 
-/// The claims of `plan` among `pids` (a scan of /proc). `rules` are the plan's rules with
-/// their users resolved.
-pub(crate) fn claims(plan: &Plan, rules: &[Compiled], pids: &[u32]) -> Vec<Claimed> {
-    let read: Vec<procs::Proc> = pids
+/// One walk of /proc as `check` needs it.
+pub(crate) struct Scan {
+    /// The processes claimed or wanted, without their command lines.
+    pub procs: Vec<Proc>,
+    pub claims: Vec<Claimed>,
+    /// Processes read.
+    pub read: usize,
+    /// More than [`procs::MAX_PROCS`]: the rest were not listed.
+    pub truncated: bool,
+    /// The deadline came first: the processes after `read` were not judged.
+    pub incomplete: bool,
+}
+
+/// Walk /proc once until `deadline`: the claims of `plan` (its services and `rules`), and
+/// every process `want` keeps.
+pub(crate) fn scan(
+    plan: &Plan,
+    rules: &[Compiled],
+    want: &dyn Fn(&Proc) -> bool,
+    deadline: Instant,
+) -> Scan {
+    let services = bulkhead_plan::services::with_pidfiles(plan);
+    let (pids, truncated) = procs::pids();
+    let mut claims: Vec<Claimed> = services
         .iter()
-        .filter_map(|&p| procs::read(i32::try_from(p).ok()?))
+        .map(|(svc, slice)| (format!("service {}", svc.name), slice.clone(), Vec::new()))
+        .chain(rules.iter().map(|c| {
+            (
+                format!("rule {}", c.rule.name),
+                c.rule.slice.clone(),
+                Vec::new(),
+            )
+        }))
         .collect();
-    let mut out = Vec::new();
-    for (svc, slice) in bulkhead_plan::services::with_pidfiles(plan) {
-        let mut mine: Vec<u32> = read
-            .iter()
-            .filter(|p| unit_of(&p.cgroup).as_deref() == Some(svc.name.as_str()))
-            .map(|p| p.pid as u32)
-            .collect();
-        if let Some(Ok(Some((pid, _)))) = svc
+    let mut out = Scan {
+        procs: Vec::new(),
+        claims: Vec::new(),
+        read: 0,
+        truncated,
+        incomplete: false,
+    };
+    for pid in pids {
+        if Instant::now() >= deadline {
+            out.incomplete = true;
+            break;
+        }
+        let Some(mut p) = procs::read(pid) else {
+            continue;
+        };
+        out.read += 1;
+        let mut claimed = false;
+        let unit = unit_of(&p.cgroup);
+        for (i, (svc, _)) in services.iter().enumerate() {
+            if unit.as_deref() == Some(svc.name.as_str()) {
+                claims[i].2.push(p.pid as u32);
+                claimed = true;
+            }
+        }
+        let needs_parent = rules.iter().any(|c| !c.rule.parent.is_empty());
+        let parent = needs_parent.then(|| procs::read(p.ppid)).flatten();
+        for (j, c) in rules.iter().enumerate() {
+            if first_match(std::slice::from_ref(c), &p, parent.as_ref()).is_some() {
+                claims[services.len() + j].2.push(p.pid as u32);
+                claimed = true;
+            }
+        }
+        if claimed || want(&p) {
+            // What is kept is judged by its name and cgroup: not its command line.
+            p.cmdline = String::new();
+            out.procs.push(p);
+        }
+    }
+    // A pidfile's service claims its main process's tree.
+    for (i, (svc, _)) in services.iter().enumerate() {
+        let Some(Ok(Some(pf))) = svc
             .pidfile
             .as_deref()
             .map(|f| procs::read_pidfile(std::path::Path::new(f)))
-        {
-            let tree = std::iter::once(pid).chain(super::tree::descendants_now(pid));
-            mine.extend(tree.filter_map(|p| u32::try_from(p).ok()));
+        else {
+            continue;
+        };
+        let tree = std::iter::once(pf.pid).chain(super::tree::descendants_now(pf.pid));
+        for q in tree {
+            let Ok(u) = u32::try_from(q) else { continue };
+            if !out.procs.iter().any(|p| p.pid == q) {
+                match procs::read(q) {
+                    Some(mut p) => {
+                        p.cmdline = String::new();
+                        out.procs.push(p);
+                    }
+                    None => continue,
+                }
+            }
+            claims[i].2.push(u);
         }
-        mine.sort_unstable();
-        mine.dedup();
-        out.push((format!("service {}", svc.name), slice, mine));
     }
-    for c in rules {
-        let one = std::slice::from_ref(c);
-        let mine = read
-            .iter()
-            .filter(|p| super::rules::first_match(one, p, procs::read(p.ppid).as_ref()).is_some())
-            .map(|p| p.pid as u32)
-            .collect();
-        out.push((format!("rule {}", c.rule.name), c.rule.slice.clone(), mine));
+    for c in &mut claims {
+        c.2.sort_unstable();
+        c.2.dedup();
     }
+    out.claims = claims;
     out
 }

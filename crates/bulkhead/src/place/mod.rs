@@ -3,6 +3,7 @@
 //! where no systemd attaches them: [`pidfiles`]).
 
 pub(crate) mod claims;
+pub(crate) mod identity;
 pub(crate) mod pidfiles;
 pub(crate) mod rules;
 pub(crate) mod tree;

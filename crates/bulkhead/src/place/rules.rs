@@ -11,7 +11,8 @@
 //! moves are decided per scan or re-check (the rest on the next), and the table of decided
 //! PIDs holds only PIDs /proc listed at the last scan or an event named since.
 
-use bulkhead_plan::place::{Facts, PlaceRule};
+use super::identity::{in_slice, program_on_host, unit_of};
+use bulkhead_plan::place::{Facts, OnHost, PlaceRule};
 use bulkhead_plan::SliceName;
 use bulkhead_sys::procevents::Event;
 use bulkhead_sys::procs::{self, Proc};
@@ -23,16 +24,20 @@ pub(crate) const MAX_WATCHED: usize = 4096;
 /// Moves decided in one scan, at most.
 pub(crate) const MAX_PER_SCAN: usize = 256;
 
-/// A rule with its users as UIDs of this host.
+/// A rule with its names resolved on this host: its users' UIDs, its literal executable
+/// paths as the files they name.
 pub(crate) struct Compiled {
     pub rule: PlaceRule,
-    pub uids: Vec<u32>,
+    pub on_host: OnHost,
 }
 
 /// A process to move, and why.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct Decision {
     pub pid: i32,
+    /// Its start time: with the PID, the process the rule matched (and no other).
+    #[serde(skip)]
+    pub start: u64,
     pub comm: String,
     pub cmdline: String,
     pub rule: String,
@@ -235,6 +240,7 @@ impl Engine {
         }
         Some(Decision {
             pid: p.pid,
+            start: p.start,
             comm: p.comm.clone(),
             cmdline: p.cmdline.clone(),
             rule: hit.rule.name.clone(),
@@ -253,13 +259,15 @@ pub(crate) fn first_match<'a>(
     let facts = Facts {
         uid: p.uid,
         exe: p.exe.as_deref(),
+        exe_id: p.exe_id,
         comm: &p.comm,
         cmdline: &p.cmdline,
         parent_exe: parent.and_then(|q| q.exe.as_deref()),
+        parent_exe_id: parent.and_then(|q| q.exe_id),
         parent_comm: parent.map_or("", |q| q.comm.as_str()),
         unit: unit.as_deref(),
     };
-    rules.iter().find(|c| c.rule.matches(&facts, &c.uids))
+    rules.iter().find(|c| c.rule.matches_on(&facts, &c.on_host))
 }
 
 /// The plan's rules with their users as UIDs of this host; a user it does not know is an
@@ -286,40 +294,14 @@ pub(crate) fn compile(plan: &bulkhead_plan::Plan) -> bulkhead_sys::error::Result
         }
         out.push(Compiled {
             rule: r.clone(),
-            uids,
+            on_host: OnHost {
+                uids,
+                exe: r.exe.iter().map(|p| program_on_host(p)).collect(),
+                parent: r.parent.iter().map(|p| program_on_host(p)).collect(),
+            },
         });
     }
     Ok(out)
-}
-
-/// Whether a /proc/PID/cgroup text puts the process in the slice (its unit is a component
-/// of the path in some hierarchy: the slice itself, or a scope in it).
-pub(crate) fn in_slice(proc_cgroup: &str, slice: &SliceName) -> bool {
-    let unit = slice.unit();
-    proc_cgroup
-        .lines()
-        .filter_map(|l| l.splitn(3, ':').nth(2))
-        .any(|path| path.split('/').any(|c| c == unit))
-}
-
-/// The systemd unit a process runs in: the last `.service` or `.scope` of its cgroup path
-/// (the name=systemd hierarchy, else the cgroup2 one).
-pub(crate) fn unit_of(proc_cgroup: &str) -> Option<String> {
-    let pick = |want: &dyn Fn(&str) -> bool| {
-        proc_cgroup.lines().find_map(|l| {
-            let mut it = l.splitn(3, ':');
-            let _ = it.next()?;
-            let ctrls = it.next()?;
-            let path = it.next()?;
-            want(ctrls).then(|| {
-                path.split('/')
-                    .rev()
-                    .find(|c| c.ends_with(".service") || c.ends_with(".scope"))
-                    .map(str::to_string)
-            })?
-        })
-    };
-    pick(&|c| c == "name=systemd").or_else(|| pick(&str::is_empty))
 }
 
 #[cfg(test)]
@@ -400,22 +382,6 @@ mod tests {
         assert_eq!(d.rule, "x");
     }
 
-    #[test]
-    fn slices_and_units_from_proc_cgroup() {
-        let s = SliceName::parse("db-helper").unwrap();
-        assert!(in_slice("4:cpu:/db.slice/db-helper.slice\n", &s));
-        assert!(in_slice("0::/db.slice/db-helper.slice/run-x.scope\n", &s));
-        assert!(!in_slice("0::/db.slice/db-server.slice\n", &s));
-        assert!(!in_slice("0::/db.slice/db-helper.slice-x\n", &s));
-        let cg = "1:name=systemd:/system.slice/postgresql@15-main.service\n0::/x/y.scope\n";
-        assert_eq!(unit_of(cg).as_deref(), Some("postgresql@15-main.service"));
-        assert_eq!(
-            unit_of("0::/user.slice/session-1.scope\n").as_deref(),
-            Some("session-1.scope")
-        );
-        assert_eq!(unit_of("0::/\n"), None);
-    }
-
     fn rule(text: &str) -> Vec<Compiled> {
         let plan = bulkhead_plan::Plan::parse(
             &format!("{}\n{text}", bulkhead_plan::EMBEDDED_DEFAULT),
@@ -424,7 +390,10 @@ mod tests {
         .unwrap();
         plan.place
             .into_values()
-            .map(|rule| Compiled { rule, uids: vec![] })
+            .map(|rule| Compiled {
+                rule,
+                on_host: OnHost::default(),
+            })
             .collect()
     }
 

@@ -27,7 +27,9 @@ const SUITE: &str = "bookworm";
 /// (the DBA's path on systemd, `place::postgres_systemd`). The cluster is `manual` in its
 /// start.conf ([`PG_START_CONF`]): started by the test that wants it, so every other boot
 /// stays as fast as before and no other test's `check` finds a database outside its slices.
-const INCLUDE: &str = "systemd,systemd-sysv,dbus,man-db,procps,postgresql-15";
+/// libpam-systemd gives users a real user manager (`user@UID.service`, `systemd-run --user`:
+/// the escape test of issue 40 #1).
+const INCLUDE: &str = "systemd,systemd-sysv,dbus,libpam-systemd,man-db,procps,postgresql-15";
 /// The 15/main cluster's start.conf in the root, and what it holds there.
 const PG_START_CONF: (&str, &str) = ("etc/postgresql/15/main/start.conf", "manual\n");
 const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
@@ -51,6 +53,7 @@ fn root_complete(root: &Path) -> bool {
         "usr/bin/dbus-daemon",
         "usr/bin/man",
         "usr/bin/pgrep",
+        "lib/x86_64-linux-gnu/security/pam_systemd.so",
         "usr/lib/postgresql/15/bin/postgres",
         "etc/postgresql/15/main/postgresql.conf",
         "var/lib/postgresql/15/main/PG_VERSION",
@@ -281,7 +284,7 @@ impl Container {
                 cmd.args(["--volatile=overlay", &format!("--directory={ROOT}")])
                     .arg(format!(
                         "--bind-ro={}:/usr/local/bin/bulkhead",
-                        bulkhead_testkit::bins::this_build().display()
+                        bulkhead_testkit::bins::bulkhead().display()
                     ));
             }
         }

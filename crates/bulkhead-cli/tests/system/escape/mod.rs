@@ -4,6 +4,7 @@
 
 mod exporter;
 mod guard_log;
+mod identity;
 mod input;
 mod io_uring;
 mod nesting;

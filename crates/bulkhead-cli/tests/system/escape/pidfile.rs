@@ -136,3 +136,82 @@ fn another_name_for_roots_pidfile_is_refused() {
     let o = t.run(&["-c", p, "destroy", "--kill"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// Issue 40 #3, a stale pidfile: root's pidfile was written for a process that has exited;
+/// its PID now names another process (a user forks until one gets it). That process started
+/// after the file was written: ignored, said once, nothing moves.
+#[test]
+fn a_stale_pidfile_names_no_one() {
+    let _suite = crate::suite::shared();
+    let dir = bulkhead_testkit::fs::TempDir::new("place-stale");
+    let pidfile = dir.path().join("svc.pid");
+    let Some((t, plan)) = applied(&plan_text(&pidfile)) else {
+        return;
+    };
+    let p = plan.to_str().unwrap();
+    let newcomer = tree("sleep 60");
+    let pid = newcomer.id() as i32;
+    std::fs::write(&pidfile, format!("{pid}\n")).unwrap();
+    // Written an hour ago, for the process that had the PID then.
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&pidfile)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+    let o = place_once(&t, p);
+    eprintln!("exit {:?}: {}{}", o.status.code(), stdout(&o), stderr(&o));
+    assert!(
+        !in_slice(pid, &t, "db.slice/db-server.slice"),
+        "the process that took the stale pidfile's PID was moved into db-server.slice"
+    );
+    assert!(stderr(&o).contains("stale"), "{}", stderr(&o));
+    drop(newcomer);
+    let o = t.run(&["-c", p, "destroy", "--kill"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// Issue 40 #3, a planted pidfile: in a directory others can write in (sticky, shared) a
+/// user puts the service's pidfile while the service is down, naming its own process:
+/// refused, saying why.
+#[test]
+fn a_pidfile_in_a_shared_directory_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let _suite = crate::suite::shared();
+    let dir = bulkhead_testkit::fs::TempDir::new("place-shared");
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let pidfile = shared.join("svc.pid");
+    let Some((t, plan)) = applied(&plan_text(&pidfile)) else {
+        return;
+    };
+    let p = plan.to_str().unwrap();
+    // The user's own process and its own pidfile (as if written by nobody while svc is down).
+    let mine = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sleep",
+            "60",
+        ])
+        .spawn()
+        .unwrap();
+    let pid = mine.id() as i32;
+    std::fs::write(&pidfile, format!("{pid}\n")).unwrap();
+    std::os::unix::fs::chown(&pidfile, Some(65534), Some(65534)).unwrap();
+    let o = place_once(&t, p);
+    eprintln!("exit {:?}: {}{}", o.status.code(), stdout(&o), stderr(&o));
+    assert!(
+        !in_slice(pid, &t, "db.slice/db-server.slice"),
+        "a planted pidfile moved the user's process into db-server.slice"
+    );
+    assert!(stderr(&o).contains("others can write"), "{}", stderr(&o));
+    let mut mine = mine;
+    let _ = mine.kill();
+    let _ = mine.wait();
+    let o = t.run(&["-c", p, "destroy", "--kill"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

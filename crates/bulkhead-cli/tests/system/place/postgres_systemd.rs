@@ -270,7 +270,7 @@ exe = \"pg_dump\"
     // db-server, named by PID (its cgroup as the read-only v1 cpu hierarchy has it: `/`).
     assert!(
         text.lines().any(|l| l.trim_start().starts_with(&format!(
-            "CRITICAL placement database server postgres outside db-server: 1 process(es) ({stray} in "
+            "CRITICAL placement database server postgres outside db-server: 1 process(es) ({stray} (UID "
         ))),
         "{text}"
     );
