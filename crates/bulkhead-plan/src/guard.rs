@@ -11,6 +11,7 @@
 //! quota_period = "10ms"               # the cpu.max period of a throttled sideload
 //! max_frozen = "2s"                   # the longest a sideload stays frozen at once
 //! stall = "5%"                        # extra stall (above the baseline) that counts as harm
+//! io_keep = "40%"                     # a throttled sideload keeps this much of its I/O
 //! probe = "redis:127.0.0.1:6379"      # optional: PING round trips; or "tcp:HOST:PORT"
 //! ```
 
@@ -58,6 +59,11 @@ pub struct GuardSpec {
     pub max_frozen: Duration,
     /// Extra stall share above the baseline that counts as harm (0.05 for "5%").
     pub stall: f64,
+    /// The share of its unthrottled I/O a throttled sideload keeps at least (0.40 for
+    /// "40%"): the helper's progress floor. A closed-loop database that saturates the disk
+    /// on its own is served first with a few percent ("5%"); at part load a larger share
+    /// keeps the helper's work moving.
+    pub io_keep: f64,
     pub probe: Option<Probe>,
 }
 
@@ -70,6 +76,7 @@ const KEYS: &[&str] = &[
     "quota_period",
     "max_frozen",
     "stall",
+    "io_keep",
     "probe",
 ];
 
@@ -209,6 +216,7 @@ fn defaults(loc: Loc) -> GuardSpec {
         quota_period: Duration::from_millis(10),
         max_frozen: Duration::from_secs(2),
         stall: 0.05,
+        io_keep: 0.40,
         probe: None,
     }
 }
@@ -240,6 +248,7 @@ fn tuning(cx: &mut Ctx<'_>, g: &mut GuardSpec, key: &str, kloc: Loc, val: &DeVal
                 .unwrap_or(g.cpu_floor)
         }
         "stall" => g.stall = cx.percent(kloc, key, val, 0.001, 1.0).unwrap_or(g.stall),
+        "io_keep" => g.io_keep = cx.percent(kloc, key, val, 0.01, 1.0).unwrap_or(g.io_keep),
         "probe" => {
             g.probe = cx
                 .string(kloc, key, val)

@@ -97,6 +97,10 @@ impl HostPath {
         FileType::from_raw_mode(self.st.st_mode) == FileType::RegularFile
     }
 
+    pub fn is_block_device(&self) -> bool {
+        FileType::from_raw_mode(self.st.st_mode) == FileType::BlockDevice
+    }
+
     /// A character or block device node: binding one is the plan's explicit allow.
     pub fn is_device(&self) -> bool {
         matches!(

@@ -9,13 +9,19 @@
 //! each for a few seconds, with O_DIRECT (the page cache is not measured), with the disk's
 //! scheduler set to `none` and merges off for the measurement (as the script does; both are
 //! put back afterwards, also on failure). The I/O goes to a scratch file in a directory on
-//! the disk (removed afterwards); a block device itself is measured only with
-//! `destroy_data` (its writes overwrite it), else its reads alone.
+//! the disk (an unnamed O_TMPFILE: nothing to remove, nothing another user can reach by
+//! name); a block device itself is measured only with `destroy_data` (its writes overwrite
+//! it), else its reads alone.
+//!
+//! PATH is a host path root receives: opened once by the host-path rule (no symlink another
+//! user owns, `bulkhead_sys::hostpath`), decided on by `fstat`/`fstatfs` of that descriptor
+//! and used only through it (issue 40 #6).
 
-use crate::host::{resolve_device_path, DevNum};
+use crate::host::{resolve_device_fd, DevNum};
 use bulkhead_sys::error::{Diagnostic, Error, Result};
+use bulkhead_sys::hostpath::HostPath;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -91,15 +97,6 @@ impl Drop for Quiet {
     }
 }
 
-/// The scratch file, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 fn bad(msg: String, hint: &str) -> Error {
     Error::invalid(Diagnostic::error(msg).hint(hint))
 }
@@ -108,7 +105,13 @@ fn bad(msg: String, hint: &str) -> Error {
 pub fn calibrate(req: &Request) -> Result<Calibration> {
     check(req)?;
     let path_text = req.path.to_string_lossy().into_owned();
-    let disk = resolve_device_path(&path_text).map_err(|m| {
+    let host = HostPath::open(&req.path).map_err(|e| {
+        bad(
+            format!("cannot open {e}"),
+            "name a directory on the disk to measure, or its block device, by a path no other user can redirect",
+        )
+    })?;
+    let disk = resolve_device_fd(host.fd(), &path_text).map_err(|m| {
         bad(
             format!("{path_text}: {m}"),
             "name a directory on the disk to measure (a scratch file is made there), or the disk's block device",
@@ -118,7 +121,7 @@ pub fn calibrate(req: &Request) -> Result<Calibration> {
         .dev
         .kernel_name()
         .unwrap_or_else(|| disk.dev.to_string());
-    let target = Target::open(req, &path_text)?;
+    let target = Target::open(req, &host, &path_text)?;
     let _quiet = Quiet::set(&name);
     let mut meter = Meter {
         file: Arc::new(target.file),
@@ -168,8 +171,6 @@ fn check(req: &Request) -> Result<()> {
 /// What the I/O goes to: the block device, or a scratch file in a directory on the disk.
 struct Target {
     file: File,
-    /// The scratch file, removed when this is dropped.
-    _scratch: Option<Scratch>,
     /// The bytes measured over, in whole 4 MiB blocks.
     size: u64,
     writes: bool,
@@ -178,13 +179,12 @@ struct Target {
 }
 
 impl Target {
-    fn open(req: &Request, path_text: &str) -> Result<Target> {
-        let meta = std::fs::metadata(&req.path)
-            .map_err(|e| bulkhead_sys::error::io_failed("cannot stat", &req.path, e))?;
-        let mut target = if meta.file_type().is_block_device() {
-            Target::device(req, path_text)?
-        } else if meta.is_dir() {
-            Target::scratch(req, path_text)?
+    /// Decided on by the descriptor's `fstat`, opened through it.
+    fn open(req: &Request, host: &HostPath, path_text: &str) -> Result<Target> {
+        let mut target = if host.is_block_device() {
+            Target::device(req, host, path_text)?
+        } else if host.is_dir() {
+            Target::scratch(req, host, path_text)?
         } else {
             return Err(bad(
                 format!("{path_text} is neither a directory nor a block device"),
@@ -201,14 +201,15 @@ impl Target {
         Ok(target)
     }
 
-    fn device(req: &Request, path_text: &str) -> Result<Target> {
-        let file = open_direct(&req.path, req.destroy_data)?;
-        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let size = if size == 0 {
-            device_size(&req.path)
-        } else {
-            size
-        };
+    fn device(req: &Request, host: &HostPath, path_text: &str) -> Result<Target> {
+        use std::io::{Seek, SeekFrom};
+        // The device node the descriptor holds, opened again through /proc/self/fd: the same
+        // inode, never the name.
+        let mut file = open_direct(&bulkhead_sys::inroot::fd_path(host.fd()), req.destroy_data)
+            .map_err(|e| {
+                bulkhead_sys::error::io_failed("cannot open for direct I/O", &req.path, e)
+            })?;
+        let size = file.seek(SeekFrom::End(0)).unwrap_or(0);
         let mut notes = Vec::new();
         if !req.destroy_data {
             notes.push(format!(
@@ -217,7 +218,6 @@ impl Target {
         }
         Ok(Target {
             file,
-            _scratch: None,
             size,
             writes: req.destroy_data,
             device: true,
@@ -225,29 +225,33 @@ impl Target {
         })
     }
 
-    fn scratch(req: &Request, path_text: &str) -> Result<Target> {
-        let p = req
-            .path
-            .join(format!(".bulkhead-iocost-calibrate-{}", std::process::id()));
-        let scratch = Scratch(p.clone());
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(&p)
-            .map_err(|e| {
-                let hint = if e.raw_os_error() == Some(libc::EINVAL) {
-                    " (this file system takes no direct I/O: tmpfs, say)"
-                } else {
-                    ""
-                };
-                bad(
-                    format!("cannot make a scratch file in {path_text}: {e}{hint}"),
-                    "name a directory on the disk to measure, with room for --size",
-                )
-            })?;
-        let (_, avail) = bulkhead_sys::statfs::space(&req.path).unwrap_or((0, u64::MAX));
+    fn scratch(req: &Request, host: &HostPath, path_text: &str) -> Result<Target> {
+        use rustix::fs::{openat, Mode, OFlags};
+        let fd = openat(
+            host.fd(),
+            ".",
+            OFlags::TMPFILE | OFlags::RDWR | OFlags::DIRECT | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| {
+            let hint = match e {
+                rustix::io::Errno::INVAL => " (this file system takes no direct I/O: tmpfs, say)",
+                rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::ISDIR => {
+                    " (this file system makes no unnamed temporary files)"
+                }
+                _ => "",
+            };
+            bad(
+                format!(
+                    "cannot make a scratch file in {path_text}: {}{hint}",
+                    std::io::Error::from(e)
+                ),
+                "name a directory on the disk to measure (ext4, xfs, btrfs), with room for --size",
+            )
+        })?;
+        let avail = rustix::fs::fstatvfs(host.fd())
+            .map(|v| v.f_bavail.saturating_mul(v.f_frsize))
+            .unwrap_or(u64::MAX);
         if req.size > avail / 2 {
             return Err(bad(
                 format!(
@@ -259,8 +263,7 @@ impl Target {
             ));
         }
         Ok(Target {
-            file,
-            _scratch: Some(scratch),
+            file: File::from(fd),
             size: req.size,
             writes: true,
             device: false,
@@ -341,22 +344,12 @@ impl Meter {
     }
 }
 
-fn open_direct(p: &Path, write: bool) -> Result<File> {
+fn open_direct(p: &Path, write: bool) -> std::io::Result<File> {
     OpenOptions::new()
         .read(true)
         .write(write)
         .custom_flags(libc::O_DIRECT)
         .open(p)
-        .map_err(|e| bulkhead_sys::error::io_failed("cannot open for direct I/O", p, e))
-}
-
-/// A block device's size from sysfs (512-byte sectors).
-fn device_size(p: &Path) -> u64 {
-    resolve_device_path(&p.to_string_lossy())
-        .ok()
-        .and_then(|d| std::fs::read_to_string(format!("/sys/dev/block/{}/size", d.dev)).ok())
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .map_or(0, |s| s * 512)
 }
 
 /// A buffer for direct I/O: `len` bytes at a 4 KiB boundary inside a larger vector.

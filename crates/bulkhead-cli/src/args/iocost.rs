@@ -12,9 +12,9 @@ pub enum IocostCmd {
 io.cost.model (rbps, rseqiops, rrandiops, wbps, wseqiops, wrandiops), as the kernel's \
 iocost_coef_gen.py does, in a few seconds each: direct I/O of 4 MiB blocks for the bandwidths, \
 of 4 KiB at --depth concurrent I/Os for the IOPS, with the disk's scheduler set to none and \
-merges off while it runs (put back afterwards). PATH is a directory on the disk (a scratch file \
-of --size is written there and removed), or the disk's block device (reads only, unless \
---destroy-data). Prints the `model = { ... }` line for the plan's [iocost] section.",
+merges off while it runs (put back afterwards). PATH is a directory on the disk (an unnamed scratch \
+file of --size is written there, gone when the measurement ends), or the disk's block device \
+(reads only, unless --destroy-data). PATH may not lead through a symlink another user owns. Prints the `model = { ... }` line for the plan's [iocost] section.",
         after_help = "Run it while the disk is otherwise quiet: what else runs there is not \
 counted and lowers the figures."
     )]

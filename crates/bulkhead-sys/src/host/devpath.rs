@@ -15,7 +15,7 @@
 //!    io.latency and io.cost take whole disks only.
 
 use super::block::DevNum;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 /// Where a device argument leads.
@@ -47,17 +47,36 @@ pub fn resolve_device_path(path: &str) -> Result<Disk, String> {
     resolve_in(path, Path::new("/sys"))
 }
 
+/// The disk behind a file already open (by [`crate::hostpath::HostPath`], say): steps 2 to 4
+/// on the descriptor, the name never looked up again; `shown` names it in messages.
+pub fn resolve_device_fd(fd: BorrowedFd<'_>, shown: &str) -> Result<Disk, String> {
+    let sys = Path::new("/sys");
+    let mut via = Vec::new();
+    let first = backing_fd(fd, shown, sys, &mut via)?;
+    known(first, shown, sys)?;
+    let dev = chase(first, sys, &mut via);
+    Ok(Disk {
+        dev,
+        via: via.join(", "),
+    })
+}
+
+fn known(dev: DevNum, path: &str, sys: &Path) -> Result<(), String> {
+    if sys.join(format!("dev/block/{dev}")).exists() {
+        return Ok(());
+    }
+    Err(format!(
+        "'{path}' leads to device {dev}, which the kernel does not know as a block device"
+    ))
+}
+
 fn resolve_in(path: &str, sys: &Path) -> Result<Disk, String> {
     let mut via = Vec::new();
     let first = match parse_dev_block(path) {
         Some(d) => d,
         None => backing(path, sys, &mut via)?,
     };
-    if !sys.join(format!("dev/block/{first}")).exists() {
-        return Err(format!(
-            "'{path}' leads to device {first}, which the kernel does not know as a block device"
-        ));
-    }
+    known(first, path, sys)?;
     let dev = chase(first, sys, &mut via);
     Ok(Disk {
         dev,
@@ -80,10 +99,21 @@ fn errno(e: rustix::io::Errno) -> String {
 
 /// The block device a path is or is on (step 2).
 fn backing(path: &str, sys: &Path, via: &mut Vec<String>) -> Result<DevNum, String> {
-    use rustix::fs::{fstat, fstatfs, open, FileType, Mode, OFlags};
+    use rustix::fs::{open, Mode, OFlags};
     let fd = open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| format!("cannot open '{path}': {}", errno(e)))?;
-    let st = fstat(&fd).map_err(|e| format!("cannot stat '{path}': {}", errno(e)))?;
+    backing_fd(fd.as_fd(), path, sys, via)
+}
+
+/// Step 2 on an open descriptor (`path` only names it in messages).
+fn backing_fd(
+    fd: BorrowedFd<'_>,
+    path: &str,
+    sys: &Path,
+    via: &mut Vec<String>,
+) -> Result<DevNum, String> {
+    use rustix::fs::{fstat, fstatfs, open, FileType, Mode, OFlags};
+    let st = fstat(fd).map_err(|e| format!("cannot stat '{path}': {}", errno(e)))?;
     let kind = FileType::from_raw_mode(st.st_mode);
     match kind {
         FileType::CharacterDevice => {
@@ -94,7 +124,7 @@ fn backing(path: &str, sys: &Path, via: &mut Vec<String>) -> Result<DevNum, Stri
         FileType::BlockDevice => return Ok(DevNum::from_raw(st.st_rdev)),
         _ => {}
     }
-    let magic = fstatfs(&fd).map(|s| s.f_type as u32).unwrap_or(0);
+    let magic = fstatfs(fd).map(|s| s.f_type as u32).unwrap_or(0);
     let fs = crate::statfs::fs_name(magic);
     let dev = DevNum::from_raw(st.st_dev);
     if dev.major != 0 {

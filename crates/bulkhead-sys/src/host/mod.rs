@@ -8,7 +8,7 @@ pub mod hugepages;
 mod kernel;
 
 pub use block::{active_scheduler, bfq_available, bfq_devices, disks, DevNum};
-pub use devpath::{resolve_device_path, Disk};
+pub use devpath::{resolve_device_fd, resolve_device_path, Disk};
 pub use kernel::{
     io_scheduler_module, kernel_at_least, kernel_release, release_at_least, sched_ext_at,
     sched_ext_loaded,

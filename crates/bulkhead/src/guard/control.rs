@@ -44,12 +44,6 @@ const BACKOFF_MIN: Duration = Duration::from_secs(2);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// A sideload moving less than this is not writing or reading enough to throttle.
 const IO_ACTIVE: f64 = 1024.0 * 1024.0;
-/// The share of its unthrottled I/O a throttled sideload keeps at least, by every lever
-/// (keep.rs): protection, not starvation (and a throttled writer that the protected slice's
-/// journal commit waits for holds it up the less, the more it may write). 40%, because the
-/// peak the guard sees is what the sideload moves beside the protected slice (about 80% of
-/// what it moves alone in the v2 guest), and what it should keep is 30% of that alone.
-pub const IO_KEEP: f64 = 0.40;
 
 /// What the controller works with (from the plan's `[guard]` and the host).
 #[derive(Debug, Clone)]
@@ -65,6 +59,11 @@ pub struct Settings {
     pub stall: f64,
     /// The least I/O bandwidth a sideload keeps, bytes/s.
     pub io_floor: u64,
+    /// The share of its unthrottled I/O a sideload keeps at least, by every lever (keep.rs):
+    /// protection, not starvation (`[guard] io_keep`, 40% by default: the peak the guard
+    /// sees is what the sideload moves beside the protected slice, about 80% of what it moves
+    /// alone in the v2 guest, and what it should keep at part load is 30% of that alone).
+    pub io_keep: f64,
     pub can_idle: bool,
     pub can_freeze: bool,
     pub can_io: bool,
@@ -526,7 +525,7 @@ impl Controller {
 
     /// A sideload's I/O floor: the settings' floor, or [`IO_KEEP`] of its peak if more.
     fn io_floor_of(&self, i: usize) -> u64 {
-        (self.sides[i].io_peak * IO_KEEP).max(self.s.io_floor as f64) as u64
+        (self.sides[i].io_peak * self.s.io_keep).max(self.s.io_floor as f64) as u64
     }
 
     fn cut_io(&mut self, r: &Reading, acts: &mut Vec<Action>) {

@@ -148,6 +148,7 @@ fn settings(
         max_frozen: spec.max_frozen,
         stall: spec.stall,
         io_floor: IO_FLOOR,
+        io_keep: spec.io_keep,
         can_idle,
         can_freeze,
         can_io,

@@ -2,6 +2,7 @@
 //! or network client, tries one attack the outside review reproduced, and checks that it
 //! fails. The modules are the classes; every test prints what it tried (`--nocapture`).
 
+mod calibrate;
 mod exporter;
 mod guard_log;
 mod identity;
@@ -14,3 +15,4 @@ mod probe;
 mod sandbox;
 mod sockets;
 mod targets;
+mod trust;

@@ -1,4 +1,4 @@
-//! Protection, not starvation: a sideload that moves I/O keeps at least [`IO_KEEP`] of its
+//! Protection, not starvation: a sideload that moves I/O keeps at least `io_keep` of its
 //! unthrottled I/O, whichever lever holds it back. The I/O lever stops at that floor by
 //! itself; the CPU levers (quota, freeze) do not see I/O, and an I/O-bound sideload at the
 //! CPU floor or frozen moves almost nothing. So its recent I/O (smoothed over [`KEEP_TAU`])
@@ -29,10 +29,10 @@ impl Controller {
         }
     }
 
-    /// Whether sideload `i` moves I/O and now gets less than [`IO_KEEP`] of its peak.
+    /// Whether sideload `i` moves I/O and now gets less than `io_keep` of its peak.
     pub(super) fn starved(&self, i: usize) -> bool {
         let s = &self.sides[i];
-        s.io_peak >= IO_ACTIVE && s.io_recent < IO_KEEP * s.io_peak
+        s.io_peak >= IO_ACTIVE && s.io_recent < self.s.io_keep * s.io_peak
     }
 
     /// The least quota a CPU cut leaves sideload `i`: the settings' floor, or what it needed
@@ -49,12 +49,12 @@ impl Controller {
             if !self.starved(i) {
                 continue;
             }
-            let keep = IO_KEEP * self.sides[i].io_peak;
+            let keep = self.s.io_keep * self.sides[i].io_peak;
             let why = format!(
                 "its I/O fell to {:.0} KiB/s, below its floor of {:.0} KiB/s ({:.0}% of its peak, {:.0} KiB/s): protection, not starvation",
                 self.sides[i].io_recent / 1024.0,
                 keep / 1024.0,
-                IO_KEEP * 100.0,
+                self.s.io_keep * 100.0,
                 self.sides[i].io_peak / 1024.0
             );
             let side = &mut self.sides[i];

@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The plan's default `io_keep`.
+const IO_KEEP: f64 = 0.40;
+
 fn settings() -> Settings {
     Settings {
         period: Duration::from_millis(100),
@@ -12,6 +15,7 @@ fn settings() -> Settings {
         max_frozen: Duration::from_secs(2),
         stall: 0.05,
         io_floor: 8 << 20,
+        io_keep: IO_KEEP,
         can_idle: true,
         can_freeze: true,
         can_io: true,
@@ -214,6 +218,23 @@ fn io_is_throttled_then_given_back() {
     host.io_demand = 0.0;
     let (ts, _, _) = run(&mut c, &host, 40.0);
     assert_eq!(ts.last().unwrap().io_bps, None, "{:?}", ts.last());
+}
+
+/// `[guard] io_keep = "5%"` (a closed-loop database first): the writer is cut well below the
+/// default 40% of its peak, and never below 5% of it.
+#[test]
+fn io_keep_sets_the_helpers_progress_floor() {
+    let s = Settings {
+        io_keep: 0.05,
+        io_floor: 1 << 20,
+        ..settings()
+    };
+    let mut c = Controller::new(s, base(), 1);
+    let host = io_writer();
+    let (ts, _, _) = run(&mut c, &host, 10.0);
+    let b = ts.last().unwrap().io_bps.expect("throttled") as f64;
+    assert!(b < IO_KEEP * 500e6, "still at the default floor: {b}");
+    assert!(b >= 0.05 * 500e6 - 1.0, "below the 5% floor: {b}");
 }
 
 /// An I/O limit whose I/O harm has gone is given back even while the CPU stall, which no
