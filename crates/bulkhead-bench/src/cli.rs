@@ -187,6 +187,10 @@ pub struct IsolationBench {
     /// The guard's calibration (taken once per hog at 80% of the peak, with no hog)
     #[arg(long, default_value = "10s", value_parser = duration)]
     calibration: Duration,
+    /// The guard's io_keep, the helper's I/O progress floor ("5%": the database first in a
+    /// closed loop) [default: the plan's, 40%]
+    #[arg(long, value_name = "PERCENT")]
+    guard_io_keep: Option<String>,
     #[command(flatten)]
     load: LoadArgs,
     /// The plan's slice for the database
@@ -876,6 +880,7 @@ fn isolation_spec(cli: &Cli, a: &IsolationBench) -> Result<bulkhead_bench::isola
         progress: !cli.quiet,
         repeat: a.repeat,
         calibration: a.calibration,
+        io_keep: a.guard_io_keep.clone(),
         io: IoSpec {
             scheduler: a.io_scheduler.as_ref().map(|s| s.trim().to_string()),
             data_dir: a.data_dir.clone(),

@@ -126,6 +126,26 @@ pub fn stop_requested() -> bool {
     STOP.load(Ordering::SeqCst)
 }
 
+static RELOAD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_reload(_: libc::c_int) {
+    RELOAD.store(true, Ordering::SeqCst);
+}
+
+/// Turn these signals (SIGHUP) into a request to re-read the configuration, which
+/// [`reload_requested`] reports once per signal: a daemon's reload, as systemd's
+/// `ExecReload=kill -HUP $MAINPID` and init scripts' `reload` send it.
+pub fn catch_reload(signals: &[i32]) {
+    for &s in signals {
+        set_handler(s, on_reload as *const () as libc::sighandler_t);
+    }
+}
+
+/// Whether a signal [`catch_reload`] caught has come since the last call.
+pub fn reload_requested() -> bool {
+    RELOAD.swap(false, Ordering::SeqCst)
+}
+
 /// The process [`Relay`] forwards to.
 static TARGET: AtomicI32 = AtomicI32::new(0);
 

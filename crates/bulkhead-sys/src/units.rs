@@ -70,6 +70,36 @@ pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// Now in UTC as RFC 3339 to the second (`2026-12-06T02:31:07Z`): the stamp on a daemon's
+/// lines where no journal adds one.
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    utc_text(secs)
+}
+
+/// `secs` after the epoch in UTC, as [`utc_now`] writes it (the civil-from-days algorithm
+/// of Howard Hinnant's date library).
+pub fn utc_text(secs: u64) -> String {
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
 pub fn trim_float(f: f64) -> String {
     let s = format!("{f:.3}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -291,6 +321,9 @@ mod tests {
             "x\\nbulkhead: error: forged\\u{1b}[2K\\t\\\\"
         );
         assert_eq!(printable("\u{85}"), "\\u{85}");
+        assert_eq!(utc_text(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_text(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_text(1_796_524_267), "2026-12-06T02:31:07Z");
     }
 
     use super::*;

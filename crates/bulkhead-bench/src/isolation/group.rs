@@ -61,10 +61,13 @@ impl<'a> Bench<'a> {
         };
         let loadgen = SliceName::parse("loadgen").map_err(msg)?;
         let user = &spec.plan.plan;
-        let probe = match spec.db {
-            super::db::DbKind::Redis => format!("redis:127.0.0.1:{port}"),
-            super::db::DbKind::Postgres { .. } => format!("tcp:127.0.0.1:{port}"),
+        let mut tuning = match spec.db {
+            super::db::DbKind::Redis => format!("probe = \"redis:127.0.0.1:{port}\"\n"),
+            super::db::DbKind::Postgres { .. } => format!("probe = \"tcp:127.0.0.1:{port}\"\n"),
         };
+        if let Some(keep) = &spec.io_keep {
+            tuning.push_str(&format!("io_keep = \"{keep}\"\n"));
+        }
         let text = plan_text(
             &user.source.text,
             user.slices.contains_key(&loadgen),
@@ -72,7 +75,7 @@ impl<'a> Bench<'a> {
             spec.server.as_str(),
             spec.helper.as_str(),
             spec.calibration,
-            &probe,
+            &tuning,
         );
         let plan_file = env.dir.join("plan.toml");
         std::fs::write(&plan_file, &text).map_err(|e| format!("{}: {e}", plan_file.display()))?;

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 pub const LOADGEN_SLICE: &str =
     "[slice.loadgen]\nDescription = \"bulkhead's load generator\"\nCPUWeight = 10000\n";
 
-/// The plan file the bench applies and the guard reads.
+/// The plan file the bench applies and the guard reads; `tuning` goes into the guard's
+/// section as written (`probe = "..."`, `io_keep = "5%"`).
 pub fn plan_text(
     user: &str,
     has_loadgen: bool,
@@ -21,7 +22,7 @@ pub fn plan_text(
     server: &str,
     helper: &str,
     calibration: Duration,
-    probe: &str,
+    tuning: &str,
 ) -> String {
     let mut t = user.to_string();
     if !t.ends_with('\n') {
@@ -33,7 +34,7 @@ pub fn plan_text(
     }
     if !has_guard {
         t.push_str(&format!(
-            "\n[guard]\nprotect = \"{server}\"\nsideloads = [\"{helper}\"]\ncalibration = \"{}ms\"\nprobe = \"{probe}\"\n",
+            "\n[guard]\nprotect = \"{server}\"\nsideloads = [\"{helper}\"]\ncalibration = \"{}ms\"\n{tuning}",
             calibration.as_millis()
         ));
     }

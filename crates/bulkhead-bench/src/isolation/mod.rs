@@ -236,6 +236,8 @@ pub struct Spec {
     pub repeat: usize,
     /// The guard's calibration.
     pub calibration: Duration,
+    /// The guard's `io_keep` (the helper's I/O progress floor), when not the plan's default.
+    pub io_keep: Option<String>,
     /// The I/O scenarios' disk: the scheduler of the bench's loop device, whether its ext4
     /// has a journal, the reader's cold data and the backup's archive size.
     pub io: IoSpec,

@@ -9,8 +9,9 @@ match), and move each match into its rule's slice. Runs until SIGTERM or SIGINT,
 kernel's process events (fork, exec, user and name changes; /proc is scanned whole at the start \
 and every 10 s), or where those cannot be had (no CAP_NET_ADMIN, another PID namespace) by a scan \
 of /proc every --interval; a new process is read again every --interval for --recheck, since some \
-(PostgreSQL's backends) change their command line after they start. As root the plan file must be root's and writable \
-only by root.";
+(PostgreSQL's backends) change their command line after they start. SIGHUP reads the plan again \
+(checked first: on an error the rules before it stay, and it says why). As root the plan file \
+must be root's and writable only by root.";
 
 pub const PLACE_AFTER: &str =
     "Exit status: 0 when every match moved, 1 when a move failed, 2 for a bad plan or arguments, \

@@ -416,6 +416,86 @@ fn rules_place_once_dry_run_and_as_processes_start() {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
+/// Issue 41: `kill -HUP` of a running `place` reads the plan again: a new rule acts, `place`
+/// still runs, and a bad plan leaves the rules before it, each said on stderr with a stamp.
+#[test]
+fn sighup_reads_the_plan_again_and_a_bad_one_keeps_the_old_rules() {
+    let _suite = crate::suite::shared();
+    let (a, b) = (marker("hup-a"), marker("hup-b"));
+    let rule = |m: &str| {
+        format!("{EMBEDDED_DEFAULT}\n[place.t]\nslice = \"db-helper\"\ncmdline = \"{m} *\"\n")
+    };
+    let Some((t, plan)) = applied(&rule(&a)) else {
+        return;
+    };
+    let p = plan.to_str().unwrap();
+    let helper = "db.slice/db-helper.slice";
+    let mut running = Reaped(Some(
+        t.cmd()
+            .args(["-c", p, "place", "--interval", "50ms", "--json"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let pid = running.id() as i32;
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    let err = running.0.as_mut().unwrap().stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let said = |what: &str| -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(l) if l.contains(what) => return l,
+                Ok(_) => {}
+                Err(e) => panic!("place never said '{what}': {e}"),
+            }
+        }
+    };
+    // The first rule acts (place runs and has scanned).
+    let first = renamed_sleeper(&a, false);
+    wait_for("the first rule's process in db-helper", || {
+        in_slice(first.id() as i32, &t, helper)
+    });
+    // The new rule: written over the plan, then SIGHUP.
+    std::fs::write(&plan, rule(&b)).unwrap();
+    bulkhead_sys::process::kill(pid, libc::SIGHUP).unwrap();
+    let line = said("SIGHUP");
+    assert!(line.contains("the plan was read again"), "{line}");
+    assert!(
+        line.starts_with("20") && line.contains("Z bulkhead:"),
+        "no stamp: {line}"
+    );
+    let second = renamed_sleeper(&b, false);
+    wait_for("the new rule's process in db-helper", || {
+        in_slice(second.id() as i32, &t, helper)
+    });
+    // A bad plan: said, and the rules before it stay.
+    std::fs::write(&plan, format!("{}\nslice = \"db-helpr\"\n", rule(&b))).unwrap();
+    bulkhead_sys::process::kill(pid, libc::SIGHUP).unwrap();
+    let line = said("SIGHUP");
+    assert!(
+        line.contains("not reloaded, the rules before it stay"),
+        "{line}"
+    );
+    let third = renamed_sleeper(&b, false);
+    wait_for("the kept rule's process in db-helper", || {
+        in_slice(third.id() as i32, &t, helper)
+    });
+    assert!(
+        running.0.as_mut().unwrap().try_wait().unwrap().is_none(),
+        "place ended"
+    );
+    drop((first, second, third));
+    let o = running.stop();
+    assert!(o.status.success(), "place: {:?}", o.status);
+}
+
 /// Where a process's cgroups are, for messages.
 fn cgroups_of(pid: i32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_else(|_| "(gone)".into())
@@ -582,6 +662,22 @@ cmdline = \"* -p {port} *\"
         std::thread::sleep(Duration::from_millis(20));
     }
     let backend = seen_backend.expect("the dump's backend was placed in db-helper while it ran");
+    // Issue 41: during the dump `check` says PROTECTED: the backend the rule placed in
+    // db-helper is the rule's, not also claimed by the service's tree (before: NOT
+    // PROTECTED, "service postgresql@15-main.service outside db-server: 1 process(es)").
+    let o = t.run(&["-c", p, "--backend", "cgroupfs", "check"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "check during the dump: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(
+        stdout(&o).contains("placement rule backup-backends: 1 process(es) in db-helper"),
+        "{}",
+        stdout(&o)
+    );
     lock.release();
     let status = dump.wait().unwrap();
     assert!(status.success(), "pg_dump failed");

@@ -88,6 +88,8 @@ pub struct PlaceSummary {
     pub rounds: u64,
     /// Times the kernel dropped events (each answered by a full scan).
     pub lost: u64,
+    /// Times SIGHUP made it read the plan again (and the plan was good).
+    pub reloads: u64,
 }
 
 /// The placements the plan promises (its services and rules, and the slices they place in): the hook
@@ -104,8 +106,35 @@ pub fn place(
     req: &PlaceRequest,
     mut on: impl FnMut(&Placed),
 ) -> Result<PlaceSummary> {
-    let plan = cx.load_plan()?;
     let chosen = cx.choose()?;
+    let (engine, pidfiles) = prepare(cx, &chosen, req)?;
+    let mut pl = Placer {
+        cx,
+        req,
+        chosen: &chosen,
+        engine,
+        pidfiles,
+        dry_run: req.dry_run,
+        sum: PlaceSummary::default(),
+        on: &mut on,
+    };
+    if req.once || req.dry_run {
+        pl.full_scan();
+        return Ok(pl.sum);
+    }
+    bulkhead_sys::signals::catch_stop(&[libc::SIGINT, libc::SIGTERM]);
+    bulkhead_sys::signals::catch_reload(&[libc::SIGHUP]);
+    match ProcEvents::open() {
+        Ok(events) => pl.by_events(events, req.interval),
+        Err(e) => pl.fall_back(e, req.interval),
+    }
+    Ok(pl.sum)
+}
+
+/// The plan's rules and services as `place` decides with them, the slices they name checked:
+/// at the start, and again at each SIGHUP.
+fn prepare(cx: &Context, chosen: &Chosen, req: &PlaceRequest) -> Result<(Engine, Pidfiles)> {
+    let plan = cx.load_plan()?;
     // systemd attaches services itself (their Slice= drop-ins); elsewhere their pidfiles do.
     let services = if chosen.name() == "systemd" {
         Vec::new()
@@ -121,30 +150,15 @@ pub fn place(
         ));
     }
     for e in bulkhead_plan::place::expected(&plan) {
-        require_slice(cx, &chosen, &e.slice)?;
+        require_slice(cx, chosen, &e.slice)?;
     }
-    let mut pl = Placer {
-        chosen: &chosen,
-        engine: Engine::new(rules::compile(&plan)?, req.recheck),
-        pidfiles,
-        dry_run: req.dry_run,
-        sum: PlaceSummary::default(),
-        on: &mut on,
-    };
-    if req.once || req.dry_run {
-        pl.full_scan();
-        return Ok(pl.sum);
-    }
-    bulkhead_sys::signals::catch_stop(&[libc::SIGINT, libc::SIGTERM]);
-    match ProcEvents::open() {
-        Ok(events) => pl.by_events(events, req.interval),
-        Err(e) => pl.fall_back(e, req.interval),
-    }
-    Ok(pl.sum)
+    Ok((Engine::new(rules::compile(&plan)?, req.recheck), pidfiles))
 }
 
 /// A run's state: what it moves with, what it decides with, what it has done.
 struct Placer<'a, F: FnMut(&Placed)> {
+    cx: &'a Context,
+    req: &'a PlaceRequest,
     chosen: &'a Chosen,
     engine: Engine,
     pidfiles: Pidfiles,
@@ -166,6 +180,7 @@ impl<F: FnMut(&Placed)> Placer<'_, F> {
     /// Until stopped: a full scan every `interval`.
     fn by_scans(&mut self, interval: Duration) {
         loop {
+            self.reload_if_asked();
             self.full_scan();
             if stop_requested() {
                 return;
@@ -196,6 +211,11 @@ impl<F: FnMut(&Placed)> Placer<'_, F> {
         let mut pending = Pending::default();
         let mut batch = Vec::new();
         while !stop_requested() {
+            if self.reload_if_asked() {
+                pending = Pending::default();
+                self.full_scan();
+                last_full = Instant::now();
+            }
             let waited = wait(&events, &pending, tick);
             batch.clear();
             let room = MAX_PER_SCAN - pending.pids.len();
@@ -219,6 +239,29 @@ impl<F: FnMut(&Placed)> Placer<'_, F> {
             if Instant::now() >= tick {
                 self.every_interval();
                 tick = Instant::now() + interval;
+            }
+        }
+    }
+
+    /// After a SIGHUP: the plan read again and checked; its rules replace the old ones (every
+    /// process is decided on again by them), or on an error the old ones stay and the reason
+    /// is said. Whether the rules changed.
+    fn reload_if_asked(&mut self) -> bool {
+        if !bulkhead_sys::signals::reload_requested() {
+            return false;
+        }
+        let at = bulkhead_sys::units::utc_now();
+        match prepare(self.cx, self.chosen, self.req) {
+            Ok((engine, pidfiles)) => {
+                self.engine = engine;
+                self.pidfiles = pidfiles;
+                self.sum.reloads += 1;
+                eprintln!("{at} bulkhead: place: SIGHUP: the plan was read again; its rules apply from now");
+                true
+            }
+            Err(e) => {
+                eprintln!("{at} bulkhead: error: place: SIGHUP: the plan was not reloaded, the rules before it stay: {e}");
+                false
             }
         }
     }

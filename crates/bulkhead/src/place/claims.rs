@@ -114,6 +114,48 @@ pub(crate) fn scan(
         c.2.sort_unstable();
         c.2.dedup();
     }
+    leave_to_rules(&mut claims, services.len());
     out.claims = claims;
     out
+}
+
+/// A process a rule claims is the rule's, not its service's (issue 41): the backend of a
+/// dump that a rule moves to db-helper is still in the postmaster's tree, but the rule is
+/// the plan's explicit exception, as on systemd, where the moved backend leaves the unit's
+/// cgroup. `claims` holds the `services` services' claims first, then the rules'.
+fn leave_to_rules(claims: &mut [Claimed], services: usize) {
+    let (svcs, rules) = claims.split_at_mut(services.min(claims.len()));
+    let by_rules: std::collections::HashSet<u32> =
+        rules.iter().flat_map(|c| c.2.iter().copied()).collect();
+    for c in svcs {
+        c.2.retain(|pid| !by_rules.contains(pid));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice(n: &str) -> SliceName {
+        SliceName::parse(n).unwrap()
+    }
+
+    #[test]
+    fn a_process_a_rule_claims_leaves_its_services_claim() {
+        let mut claims = vec![
+            (
+                "service postgresql".to_string(),
+                slice("db-server"),
+                vec![100, 101, 102],
+            ),
+            (
+                "rule backup-backends".to_string(),
+                slice("db-helper"),
+                vec![102],
+            ),
+        ];
+        leave_to_rules(&mut claims, 1);
+        assert_eq!(claims[0].2, vec![100, 101]);
+        assert_eq!(claims[1].2, vec![102]);
+    }
 }

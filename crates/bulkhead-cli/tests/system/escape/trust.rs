@@ -36,9 +36,15 @@ fn a_plan_others_can_write_is_refused_by_every_root_command() {
     let marker =
         std::path::PathBuf::from(format!("/var/tmp/bh-trust-pwned-{}", std::process::id()));
     let _ = std::fs::remove_file(&marker);
+    // A port free now (a valid plan: the build before the fix accepted it).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let plan = t.plan(&format!(
         "[slice.db]\n[slice.db-server]\nCPUWeight = 1000\n\
-         [socket.pwn]\nlisten = [\"127.0.0.1:0\"]\nmode = \"pass\"\n\
+         [socket.pwn]\nlisten = [\"127.0.0.1:{port}\"]\nmode = \"pass\"\n\
          [socket.pwn.target]\ncommand = [\"/bin/sh\", \"-c\", \"touch {}\"]\n",
         marker.display()
     ));
