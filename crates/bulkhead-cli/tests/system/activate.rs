@@ -241,8 +241,14 @@ command = ["/bin/httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]
         }
     }
     assert_eq!(ok, 100);
-    wait_for("counters", || status(&name)["connections_total"] == 100);
-    assert_eq!(status(&name)["cold_starts"], 1);
+    // One snapshot of the counters: both from the same read of serve's state (two reads
+    // once saw connections_total 100, then cold_starts 0).
+    let mut last = serde_json::Value::Null;
+    wait_for("counters", || {
+        last = status(&name);
+        last["connections_total"] == 100
+    });
+    assert_eq!(last["cold_starts"], 1, "{last}");
     assert_eq!(serve.stop(), Some(0));
     assert_eq!(sandbox_entries(), before, "a sandbox was left behind");
 }
