@@ -79,9 +79,15 @@ pub fn utc_now() -> String {
     utc_text(secs)
 }
 
-/// `secs` after the epoch in UTC, as [`utc_now`] writes it (the civil-from-days algorithm
-/// of Howard Hinnant's date library).
+/// `secs` after the epoch in UTC, as [`utc_now`] writes it.
 pub fn utc_text(secs: u64) -> String {
+    let (y, m, d, h, mi, se) = civil(secs);
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{se:02}Z")
+}
+
+/// `secs` after the epoch as the UTC calendar: (year, month, day, hour, minute, second), by
+/// the civil-from-days algorithm of Howard Hinnant's date library.
+pub fn civil(secs: u64) -> (i64, i64, i64, u64, u64, u64) {
     let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
@@ -92,12 +98,7 @@ pub fn utc_text(secs: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
+    (y, m, d, rem / 3600, rem / 60 % 60, rem % 60)
 }
 
 pub fn trim_float(f: f64) -> String {

@@ -5,12 +5,13 @@
 //! that descriptor: a symlink another user owns is refused, and the scratch file is an
 //! unnamed O_TMPFILE in the directory the descriptor holds.
 
-use super::sandbox::Scratch;
+use super::sandbox::{LoopDev, Scratch};
 use crate::common::{prerequisites, stderr, stdout};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+/// What `LoopDev` writes first on its disk.
 const MARK: &[u8] = b"HOSTDISK-SECRET\n";
 
 fn say(what: &str, result: &str) {
@@ -28,49 +29,20 @@ fn calibrate(path: &Path, extra: &[&str]) -> Output {
         .expect("run bulkhead")
 }
 
-/// A 64 MiB loop device over a file that starts with MARK, detached on drop.
-struct Disk {
-    dev: String,
-}
-
-impl Disk {
-    fn new(dir: &Path) -> Disk {
-        let file = dir.join("disk.img");
-        let mut data = MARK.to_vec();
-        data.resize(64 << 20, 0);
-        std::fs::write(&file, data).unwrap();
-        let o = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "losetup: {}", stderr(&o));
-        Disk {
-            dev: stdout(&o).trim().to_string(),
-        }
-    }
-
-    /// The device's first block, read past the page cache.
-    fn head(&self) -> Vec<u8> {
-        use std::io::Read;
-        #[repr(align(4096))]
-        struct Block([u8; 4096]);
-        let mut b = Box::new(Block([0; 4096]));
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(&self.dev)
-            .unwrap()
-            .read_exact(&mut b.0)
-            .unwrap();
-        b.0[..MARK.len()].to_vec()
-    }
-}
-
-impl Drop for Disk {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
-    }
+/// The device's first bytes, read past the page cache.
+fn head(disk: &LoopDev) -> Vec<u8> {
+    use std::io::Read;
+    #[repr(align(4096))]
+    struct Block([u8; 4096]);
+    let mut b = Box::new(Block([0; 4096]));
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&disk.dev)
+        .unwrap()
+        .read_exact(&mut b.0)
+        .unwrap();
+    b.0[..MARK.len()].to_vec()
 }
 
 fn nobodys_symlink(dir: &Path, name: &str, to: &Path) -> std::path::PathBuf {
@@ -104,10 +76,10 @@ fn calibrate_follows_no_symlink_of_another_user() {
     assert!(o.status.success(), "chown: {}", stderr(&o));
 
     // 1. nobody's symlink to a disk, calibrated with --destroy-data.
-    let disk = Disk::new(&s.dir);
+    let disk = LoopDev::sized(&s.dir, 64 << 20);
     let link = nobodys_symlink(&attackers, "disk", Path::new(&disk.dev));
     let o = calibrate(&link, &["--destroy-data"]);
-    let head = disk.head();
+    let head = head(&disk);
     say(
         &format!(
             "calibrate --destroy-data through nobody's symlink to {}",

@@ -80,9 +80,14 @@ pub(crate) struct LoopDev {
 
 impl LoopDev {
     pub(crate) fn new(dir: &Path) -> LoopDev {
+        LoopDev::sized(dir, 1 << 20)
+    }
+
+    /// A loop device of `bytes` (the marker first, then zeros).
+    pub(crate) fn sized(dir: &Path, bytes: usize) -> LoopDev {
         let file = dir.join("disk.img");
         let mut data = b"HOSTDISK-SECRET\n".to_vec();
-        data.resize(1 << 20, 0);
+        data.resize(bytes, 0);
         std::fs::write(&file, data).unwrap();
         let o = Command::new("losetup")
             .args(["-f", "--show"])
