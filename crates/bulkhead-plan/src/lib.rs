@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod check;
 pub mod convert;
 mod devices;
 mod directives;
@@ -119,6 +120,8 @@ pub struct Plan {
     pub guard: Option<guard::GuardSpec>,
     /// The `[iocost]` section (io.cost on the database's disks), if any.
     pub iocost: Option<iocost::IocostSpec>,
+    /// The `[check]` section (findings the operator accepts for this host), if any.
+    pub check: Option<check::CheckSpec>,
     /// Warnings and notes found while reading (legacy directives, implicit parents).
     pub notes: Vec<Diagnostic>,
 }

@@ -43,9 +43,16 @@ fn text(r: &Report, brief: bool) -> String {
     let mut fs: Vec<_> = r.findings.iter().collect();
     fs.sort_by_key(|f| rank(f.level));
     for f in fs {
+        let (level, accepted) = match &f.accepted {
+            Some(at) => (
+                "ACCEPTED",
+                format!(" (accepted in the plan, {})", printable(at)),
+            ),
+            None => (word(f.level), String::new()),
+        };
         out.push_str(&format!(
-            "  {:<8} {:<9} {}\n",
-            word(f.level),
+            "  {:<8} {:<9} {}{accepted}\n",
+            level,
             f.area.name(),
             printable(&f.message)
         ));

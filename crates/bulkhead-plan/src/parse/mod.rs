@@ -10,7 +10,15 @@ use std::collections::BTreeMap;
 use toml::de::DeTable;
 
 /// The top-level sections a plan may have.
-const SECTIONS: &[&str] = &["slice", "socket", "place", "hugepages", "guard", "iocost"];
+const SECTIONS: &[&str] = &[
+    "slice",
+    "socket",
+    "place",
+    "hugepages",
+    "guard",
+    "iocost",
+    "check",
+];
 
 pub(super) fn parse(source: Source) -> Result<Plan> {
     let root = match DeTable::parse(&source.text) {
@@ -24,6 +32,7 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
     let mut hugepages = None;
     let mut guard = None;
     let mut iocost = None;
+    let mut check = None;
     let mut place = BTreeMap::new();
 
     for (key, value) in root.get_ref().iter() {
@@ -76,6 +85,9 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
             "iocost" => {
                 iocost = crate::iocost::parse(&source, key.span().start, value, &mut errors);
             }
+            "check" => {
+                check = crate::check::parse(&source, key.span().start, value, &mut errors);
+            }
             other => errors.push(unknown_section(other, here)),
         }
     }
@@ -98,6 +110,7 @@ pub(super) fn parse(source: Source) -> Result<Plan> {
         hugepages,
         guard,
         iocost,
+        check,
         notes,
     })
 }
@@ -148,12 +161,12 @@ fn unquoted_value(line: &str) -> Option<String> {
 fn unknown_section(other: &str, here: String) -> Diagnostic {
     let mut d = Diagnostic::error(format!("unknown section '{other}'")).at(here);
     d = match suggest(other, SECTIONS) {
-        Some(s @ ("hugepages" | "guard" | "iocost")) => {
+        Some(s @ ("hugepages" | "guard" | "iocost" | "check")) => {
             d.hint(format!("did you mean [{s}]?"))
         }
         Some(s) => d.hint(format!("did you mean [{s}.NAME]?")),
         None => d.hint(
-            "a plan has [slice.NAME], [socket.NAME] and [place.NAME] sections, one [hugepages], one [guard] and one [iocost]",
+            "a plan has [slice.NAME], [socket.NAME] and [place.NAME] sections, one [hugepages], one [guard], one [iocost] and one [check]",
         ),
     };
     d

@@ -128,6 +128,9 @@ pub fn check(cx: &Context) -> Report {
         &wants(&plan, &resolved, &roles),
         &placements,
     ));
+    if let Some(c) = &plan.check {
+        crate::check::verdict::accept(&mut findings, |a| c.accepts(a.name()).map(str::to_string));
+    }
     Report::new(
         source,
         chosen.name().into(),
@@ -257,7 +260,24 @@ fn wants(plan: &Plan, resolved: &ResolvedPlan, roles: &Roles) -> Wants {
                 .iter()
                 .any(|s| s.name() == n && s.memory_swap_max == Some(Limit::Bytes(0)))
         });
+    let io_caps = resolved
+        .slices
+        .iter()
+        .filter(|s| !roles.server.contains(s.name()))
+        .flat_map(|s| {
+            s.io_max
+                .keys()
+                .map(move |dev| (dev.to_string(), s.name().to_string()))
+        })
+        .collect();
+    let guard_sideloads = plan
+        .guard
+        .iter()
+        .flat_map(|g| g.sideloads.iter().map(ToString::to_string))
+        .collect();
     Wants {
+        io_caps,
+        guard_sideloads,
         plan_sets_thp: plan
             .hugepages
             .as_ref()

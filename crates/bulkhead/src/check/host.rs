@@ -51,6 +51,10 @@ pub struct Wants {
     pub plan_sets_thp: bool,
     /// The plan gives some slice an I/O weight (IOWeight, IODeviceWeight).
     pub io_weights: bool,
+    /// The caps the plan sets on slices other than the servers': (disk `MAJ:MIN`, slice).
+    pub io_caps: Vec<(String, String)>,
+    /// The slices the plan's `[guard]` throttles when the server suffers (none: no guard).
+    pub guard_sideloads: Vec<String>,
     /// Every server slice has MemorySwapMax=0.
     pub server_no_swap: bool,
 }
@@ -132,33 +136,68 @@ fn swap(f: &Facts, w: &Wants, items: &[Expected]) -> Option<Finding> {
 }
 
 fn io(f: &Facts, w: &Wants) -> Vec<Finding> {
-    if !w.io_weights {
-        return vec![];
+    f.disks.iter().map(|d| io_disk(d, w)).collect()
+}
+
+/// What acts on the I/O the other slices do on one of the database's disks: weights (with
+/// BFQ or io.cost on it), a cap the plan sets on it, the guard's throttle; a warning when
+/// nothing does, with the hints that can work on this host.
+fn io_disk(d: &DataDisk, w: &Wants) -> Finding {
+    let sched = d.scheduler.as_deref().unwrap_or("unknown");
+    let disk = format!("{} ({}), the disk of {}", d.name, d.disk, d.by);
+    let weights_act = sched == "bfq" || d.iocost;
+    if w.io_weights && weights_act {
+        let how = if d.iocost { "io.cost" } else { "BFQ" };
+        return Finding::new(
+            Area::Io,
+            Level::Ok,
+            format!("{disk}: I/O weights are enforced ({how})"),
+        );
     }
-    f.disks
+    let weights = if !w.io_weights {
+        "the plan sets no I/O weight".to_string()
+    } else {
+        format!(
+            "scheduler '{sched}' and io.cost off, so the plan's I/O weights have no effect on it"
+        )
+    };
+    let capped: Vec<&str> = w
+        .io_caps
         .iter()
-        .map(|d| {
-            let sched = d.scheduler.as_deref().unwrap_or("unknown");
-            if sched == "bfq" || d.iocost {
-                let how = if d.iocost { "io.cost" } else { "BFQ" };
-                Finding::new(
-                    Area::Io,
-                    Level::Ok,
-                    format!("{} ({}), the disk of {}: I/O weights are enforced ({how})", d.name, d.disk, d.by),
-                )
-            } else {
-                Finding::new(
-                    Area::Io,
-                    Level::Warning,
-                    format!(
-                        "{} ({}), the disk of {}: scheduler '{sched}' and io.cost off, so the plan's I/O weights have no effect on it",
-                        d.name, d.disk, d.by
-                    ),
-                )
-                .hint(d.weight_hint.clone())
-            }
-        })
-        .collect()
+        .filter(|(dev, _)| *dev == d.disk)
+        .map(|(_, slice)| slice.as_str())
+        .collect();
+    if !capped.is_empty() {
+        return Finding::new(
+            Area::Io,
+            Level::Ok,
+            format!(
+                "{disk}: the I/O of {} is capped on it (IO*BandwidthMax/IO*IOPSMax); {weights}",
+                capped.join(", ")
+            ),
+        );
+    }
+    if !w.guard_sideloads.is_empty() {
+        return Finding::new(
+            Area::Io,
+            Level::Ok,
+            format!(
+                "{disk}: the guard throttles the I/O of {} on it while the server suffers (while bulkhead guard runs); {weights}",
+                w.guard_sideloads.join(", ")
+            ),
+        );
+    }
+    let hint = if weights_act {
+        format!("give the helper slices a low IOWeight (the disk has {sched}{}), or cap them with IOReadBandwidthMax/IOWriteBandwidthMax on it", if d.iocost { " and io.cost" } else { "" })
+    } else {
+        d.weight_hint.clone()
+    };
+    Finding::new(
+        Area::Io,
+        Level::Warning,
+        format!("{disk}: {weights} and no slice is capped on it: the disk I/O of the other slices is not limited"),
+    )
+    .hint(format!("{hint}; or accept it for this host: [check] accept = [\"io\"]"))
 }
 
 #[cfg(test)]
@@ -245,6 +284,61 @@ mod tests {
         };
         let got: Vec<Level> = io(&f, &w).iter().map(|x| x.level).collect();
         assert_eq!(got, [Level::Warning, Level::Ok, Level::Ok]);
-        assert!(io(&f, &Wants::default()).is_empty());
+        // No weight and no cap: nothing limits the helpers on any disk, BFQ or not.
+        let none = io(&f, &Wants::default());
+        assert!(none.iter().all(|x| x.level == Level::Warning), "{none:?}");
+        assert!(none[0]
+            .message
+            .contains("the plan sets no I/O weight and no slice is capped"));
+        assert!(none[0]
+            .hint
+            .as_deref()
+            .unwrap()
+            .contains("accept = [\"io\"]"));
+    }
+
+    #[test]
+    fn a_cap_or_the_guard_acts_where_weights_cannot() {
+        let f = Facts {
+            disks: vec![DataDisk {
+                disk: "254:0".into(),
+                name: "vda".into(),
+                scheduler: Some("mq-deadline".into()),
+                iocost: false,
+                by: "postgres 1".into(),
+                weight_hint: "cap them".into(),
+            }],
+            ..Default::default()
+        };
+        let capped = Wants {
+            io_weights: true,
+            io_caps: vec![
+                ("8:0".into(), "other".into()),
+                ("254:0".into(), "db-helper".into()),
+            ],
+            ..Default::default()
+        };
+        let got = io(&f, &capped);
+        assert_eq!(got[0].level, Level::Ok, "{got:?}");
+        assert!(
+            got[0].message.contains("the I/O of db-helper is capped"),
+            "{got:?}"
+        );
+        assert!(got[0].message.contains("have no effect"), "{got:?}");
+        // A cap on another disk does not count.
+        let elsewhere = Wants {
+            io_caps: vec![("8:0".into(), "db-helper".into())],
+            ..Default::default()
+        };
+        assert_eq!(io(&f, &elsewhere)[0].level, Level::Warning);
+        let guarded = Wants {
+            guard_sideloads: vec!["db-helper".into()],
+            ..Default::default()
+        };
+        let got = io(&f, &guarded);
+        assert_eq!(got[0].level, Level::Ok, "{got:?}");
+        assert!(got[0]
+            .message
+            .contains("the guard throttles the I/O of db-helper"));
     }
 }

@@ -75,6 +75,10 @@ pub struct Finding {
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// Where the plan accepts this finding (`[check] accept`, `plan.toml:12:1`): a warning
+    /// the operator acknowledged for this host, counted as ok.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<String>,
 }
 
 impl Finding {
@@ -84,6 +88,7 @@ impl Finding {
             level,
             message: message.into(),
             hint: None,
+            accepted: None,
         }
     }
 
@@ -146,6 +151,18 @@ impl State {
     }
 }
 
+/// The plan's acknowledgements (`[check] accept`): a warning in an area the plan accepts
+/// counts as ok, marked with where the plan accepts it. Critical and unknown findings always
+/// count.
+pub fn accept(findings: &mut [Finding], accepts: impl Fn(Area) -> Option<String>) {
+    for f in findings.iter_mut().filter(|f| f.level == Level::Warning) {
+        if let Some(at) = accepts(f.area) {
+            f.level = Level::Ok;
+            f.accepted = Some(at);
+        }
+    }
+}
+
 /// The state the findings add up to: any critical finding means not protected (a database
 /// seen outside its slice is a fact even when something else could not be read); otherwise
 /// anything unknown means unknown (protection not seen is never claimed); otherwise any
@@ -167,7 +184,7 @@ pub fn verdict(findings: &[Finding]) -> State {
 /// protected, `ok_line` says what was seen.
 pub fn summary(state: State, findings: &[Finding], ok_line: &str) -> String {
     let level = match state {
-        State::Protected => return format!("bulkhead check: PROTECTED: {ok_line}"),
+        State::Protected => return protected(findings, ok_line),
         State::Degraded => Level::Warning,
         State::NotProtected => Level::Critical,
         State::Unknown => Level::Unknown,
@@ -191,6 +208,23 @@ pub fn summary(state: State, findings: &[Finding], ok_line: &str) -> String {
         format!(" (+{})", more.join(", "))
     };
     format!("bulkhead check: {}: {first}{tail}", state.label())
+}
+
+/// The PROTECTED line: what was seen, and what the plan accepts that it does not cover.
+fn protected(findings: &[Finding], ok_line: &str) -> String {
+    let mut areas: Vec<&str> = findings
+        .iter()
+        .filter(|f| f.accepted.is_some())
+        .map(|f| f.area.name())
+        .collect();
+    areas.dedup();
+    if areas.is_empty() {
+        return format!("bulkhead check: PROTECTED: {ok_line}");
+    }
+    format!(
+        "bulkhead check: PROTECTED: {ok_line}; not covered on this host, accepted in the plan: {}",
+        areas.join(", ")
+    )
 }
 
 #[cfg(test)]

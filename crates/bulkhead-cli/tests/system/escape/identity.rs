@@ -251,7 +251,7 @@ fn a_users_process_named_like_the_server_does_not_turn_the_verdict() {
 }
 
 /// #4: the exporter's cached check read every process and held every command line: 8,000
-/// processes of another user timed scrapes out, 14,000 got it OOM-killed. With 10,000 such
+/// processes of another user timed scrapes out, 14,000 got it OOM-killed. With 20,000 such
 /// processes, each with a 4 KiB command line: Every scrape answers within a second, and the
 /// exporter's memory stays under its packaged limit (64M).
 #[test]
@@ -266,7 +266,7 @@ fn many_processes_of_another_user_do_not_hold_the_exporter_up() {
     let p = plan.to_str().unwrap();
     let o = under_test(&root, &["-c", p, "apply"]);
     assert!(o.status.success(), "apply: {}", err(&o));
-    let _many = Impostors::start(10_000);
+    let _many = Impostors::start(20_000);
     let mut exporter = bulkhead_testkit::bins::bulkhead_cmd()
         .env("BULKHEAD_CGROUP_ROOT", &root.cgroup)
         .args(["-c", p, "exporter", "--listen", "127.0.0.1:0"])
@@ -299,7 +299,7 @@ fn many_processes_of_another_user_do_not_hold_the_exporter_up() {
     let _ = exporter.kill();
     let _ = exporter.wait();
     println!(
-        "10,000 processes of nobody: slowest scrape {slowest:?}, exporter peak RSS {} MiB",
+        "20,000 processes of nobody: slowest scrape {slowest:?}, exporter peak RSS {} MiB",
         hwm_kib / 1024
     );
     assert!(
