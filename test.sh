@@ -105,7 +105,7 @@ cargo_test() {
 # Every shell script of the repository: *.sh and the scripts under scripts/ with a shell #!.
 shell_scripts() {
   find . -path ./target -prune -o -path ./.git -prune -o -name '*.sh' -type f -print | sed 's|^\./||'
-  find .ci scripts -type f | while read -r f; do
+  find .ci scripts dist -type f | while read -r f; do
     if head -n1 "$f" | grep -Eq '^#!.*\b(ba)?sh\b'; then echo "$f"; fi
   done
 }

@@ -63,6 +63,11 @@ pub fn guard_dir() -> PathBuf {
     env_path("BULKHEAD_GUARD_DIR", "/run/bulkhead/guard")
 }
 
+/// `place`'s state files (one per cgroup root: its PID, plan digest and heartbeat).
+pub fn place_dir() -> PathBuf {
+    env_path("BULKHEAD_PLACE_DIR", "/run/bulkhead/place")
+}
+
 /// One status file per served socket.
 pub fn sockets_dir() -> PathBuf {
     runtime_dir().join("sockets")

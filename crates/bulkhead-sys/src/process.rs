@@ -644,3 +644,13 @@ pub fn at_exit(f: extern "C" fn()) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// A daemon's log: this process's stdout and stderr appended to `path` from now on (opened as
+/// [`crate::statefile::open_append_log`] opens a log: not through a link, not another user's
+/// file).
+pub fn log_output_to(path: &std::path::Path) -> std::io::Result<()> {
+    let f = crate::statefile::open_append_log(path)?;
+    rustix::stdio::dup2_stdout(&f)?;
+    rustix::stdio::dup2_stderr(&f)?;
+    Ok(())
+}

@@ -10,7 +10,9 @@ kernel's process events (fork, exec, user and name changes; /proc is scanned who
 and every 10 s), or where those cannot be had (no CAP_NET_ADMIN, another PID namespace) by a scan \
 of /proc every --interval; a new process is read again every --interval for --recheck, since some \
 (PostgreSQL's backends) change their command line after they start. SIGHUP reads the plan again \
-(checked first: on an error the rules before it stay, and it says why). As root the plan file \
+(checked first: on an error the rules before it stay, and it says why). While it runs it keeps a \
+state file (/run/bulkhead/place/, its PID, the plan's digest and a heartbeat every 10 s) that \
+`bulkhead check` reads to say whether place runs, and with which plan. As root the plan file \
 must be root's and writable only by root.";
 
 pub const PLACE_AFTER: &str =
@@ -35,4 +37,8 @@ pub struct PlaceArgs {
     /// Print JSON: one object per process placed, one line each
     #[arg(long)]
     pub json: bool,
+    /// Append every line to FILE instead of the terminal, each stamped with the UTC time (a
+    /// daemon's log: the init script's /var/log/bulkhead-place.log)
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<std::path::PathBuf>,
 }

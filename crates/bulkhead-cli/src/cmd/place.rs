@@ -14,6 +14,9 @@ pub fn place(cli: &Cli, a: &PlaceArgs) -> Result<i32> {
         recheck: a.recheck,
     };
     let quiet = cli.quiet;
+    if let Some(log) = &a.log {
+        place::log_to(log)?;
+    }
     let sum = place::place(&cli.context(), &req, |p| print_one(p, a, quiet))?;
     if a.dry_run && !a.json {
         println!(
@@ -29,6 +32,11 @@ fn print_one(p: &Placed, a: &PlaceArgs, quiet: bool) {
         println!("{}", serde_json::to_string(p).unwrap_or_default());
         return;
     }
+    // In a log file every line says when.
+    let at = match a.log {
+        Some(_) => format!("{} ", bulkhead::units::utc_now()),
+        None => String::new(),
+    };
     // PID 0: a service whose pidfile could not be used names no process.
     let mut what = match p.pid {
         0 => "its process".to_string(),
@@ -50,14 +58,14 @@ fn print_one(p: &Placed, a: &PlaceArgs, quiet: bool) {
     };
     match &p.error {
         Some(e) => eprintln!(
-            "bulkhead: error: {why} could not move {what} to {}: {e}",
+            "{at}bulkhead: error: {why} could not move {what} to {}: {e}",
             p.slice.unit(),
             e = printable(e)
         ),
         None if quiet => {}
         None => {
             let verb = if a.dry_run { "would place" } else { "placed" };
-            println!("{verb} {what} in {} ({why})", p.slice.unit());
+            println!("{at}{verb} {what} in {} ({why})", p.slice.unit());
         }
     }
 }

@@ -18,12 +18,13 @@ use std::process::Command;
 
 const EXAMPLE: &str = include_str!("../../../../dist/bulkhead.toml");
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-const UNITS: [&str; 5] = [
+const UNITS: [&str; 6] = [
     "bulkhead-apply.service",
     "bulkhead-serve.socket",
     "bulkhead-serve.service",
     "bulkhead-guard.service",
     "bulkhead-exporter.service",
+    "bulkhead-place.service",
 ];
 
 /// The example plan with its commented socket section turned on.

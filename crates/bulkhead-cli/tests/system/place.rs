@@ -8,6 +8,7 @@ use std::io::{BufRead, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod init_script;
 mod postgres_systemd;
 
 /// A child killed (with its process group) and reaped when the test ends.
@@ -462,11 +463,30 @@ fn sighup_reads_the_plan_again_and_a_bad_one_keeps_the_old_rules() {
     wait_for("the first rule's process in db-helper", || {
         in_slice(first.id() as i32, &t, helper)
     });
-    // The new rule: written over the plan, then SIGHUP.
+    // check reads place's state file: it runs, with this plan.
+    let check = || stdout(&t.run(&["-c", p, "check"]));
+    let text = check();
+    assert!(
+        text.contains(&format!(
+            "bulkhead place runs (PID {pid}) with this plan: 1 placement rule(s)"
+        )),
+        "{text}"
+    );
+    // The new rule: written over the plan (check: place runs an older one), then SIGHUP.
     std::fs::write(&plan, rule(&b)).unwrap();
+    let text = check();
+    assert!(
+        text.contains(&format!(
+            "bulkhead place (PID {pid}) runs an older version of {p}"
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!("hint: kill -HUP {pid}")), "{text}");
     bulkhead_sys::process::kill(pid, libc::SIGHUP).unwrap();
     let line = said("SIGHUP");
     assert!(line.contains("the plan was read again"), "{line}");
+    let text = check();
+    assert!(text.contains("with this plan"), "{text}");
     assert!(
         line.starts_with("20") && line.contains("Z bulkhead:"),
         "no stamp: {line}"
@@ -494,6 +514,15 @@ fn sighup_reads_the_plan_again_and_a_bad_one_keeps_the_old_rules() {
     drop((first, second, third));
     let o = running.stop();
     assert!(o.status.success(), "place: {:?}", o.status);
+    // Stopped: check says so, a warning (exit 1 at least).
+    std::fs::write(&plan, rule(&b)).unwrap();
+    let o = t.run(&["-c", p, "check"]);
+    let text = stdout(&o);
+    assert!(
+        text.contains("WARNING  placement bulkhead place is not running (no state file)"),
+        "{text}"
+    );
+    assert!(o.status.code().unwrap_or(0) >= 1, "{text}");
 }
 
 /// Where a process's cgroups are, for messages.
@@ -723,6 +752,11 @@ cmdline = \"* -p {port} *\"
     let c = t.run(&["-c", p, "--backend", "cgroupfs", "check"]);
     println!("{}{}", stdout(&c), stderr(&c));
     assert_eq!(c.status.code(), Some(2), "{}{}", stdout(&c), stderr(&c));
+    assert!(
+        stdout(&c).contains("bulkhead place is not running"),
+        "{}",
+        stdout(&c)
+    );
     assert!(
         stdout(&c).contains("postgresql@15-main.service"),
         "{}",

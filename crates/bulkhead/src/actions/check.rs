@@ -122,6 +122,10 @@ pub fn check(cx: &Context) -> Report {
     let dirs = slice_dirs(&chosen, named);
     let placements = placement::expected(&procs, &claims, &roles, &dirs, by);
     findings.extend(placement::findings(&placements));
+    findings.extend(crate::check::placer::finding(
+        &placer(cx, &plan),
+        place_needed(&plan, &chosen).as_deref(),
+    ));
     let facts = facts(&chosen, &placements);
     findings.extend(host::findings(
         &facts,
@@ -138,6 +142,46 @@ pub fn check(cx: &Context) -> Report {
         placements,
         facts.disks,
     )
+}
+
+/// What only a running `place` does for this plan (its rules; its services with pidfiles
+/// where no systemd attaches them), said for the finding; None: nothing.
+fn place_needed(plan: &Plan, chosen: &Chosen) -> Option<String> {
+    let rules = plan.place.len();
+    let services = if chosen.name() == "systemd" {
+        0
+    } else {
+        bulkhead_plan::services::with_pidfiles(plan).len()
+    };
+    let mut parts = Vec::new();
+    if rules > 0 {
+        parts.push(format!("{rules} placement rule(s)"));
+    }
+    if services > 0 {
+        parts.push(format!("{services} service(s) placed by pidfile"));
+    }
+    (!parts.is_empty()).then(|| parts.join(" and "))
+}
+
+/// `place`'s state file for this cgroup root, against the plan `check` read.
+fn placer(cx: &Context, plan: &Plan) -> crate::check::placer::Placer {
+    use crate::check::placer::Placer;
+    use crate::place::state;
+    let Some(s) = state::read(&state::file(&cx.cgroup_root)) else {
+        return Placer::Missing;
+    };
+    if !state::alive(&s) {
+        return Placer::Gone { pid: s.pid };
+    }
+    let age = state::now_secs().saturating_sub(s.heartbeat);
+    if age > state::STALE.as_secs() {
+        return Placer::Stale { pid: s.pid, age };
+    }
+    Placer::Running {
+        pid: s.pid,
+        same_plan: s.digest == state::digest(&plan.source.text),
+        plan: s.plan,
+    }
 }
 
 fn cannot(what: &str, e: &bulkhead_sys::error::Error) -> Report {

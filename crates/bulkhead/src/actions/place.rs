@@ -98,6 +98,17 @@ pub fn expected(cx: &Context) -> Result<Vec<Expected>> {
     Ok(bulkhead_plan::place::expected(&cx.load_plan()?))
 }
 
+/// A daemon's log (`place --log FILE`): every line from now on appended to `path`.
+pub fn log_to(path: &std::path::Path) -> Result<()> {
+    bulkhead_sys::process::log_output_to(path).map_err(|e| {
+        Error::invalid(
+            Diagnostic::error(format!("cannot log to {}: {e}", path.display()))
+                .context("--log")
+                .hint("give a file in a directory only root can write (e.g. /var/log/bulkhead-place.log)"),
+        )
+    })
+}
+
 /// Run the rules: move what matches, report each through `on`; one full scan for `once` or
 /// a dry run, else until SIGINT/SIGTERM (driven by the kernel's process events where they
 /// can be had, by a scan every interval where not).
@@ -107,7 +118,7 @@ pub fn place(
     mut on: impl FnMut(&Placed),
 ) -> Result<PlaceSummary> {
     let chosen = cx.choose()?;
-    let (engine, pidfiles) = prepare(cx, &chosen, req)?;
+    let (engine, pidfiles, read) = prepare(cx, &chosen, req)?;
     let mut pl = Placer {
         cx,
         req,
@@ -117,11 +128,14 @@ pub fn place(
         dry_run: req.dry_run,
         sum: PlaceSummary::default(),
         on: &mut on,
+        beat: None,
     };
     if req.once || req.dry_run {
         pl.full_scan();
         return Ok(pl.sum);
     }
+    // Who places for this cgroup root, with which plan: `check` reads it.
+    pl.beat = crate::place::state::Beat::start(&cx.cgroup_root, read.0, read.1);
     bulkhead_sys::signals::catch_stop(&[libc::SIGINT, libc::SIGTERM]);
     bulkhead_sys::signals::catch_reload(&[libc::SIGHUP]);
     match ProcEvents::open() {
@@ -132,9 +146,18 @@ pub fn place(
 }
 
 /// The plan's rules and services as `place` decides with them, the slices they name checked:
-/// at the start, and again at each SIGHUP.
-fn prepare(cx: &Context, chosen: &Chosen, req: &PlaceRequest) -> Result<(Engine, Pidfiles)> {
+/// at the start, and again at each SIGHUP. With them, the plan's source and digest (its
+/// state file's).
+fn prepare(
+    cx: &Context,
+    chosen: &Chosen,
+    req: &PlaceRequest,
+) -> Result<(Engine, Pidfiles, (String, String))> {
     let plan = cx.load_plan()?;
+    let read = (
+        plan.source.label(),
+        crate::place::state::digest(&plan.source.text),
+    );
     // systemd attaches services itself (their Slice= drop-ins); elsewhere their pidfiles do.
     let services = if chosen.name() == "systemd" {
         Vec::new()
@@ -152,7 +175,11 @@ fn prepare(cx: &Context, chosen: &Chosen, req: &PlaceRequest) -> Result<(Engine,
     for e in bulkhead_plan::place::expected(&plan) {
         require_slice(cx, chosen, &e.slice)?;
     }
-    Ok((Engine::new(rules::compile(&plan)?, req.recheck), pidfiles))
+    Ok((
+        Engine::new(rules::compile(&plan)?, req.recheck),
+        pidfiles,
+        read,
+    ))
 }
 
 /// A run's state: what it moves with, what it decides with, what it has done.
@@ -165,6 +192,8 @@ struct Placer<'a, F: FnMut(&Placed)> {
     dry_run: bool,
     sum: PlaceSummary,
     on: &'a mut F,
+    /// The state file's heartbeat (a long run only).
+    beat: Option<crate::place::state::Beat>,
 }
 
 impl<F: FnMut(&Placed)> Placer<'_, F> {
@@ -182,6 +211,9 @@ impl<F: FnMut(&Placed)> Placer<'_, F> {
         loop {
             self.reload_if_asked();
             self.full_scan();
+            if let Some(b) = &mut self.beat {
+                b.beat();
+            }
             if stop_requested() {
                 return;
             }
@@ -239,6 +271,9 @@ impl<F: FnMut(&Placed)> Placer<'_, F> {
             if Instant::now() >= tick {
                 self.every_interval();
                 tick = Instant::now() + interval;
+                if let Some(b) = &mut self.beat {
+                    b.beat();
+                }
             }
         }
     }
@@ -252,9 +287,12 @@ impl<F: FnMut(&Placed)> Placer<'_, F> {
         }
         let at = bulkhead_sys::units::utc_now();
         match prepare(self.cx, self.chosen, self.req) {
-            Ok((engine, pidfiles)) => {
+            Ok((engine, pidfiles, read)) => {
                 self.engine = engine;
                 self.pidfiles = pidfiles;
+                if let Some(b) = &mut self.beat {
+                    b.plan(read.0, read.1);
+                }
                 self.sum.reloads += 1;
                 eprintln!("{at} bulkhead: place: SIGHUP: the plan was read again; its rules apply from now");
                 true

@@ -8,6 +8,7 @@
 pub mod drift;
 pub mod host;
 pub mod placement;
+pub mod placer;
 pub mod verdict;
 
 use placement::Expected;

@@ -6,4 +6,5 @@ pub(crate) mod claims;
 pub(crate) mod identity;
 pub(crate) mod pidfiles;
 pub(crate) mod rules;
+pub(crate) mod state;
 pub(crate) mod tree;
