@@ -16,6 +16,10 @@ pub struct State {
     pub pid: u32,
     /// The bench's cgroup root in each hierarchy.
     pub cgroup_dirs: Vec<PathBuf>,
+    /// Its path in the named hierarchies (name=systemd), which the bench does not make but
+    /// a systemd-nspawn peer does: removed if they exist.
+    #[serde(default)]
+    pub named_dirs: Vec<PathBuf>,
     pub image: Option<PathBuf>,
     pub loop_dev: Option<String>,
     pub mount: Option<PathBuf>,
@@ -91,6 +95,7 @@ pub fn tear_down(s: &State, dir: &Path) {
         let _ = std::fs::remove_dir_all(d);
     }
     let _ = groups::remove_trees(&s.cgroup_dirs);
+    let _ = groups::remove_trees(&s.named_dirs);
     for l in s.loops.iter().rev() {
         if let Some(m) = &l.mount {
             unmount(m);
@@ -181,6 +186,10 @@ impl Env {
                 copy_cpuset(&mount, &d)?;
             }
         }
+        // Not made here, but recorded: systemd-nspawn peers make the bench's path in the
+        // named hierarchies (name=systemd) too, and the teardown removes what exists.
+        env.state.named_dirs = env.layout.named().iter().map(|m| m.join(&name)).collect();
+        env.save();
         Ok(env)
     }
 

@@ -125,6 +125,11 @@ pub fn read(pid: i32) -> Option<Proc> {
     if flags & 0x0020_0000 != 0 {
         return None; // PF_KTHREAD
     }
+    // A zombie (exited, not reaped yet: a postmaster just stopped) runs nothing and is in no
+    // slice any more; judged or moved it would be a false finding.
+    if matches!(stat_state(&stat), Some('Z' | 'X')) {
+        return None;
+    }
     let comm = stat.get(stat.find('(')? + 1..stat.rfind(')')?)?.to_string();
     let status = read_at(&dir, "status", MAX_FILE)?;
     let uid = String::from_utf8_lossy(&status)
@@ -151,6 +156,14 @@ pub fn read(pid: i32) -> Option<Proc> {
         start: crate::process::parse_stat_start(&stat)?,
         cgroup: String::from_utf8_lossy(&cgroup).into_owned(),
     })
+}
+
+/// The state letter of /proc/PID/stat (`R`, `S`, `Z`...), after the command name.
+fn stat_state(stat: &str) -> Option<char> {
+    stat.get(stat.rfind(')')? + 1..)?
+        .trim_start()
+        .chars()
+        .next()
 }
 
 /// The clock processes' start times are on: clock ticks since boot (/proc/uptime).
@@ -367,5 +380,30 @@ mod tests {
             .parents
             .iter()
             .any(|&(p, _)| p == std::process::id() as i32));
+    }
+
+    /// Issue 41 #6: a process that exited and is not reaped yet (a stopped postmaster) is
+    /// not read: it runs nothing and is in no slice.
+    #[test]
+    fn a_zombie_is_not_read() {
+        assert_eq!(stat_state("12 (a) b) Z 1 2"), Some('Z'));
+        assert_eq!(stat_state("12 (sh) S 1 2"), Some('S'));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        let t0 = std::time::Instant::now();
+        // Not reaped: it stays a zombie until `wait` below.
+        while std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| stat_state(&s))
+            != Some('Z')
+        {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(30),
+                "never a zombie"
+            );
+            std::thread::yield_now();
+        }
+        assert!(read(pid).is_none());
+        child.wait().unwrap();
     }
 }

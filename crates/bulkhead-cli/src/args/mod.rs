@@ -434,6 +434,9 @@ pub struct DestroyArgs {
     /// Remove every slice bulkhead created under the cgroup root
     #[arg(long, conflicts_with = "slices")]
     pub all: bool,
+    /// List every change as it is made (without it, destroy prints a summary)
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 }
 
 #[derive(Args)]

@@ -35,7 +35,16 @@ pub fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
     }
     if !cli.quiet {
         eprintln!("bulkhead: {}", p.describe());
-        report(&p.notes);
+        if changes_nothing(&p) && !a.verbose && !a.dry_run && !p.notes.is_empty() {
+            // An apply that finds everything in place (at every boot, from cron) says its
+            // notes once in a line, not all again (issue 41 #6).
+            eprintln!(
+                "bulkhead: {} note(s) and warning(s) about this plan on this host, as before (bulkhead apply -v or --dry-run shows them)",
+                p.notes.len()
+            );
+        } else {
+            report(&p.notes);
+        }
     }
     print_planned(cli, &p, a.dry_run, a.verbose);
     if a.dry_run {
@@ -44,6 +53,15 @@ pub fn apply(cli: &Cli, a: &ApplyArgs) -> Result<i32> {
     let done = p.execute()?;
     print_done(cli, &p, &done, a.verbose);
     Ok(0)
+}
+
+/// Whether the plan changes nothing on this host now (an idempotent apply).
+fn changes_nothing(p: &ApplyPlan) -> bool {
+    p.changes.ops.is_empty()
+        && p.hugepages.as_ref().is_none_or(|h| h.ops.is_empty())
+        && p.iocost.as_ref().is_none_or(Vec::is_empty)
+        && p.iocost_stale.is_empty()
+        && p.sched.is_empty()
 }
 
 /// The planned changes: listed one per line with --dry-run or -v, else only counted.

@@ -33,7 +33,7 @@ pub fn destroy(cli: &Cli, a: &DestroyArgs) -> Result<i32> {
         println!("dry run: {} change(s) not made", ops.len());
         return Ok(0);
     }
-    if !cli.quiet {
+    if a.verbose && !cli.quiet {
         for op in &ops {
             println!("{op}");
         }

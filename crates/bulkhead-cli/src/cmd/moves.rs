@@ -39,15 +39,30 @@ fn print_one(r: &Moved, unit: &str, dry_run: bool, quiet: bool) {
         eprintln!("bulkhead: error: could not move {}: {e}", r.pid);
         return;
     }
+    // What was there already is said so, not "moved" (issue 41 #6).
+    let there = r.already.len();
     match &r.tree {
-        Some(t) if !quiet => println!(
-            "{verb} {} and {} descendant(s) to {unit}: {}",
+        Some(_) if quiet => {}
+        Some(t) if there == t.len() => println!(
+            "{} and {} descendant(s) are already in {unit}",
             r.pid,
-            t.len().saturating_sub(1),
-            list(t)
+            t.len().saturating_sub(1)
         ),
-        _ if !quiet => println!("{verb} {} to {unit}", r.pid),
-        _ => {}
+        Some(t) => {
+            let also = match there {
+                0 => String::new(),
+                n => format!(" ({n} of them were there already)"),
+            };
+            println!(
+                "{verb} {} and {} descendant(s) to {unit}: {}{also}",
+                r.pid,
+                t.len().saturating_sub(1),
+                list(t)
+            )
+        }
+        None if quiet => {}
+        None if there > 0 => println!("{} is already in {unit}", r.pid),
+        None => println!("{verb} {} to {unit}", r.pid),
     }
     for f in &r.refused {
         eprintln!(

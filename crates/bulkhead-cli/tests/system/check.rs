@@ -68,7 +68,7 @@ fn wait_placed(run: u32) -> u32 {
     }
 }
 
-fn scrape(t: &TestRoot, plan: &str) -> String {
+pub(crate) fn scrape(t: &TestRoot, plan: &str) -> String {
     let mut child = t
         .cmd()
         .args(["-c", plan, "exporter", "--listen", "127.0.0.1:0"])

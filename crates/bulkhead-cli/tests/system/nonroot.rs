@@ -131,3 +131,38 @@ fn without_root_reads_say_what_they_could_not_verify_and_changes_say_root() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(t.cgroups().is_empty(), "left behind: {:?}", t.cgroups());
 }
+
+/// Issue 41 #6: a pidfile a user cannot read is a service whose placement is unknown, not
+/// "OK ... 0 process(es) in db-server".
+#[test]
+fn check_without_root_says_a_pidfile_it_cannot_read_is_unknown() {
+    let _suite = crate::suite::shared();
+    if !prerequisites() {
+        return;
+    }
+    let t = TestRoot::new();
+    let dir = bulkhead_testkit::fs::TempDir::new("nonroot-pidfile");
+    let pidfile = dir.path().join("postmaster.pid");
+    std::fs::write(&pidfile, format!("{}\n", std::process::id())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let plan = t.plan(&format!(
+        "[slice.db-server]\nCPUWeight = 1000\nservices = [{{ name = \"pg-nonroot\", pidfile = \"{}\" }}]\n[slice.db-helper]\nCPUWeight = 10\n",
+        pidfile.display()
+    ));
+    let p = plan.to_str().unwrap();
+    let o = as_nobody(&t, &["-c", p, "check"]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(3), "{out}");
+    assert!(
+        out.contains(&format!(
+            "UNKNOWN  access    service pg-nonroot.service: its pidfile {} cannot be used",
+            pidfile.display()
+        )),
+        "{out}"
+    );
+    assert!(
+        !out.contains("service pg-nonroot.service: 0 process(es)"),
+        "{out}"
+    );
+}

@@ -240,9 +240,33 @@ fn move_tree_takes_every_descendant_and_a_single_move_says_who_stays() {
         .collect();
     assert_eq!(moved.len(), 4, "{v}");
     assert_eq!(moved[0], i64::from(pid));
-    for k in std::iter::once(pid as i32).chain(kids) {
+    for k in std::iter::once(pid as i32).chain(kids.iter().copied()) {
         assert!(in_slice(k, &t, "db.slice/db-server.slice"), "{k} not moved");
     }
+    assert!(v["results"][0].get("already").is_none(), "{v}");
+    // Again: they are there already, and it says so (issue 41 #6).
+    let o = t.run(&["-c", p, "move", "--tree", "--slice", "db-server", &pid_s]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!(
+            "{pid} and 3 descendant(s) are already in db-server.slice"
+        )),
+        "{}",
+        stdout(&o)
+    );
+    let o = t.run(&[
+        "-c",
+        p,
+        "move",
+        "--slice",
+        "db-server",
+        &kids[0].to_string(),
+    ]);
+    assert!(
+        stdout(&o).contains(&format!("{} is already in db-server.slice", kids[0])),
+        "{}",
+        stdout(&o)
+    );
     drop(root);
     let o = t.run(&["-c", p, "destroy", "--kill"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -511,6 +535,18 @@ fn sighup_reads_the_plan_again_and_a_bad_one_keeps_the_old_rules() {
         running.0.as_mut().unwrap().try_wait().unwrap().is_none(),
         "place ended"
     );
+    // destroy refuses while the rules' processes are in the slices, and says that moving
+    // them out is undone by the running place (issue 41 #6).
+    std::fs::write(&plan, rule(&b)).unwrap();
+    let o = t.run(&["-c", p, "destroy"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "bulkhead place (PID {pid}) runs for this plan and puts processes back into its slices: stop it first"
+        )),
+        "{}",
+        stderr(&o)
+    );
     drop((first, second, third));
     let o = running.stop();
     assert!(o.status.success(), "place: {:?}", o.status);
@@ -707,6 +743,32 @@ cmdline = \"* -p {port} *\"
         "{}",
         stdout(&o)
     );
+    // The exporter agrees (the gauge a monitor alerts on).
+    let page = crate::check::scrape(&t, p);
+    assert!(
+        page.contains("bulkhead_protection{state=\"protected\"} 1"),
+        "{page}"
+    );
+    // Issue 41 #2: a backend rule whose pattern fits no backend of this cluster (a cluster
+    // name it does not have) matches nothing while the dump runs: check says so.
+    let wrong = t.plan(&format!(
+        "{}\n[place.wrong-backends]\nslice = \"db-helper\"\nuser = \"postgres\"\ncmdline = \"postgres: 15/nope: backup *\"\n",
+        std::fs::read_to_string(&plan).unwrap()
+    ));
+    let o = t.run(&[
+        "-c",
+        wrong.to_str().unwrap(),
+        "--backend",
+        "cgroupfs",
+        "check",
+    ]);
+    assert!(
+        stdout(&o)
+            .contains("WARNING  placement rule wrong-backends matches no process while pg_dump"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
     lock.release();
     let status = dump.wait().unwrap();
     assert!(status.success(), "pg_dump failed");

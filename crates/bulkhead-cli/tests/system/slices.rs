@@ -50,7 +50,11 @@ fn apply_reapply_dry_run_destroy() {
         );
     }
 
-    // Idempotent: a second apply writes nothing and says so.
+    // The first apply said its notes (this host cannot enforce some of the default plan's
+    // directives everywhere), each on its line.
+    let first_notes = t.run(&["-c", p, "apply", "--dry-run"]);
+    let notes = stderr(&first_notes).lines().count();
+    // Idempotent: a second apply writes nothing and says so, and its notes in one line.
     let o = t.run(&["-c", p, "apply"]);
     assert!(o.status.success());
     assert!(
@@ -58,6 +62,14 @@ fn apply_reapply_dry_run_destroy() {
         "{}",
         stdout(&o)
     );
+    if notes > 1 {
+        assert_eq!(stderr(&o).lines().count(), 2, "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("as before (bulkhead apply -v or --dry-run shows them)"),
+            "{}",
+            stderr(&o)
+        );
+    }
 
     // A changed value is the only write.
     let plan2 = t.plan(&EMBEDDED_DEFAULT.replace("CPUWeight = 1000\n", "CPUWeight = 500\n"));
@@ -68,8 +80,16 @@ fn apply_reapply_dry_run_destroy() {
     assert_eq!(ops.len(), 1, "{ops:?}");
     assert_eq!(ops[0]["why"], "CPUWeight=500");
 
+    // destroy: a summary; each removal only with -v (issue 41 #6).
     let o = t.run(&["-c", p, "destroy"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    assert!(t.cgroups().is_empty(), "left behind: {:?}", t.cgroups());
+    assert!(stdout(&o).contains("removed: 3 slice(s)"), "{}", stdout(&o));
+    assert!(!stdout(&o).contains(&t.cgroup), "{}", stdout(&o));
+    assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
+    let o = t.run(&["-c", p, "destroy", "-v"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains(&t.cgroup), "{}", stdout(&o));
     assert!(t.cgroups().is_empty(), "left behind: {:?}", t.cgroups());
 }
 

@@ -39,6 +39,20 @@ fn scan_findings(scan: &crate::place::claims::Scan) -> Vec<Finding> {
             ),
         ));
     }
+    for (what, file, why) in &scan.unread {
+        out.push(
+            Finding::new(
+                Area::Access,
+                Level::Unknown,
+                format!("{what}: its pidfile {file} cannot be used ({why}): where its processes are was not checked"),
+            )
+            .hint(if bulkhead_sys::process::is_root() {
+                "see why above: a pidfile is used only if root or the service's user owns it and its directory".to_string()
+            } else {
+                "run it as root: sudo bulkhead check".to_string()
+            }),
+        );
+    }
     if scan.incomplete {
         out.push(
             Finding::new(
@@ -100,9 +114,13 @@ pub fn check(cx: &Context) -> Report {
     let scan = crate::place::claims::scan(&plan, &rules, &want, Instant::now() + SCAN_FOR);
     findings.extend(scan_findings(&scan));
     let procs: Vec<placement::ProcEntry> = scan.procs.into_iter().map(Into::into).collect();
+    findings.extend(idle_backend_rules(&plan, &scan.claims, &procs));
+    let unread = scan.unread;
     let claims: Vec<Claim> = scan
         .claims
         .into_iter()
+        // A service whose pidfile could not be read claims nothing known (an UNKNOWN finding).
+        .filter(|(what, _, _)| !unread.iter().any(|u| &u.0 == what))
         .map(|(what, slice, pids)| Claim {
             what,
             role: if roles.server.contains(&slice) {
@@ -142,6 +160,34 @@ pub fn check(cx: &Context) -> Report {
         placements,
         facts.disks,
     )
+}
+
+/// The plan's rules for PostgreSQL's backends that claim nothing while a dump runs.
+fn idle_backend_rules(
+    plan: &Plan,
+    claims: &[crate::place::claims::Claimed],
+    procs: &[placement::ProcEntry],
+) -> Vec<Finding> {
+    use crate::check::backends::{self, BackendRule};
+    let rules: Vec<BackendRule<'_>> = plan
+        .place
+        .values()
+        .map(|r| BackendRule {
+            name: &r.name,
+            slice: r.slice.as_str(),
+            cmdline: &r.cmdline,
+            claimed: claims
+                .iter()
+                .find(|c| c.0 == format!("rule {}", r.name))
+                .map_or(0, |c| c.2.len()),
+        })
+        .collect();
+    let dumps: Vec<(String, u32)> = procs
+        .iter()
+        .filter(|p| backends::DUMPS.contains(&p.comm.as_str()))
+        .map(|p| (p.comm.clone(), p.pid))
+        .collect();
+    backends::findings(&rules, &dumps)
 }
 
 /// What only a running `place` does for this plan (its rules; its services with pidfiles

@@ -43,7 +43,11 @@ pub fn plan(cx: &Context, which: &Which, kill: bool) -> Result<DestroyPlan> {
     let changes = if present.is_empty() {
         None
     } else {
-        Some(chosen.plan_destroy(&present, kill)?)
+        Some(
+            chosen
+                .plan_destroy(&present, kill)
+                .map_err(|e| place_moves_back(cx, e))?,
+        )
     };
     let rec = match which {
         Which::Named(_) => iocost::record::Record::default(),
@@ -55,6 +59,30 @@ pub fn plan(cx: &Context, which: &Which, kill: bool) -> Result<DestroyPlan> {
         iocost: iocost::plan_reset(&rec),
         iocost_recorded: !rec.is_empty(),
     })
+}
+
+/// A refusal because slices hold processes, while `place` runs for this cgroup root: moving
+/// them out by hand is undone within its interval (issue 41 #6), so the hint says to stop it.
+fn place_moves_back(cx: &Context, e: bulkhead_sys::error::Error) -> bulkhead_sys::error::Error {
+    use crate::place::state;
+    let busy = e
+        .diagnostics()
+        .first()
+        .is_some_and(|d| d.message.starts_with("slices still have processes"));
+    let running = state::read(&state::file(&cx.cgroup_root)).filter(state::alive);
+    match running {
+        Some(s) if busy => {
+            let before = e.diagnostics().first().and_then(|d| d.hint.clone());
+            let hint = format!(
+                "bulkhead place (PID {}) runs for this plan and puts processes back into its slices: stop it first (kill {}, or /etc/init.d/bulkhead-place stop, or systemctl stop bulkhead-place); then {}",
+                s.pid,
+                s.pid,
+                before.unwrap_or_default()
+            );
+            e.with_hint(hint)
+        }
+        _ => e,
+    }
 }
 
 impl DestroyPlan {

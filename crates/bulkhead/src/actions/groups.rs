@@ -49,6 +49,21 @@ impl Hierarchies {
             .collect()
     }
 
+    /// The named v1 hierarchies with no controller (`name=systemd`): not the caller's to
+    /// write, but a program it starts may make cgroups there (systemd-nspawn mirrors its
+    /// cgroup2 path into `name=systemd`), so a caller records its root there too, for removal.
+    pub fn named(&self) -> Vec<PathBuf> {
+        bulkhead_sys::mountinfo::read()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|m| {
+                m.fstype == "cgroup" && m.super_options.split(',').any(|o| o.starts_with("name="))
+            })
+            .filter(|m| !self.0.v1.iter().any(|h| h.mount == m.point))
+            .map(|m| m.point)
+            .collect()
+    }
+
     /// One line for a report: `hybrid: cpu,... on v1; hugetlb on v2 (/sys/fs/cgroup/unified)`.
     pub fn describe(&self) -> String {
         self.0.describe()

@@ -53,6 +53,10 @@ pub struct Moved {
     /// Without `tree`: descendants still outside the slice.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub left_behind: Option<LeftBehind>,
+    /// Processes (of `pid`, or of its tree) that were there already: their cgroups did not
+    /// change.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub already: Vec<i32>,
 }
 
 impl Moved {
@@ -65,6 +69,7 @@ impl Moved {
             refused: Vec::new(),
             unstable: false,
             left_behind: None,
+            already: Vec::new(),
         }
     }
 }
@@ -110,7 +115,7 @@ pub fn move_pids(cx: &Context, req: &MoveRequest) -> Result<(Target, Vec<Moved>)
         Target::Slice(s) => crate::tasks::recorded(s),
         Target::Root => None,
     };
-    let mv = |pid: i32| -> std::result::Result<(), String> {
+    let move_one = |pid: i32| -> std::result::Result<(), String> {
         if pid <= 0 {
             return Err("is not a process ID".to_string());
         }
@@ -130,6 +135,17 @@ pub fn move_pids(cx: &Context, req: &MoveRequest) -> Result<(Target, Vec<Moved>)
         }
         Ok(())
     };
+    // The processes whose cgroups a move did not change (they were there already).
+    let already = std::cell::RefCell::new(Vec::new());
+    let mv = |pid: i32| -> std::result::Result<(), String> {
+        let before = bulkhead_sys::procs::cgroup(pid);
+        let r = move_one(pid);
+        let same = before.is_some() && before == bulkhead_sys::procs::cgroup(pid);
+        if r.is_ok() && !req.dry_run && same {
+            already.borrow_mut().push(pid);
+        }
+        r
+    };
     let results = req
         .pids
         .iter()
@@ -148,7 +164,13 @@ pub fn move_pids(cx: &Context, req: &MoveRequest) -> Result<(Target, Vec<Moved>)
                     m
                 }
             },
-            (true, false) => whole_tree(pid, mv),
+            (true, false) => whole_tree(pid, &mv),
+        })
+        .map(|mut m: Moved| {
+            let mine = std::iter::once(m.pid).chain(m.tree.iter().flatten().copied());
+            m.already = mine.filter(|p| already.borrow().contains(p)).collect();
+            m.already.dedup();
+            m
         })
         .collect();
     Ok((to, results))

@@ -5,6 +5,7 @@
 //! front door (`actions::check`) reads the system and hands the facts in; [`verdict`] turns
 //! the findings into one state and the summary line.
 
+pub mod backends;
 pub mod drift;
 pub mod host;
 pub mod placement;
@@ -43,8 +44,12 @@ impl Report {
     ) -> Report {
         let state = verdict::verdict(&findings);
         let placed: usize = placements.iter().map(|e| e.inside.len()).sum();
-        let ok_line =
-            format!("the plan is in force, {placed} known database process(es) in their slices");
+        // With the database stopped there is nothing to protect yet: said, not implied.
+        let ok_line = if placed == 0 {
+            "the plan is in force; no known database process runs now (its placement is checked once one starts)".to_string()
+        } else {
+            format!("the plan is in force, {placed} known database process(es) in their slices")
+        };
         Report {
             state,
             exit_code: state.exit_code(),
@@ -117,6 +122,11 @@ mod tests {
         assert!(a.contains(&(Area::Placement, 2)));
         assert!(a.contains(&(Area::Drift, 1)));
         assert!(a.contains(&(Area::Thp, 0)));
+        let idle = Report::new("p".into(), "cgroupfs".into(), vec![], vec![], vec![]);
+        assert_eq!(
+            idle.summary,
+            "bulkhead check: PROTECTED: the plan is in force; no known database process runs now (its placement is checked once one starts)"
+        );
         let c = Report::cannot("p".into(), "no plan".into(), None);
         assert_eq!((c.state, c.exit_code), (State::Unknown, 3));
         assert_eq!(c.summary, "bulkhead check: UNKNOWN: no plan");

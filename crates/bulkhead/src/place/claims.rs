@@ -25,6 +25,9 @@ pub(crate) struct Scan {
     pub truncated: bool,
     /// The deadline came first: the processes after `read` were not judged.
     pub incomplete: bool,
+    /// Services whose pidfile could not be used: (`service NAME`, the pidfile, why). Their
+    /// claim is unknown, not empty.
+    pub unread: Vec<(String, String, String)>,
 }
 
 /// Walk /proc once until `deadline`: the claims of `plan` (its services and `rules`), and
@@ -54,6 +57,7 @@ pub(crate) fn scan(
         read: 0,
         truncated,
         incomplete: false,
+        unread: Vec::new(),
     };
     for pid in pids {
         if Instant::now() >= deadline {
@@ -88,12 +92,17 @@ pub(crate) fn scan(
     }
     // A pidfile's service claims its main process's tree.
     for (i, (svc, _)) in services.iter().enumerate() {
-        let Some(Ok(Some(pf))) = svc
-            .pidfile
-            .as_deref()
-            .map(|f| procs::read_pidfile(std::path::Path::new(f)))
-        else {
+        let Some(file) = svc.pidfile.as_deref() else {
             continue;
+        };
+        let pf = match procs::read_pidfile(std::path::Path::new(file)) {
+            Ok(Some(pf)) => pf,
+            Ok(None) => continue,
+            Err(why) => {
+                out.unread
+                    .push((format!("service {}", svc.name), file.to_string(), why));
+                continue;
+            }
         };
         let tree = std::iter::once(pf.pid).chain(super::tree::descendants_now(pf.pid));
         for q in tree {

@@ -61,7 +61,7 @@ impl Mapper<'_> {
                 self.warn(
                     key,
                     &format!("the cgroup v1 memory controller has no {file}"),
-                    "MemoryMax is enforced on v1; the full set needs cgroup v2 (systemd.unified_cgroup_hierarchy=1)",
+                    "MemoryMax is enforced on v1 (a hard limit: reclaim, then the OOM killer at it, with no throttling before); the rest needs the memory controller on cgroup v2 (a reboot: systemd.unified_cgroup_hierarchy=1 where systemd is PID 1, cgroup_no_v1=memory on other hosts whose init mounts cgroup2); or accept it for this host: [check] accept = [\"no_effect\"]",
                 );
             }
         }
