@@ -577,8 +577,21 @@ fn cpu_usage(t: &TestRoot, slice_path: &str) -> Option<u64> {
     std::fs::read_to_string(f).ok()?.trim().parse().ok()
 }
 
+/// As Debian's `pg_createcluster` makes a cluster: cluster_name set, titles "postgres:
+/// NAME: backup ...".
 #[test]
 fn postgres_cluster_in_the_server_slice_and_its_backup_backend_in_the_helper_slice() {
+    postgres_backup(true);
+}
+
+/// As `initdb` leaves a cluster: no cluster_name, titles "postgres: backup ..." (issue 41
+/// #2: the rule the guide documents matches both).
+#[test]
+fn postgres_initdb_cluster_without_a_cluster_name_same_rules() {
+    postgres_backup(false);
+}
+
+fn postgres_backup(cluster_name: bool) {
     // Alone: `check` must see no other test's database server outside these slices.
     let _suite = crate::suite::alone();
     if !prerequisites() || !bulkhead_testkit::prereq::require(crate::postgres::problem()) {
@@ -586,7 +599,12 @@ fn postgres_cluster_in_the_server_slice_and_its_backup_backend_in_the_helper_sli
     }
     let t = TestRoot::new();
     let name = marker("pg");
-    let pg = crate::postgres::Cluster::start(&name);
+    let pg = crate::postgres::Cluster::start(&name, cluster_name);
+    let title = if cluster_name {
+        format!("postgres: {name}: backup ")
+    } else {
+        "postgres: backup ".to_string()
+    };
     // The rules: the backends serving the backup role of this cluster (their title is
     // "postgres: NAME: backup postgres [local] ..." once the connection is set up), and
     // pg_dump itself when it dumps this cluster.
@@ -607,7 +625,7 @@ fn postgres_cluster_in_the_server_slice_and_its_backup_backend_in_the_helper_sli
 [place.backup-backends]
 slice = \"db-helper\"
 user = \"postgres\"
-cmdline = \"postgres: {name}: backup *\"
+cmdline = [\"postgres: backup *\", \"postgres: *: backup *\"]
 
 [place.dump]
 slice = \"db-helper\"
@@ -666,6 +684,9 @@ cmdline = \"* -p {port} *\"
             .chain(children.iter().copied())
             .all(|k| in_slice(k, &t, server))
     });
+    // Before the dump: protected.
+    let o = t.run(&["-c", p, "--backend", "cgroupfs", "check"]);
+    assert_eq!(o.status.code(), Some(0), "before the dump: {}", stdout(&o));
 
     // A backup role, and enough data that the dump's backend works for a while.
     let setup = "create role backup login; grant pg_read_all_data to backup; \
@@ -711,10 +732,9 @@ cmdline = \"* -p {port} *\"
     let mut seen_backend = None;
     let end = Instant::now() + Duration::from_secs(60);
     while dump.try_wait().unwrap().is_none() && Instant::now() < end {
-        let backend = descendants(pm as u32).into_iter().find(|&b| {
-            bulkhead_sys::procs::read(b)
-                .is_some_and(|p| p.cmdline.starts_with(&format!("postgres: {name}: backup ")))
-        });
+        let backend = descendants(pm as u32)
+            .into_iter()
+            .find(|&b| bulkhead_sys::procs::read(b).is_some_and(|p| p.cmdline.starts_with(&title)));
         if let Some(b) = backend.filter(|&b| in_slice(b, &t, helper)) {
             assert!(
                 in_slice(dump_pid, &t, helper),

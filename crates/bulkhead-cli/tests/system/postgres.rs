@@ -31,8 +31,10 @@ pub fn problem() -> Option<String> {
 }
 
 impl Cluster {
-    /// initdb and start; `name` becomes cluster_name (in every process title).
-    pub fn start(name: &str) -> Cluster {
+    /// initdb and start, `name` its directory; with `cluster_name`, also its cluster_name
+    /// (titles "postgres: NAME: ..."), without it as `initdb` leaves a cluster ("postgres:
+    /// ..." only).
+    pub fn start(name: &str, cluster_name: bool) -> Cluster {
         let u = bulkhead_sys::users::user_by_name("postgres").expect("postgres user");
         let dir = std::env::temp_dir().join(name);
         let _ = std::fs::remove_dir_all(&dir);
@@ -68,12 +70,12 @@ impl Cluster {
             .as_postgres(&format!("{BIN}/postgres"))
             .args(["-D", c.data().to_str().unwrap(), "-p", &c.port.to_string()])
             .args(["-k", c.dir.to_str().unwrap(), "-c", "listen_addresses="])
-            .args([
-                "-c",
-                &format!("cluster_name={name}"),
-                "-c",
-                "shared_buffers=16MB",
-            ])
+            .args(["-c", "shared_buffers=16MB"])
+            .args(if cluster_name {
+                vec!["-c".to_string(), format!("cluster_name={name}")]
+            } else {
+                vec![]
+            })
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0)
