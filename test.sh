@@ -102,12 +102,27 @@ cargo_test() {
   return "$rc"
 }
 
-# Every shell script of the repository: *.sh and the scripts under scripts/ with a shell #!.
+# Every shell script of the repository: *.sh and the scripts under scripts/, dist/ and lab/
+# with a shell #!; not lab/runs/ (the scripts a past run used, kept as its record).
 shell_scripts() {
-  find . -path ./target -prune -o -path ./.git -prune -o -name '*.sh' -type f -print | sed 's|^\./||'
-  find .ci scripts dist -type f | while read -r f; do
+  find . -path ./target -prune -o -path ./.git -prune -o -path ./lab/runs -prune \
+    -o -name '*.sh' -type f -print | sed 's|^\./||'
+  find .ci scripts dist lab -path lab/runs -prune -o -type f -print | while read -r f; do
     if head -n1 "$f" | grep -Eq '^#!.*\b(ba)?sh\b'; then echo "$f"; fi
   done
+}
+
+# lab/ab on two "builds" whose command prints the same metric: every paired ratio is 1.0, and
+# a missing metric fails.
+lab_ab_self_test() {
+  local out
+  out=$(lab/ab --rounds 4 --json --metric a.1 /bin/sh /bin/sh -- -c 'echo "{\"a\": [1, 2.5]}"')
+  python3 -c 'import json, sys; d = json.loads(sys.argv[1]); r = d["ratios"]["metric"]
+assert d["builds"]["A"]["metric"]["median"] == 2.5 and r["median"] == 1.0 and r["within_noise"], d' "$out"
+  if lab/ab --rounds 2 --metric a.9 /bin/sh /bin/sh -- -c 'echo "{}"' 2>/dev/null; then
+    echo "lab/ab: a missing metric did not fail" >&2
+    return 1
+  fi
 }
 
 # cargo doc with every rustdoc warning an error. The CLI's binary is named bulkhead like the
@@ -133,6 +148,10 @@ check_lane() {
   # ---- layer check (issue 27): scripts/check-architecture checks docs/ARCHITECTURE.md's
   # import table against the code; it runs here once it exists. ----
   if [ -x scripts/check-architecture ]; then step "layers" scripts/check-architecture; fi
+  step "lab/ab pairs and summarises" lab_ab_self_test
+  if have cargo-deny "licences, bans and sources (cargo deny)"; then
+    step "licences, bans and sources" cargo deny --locked --log-level error check licenses bans sources
+  fi
   if have shellcheck shellcheck; then
     local scripts
     mapfile -t scripts < <(shell_scripts | sort -u)

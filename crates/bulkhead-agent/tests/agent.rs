@@ -10,7 +10,7 @@
 mod common;
 use bulkhead_agent::crd::{BulkheadNode, BulkheadPlan, Condition, PlanReport};
 use bulkhead_testkit::{free_port, prereq, read, TempDir, TestRoot};
-use common::{entry, wait};
+use common::{entry, step, wait};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
@@ -18,6 +18,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -101,7 +102,7 @@ impl Drop for TestEnv {
 
 /// The agent process, killed on drop; its log is printed when the test fails.
 struct Agent {
-    child: Child,
+    child: RefCell<Child>,
     log: PathBuf,
 }
 
@@ -109,22 +110,22 @@ impl Agent {
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
-    fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+    fn alive(&self) -> bool {
+        matches!(self.child.borrow_mut().try_wait(), Ok(None))
     }
 }
 
 impl Drop for Agent {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let child = self.child.get_mut();
+        let _ = child.kill();
+        let _ = child.wait();
         if std::thread::panicking() {
             eprintln!("---- agent log ----\n{}\n----", self.log());
         }
     }
 }
 
-/// Temporary files of the test, removed on drop.
 /// Puts a huge page pool back to its size, also when the test fails.
 struct PoolGuard<'a>(&'a Path, u64);
 impl Drop for PoolGuard<'_> {
@@ -233,32 +234,225 @@ fn agent_against_a_real_api_server() {
     rt.block_on(scenario());
 }
 
+/// The scenario as named steps, in order: each is a function of its own, says its name and
+/// time, and names itself when it fails. A step stands on what the steps before it left (the
+/// agent, the plan's revision, the slices).
 async fn scenario() {
     let t_all = Instant::now();
-    let id = format!("bulkhead-agent-test-{}", std::process::id());
-    let tmp = TempDir::new("agent-test");
-    let env = TestEnv::start(tmp.0.join("k8s"));
-    let root = TestRoot::named(&id);
-    let node = format!("{id}-node");
+    let w = step(
+        "set-up: the chart, the node, the plan, the agent",
+        World::start(),
+    )
+    .await;
+    step(
+        "the ServiceAccount can do what the agent needs and no more",
+        service_account_limits(&w),
+    )
+    .await;
+    step("1. apply", apply(&w)).await;
+    step("2. drift", drift(&w)).await;
+    step("3. update", update(&w)).await;
+    step("4. an unknown directive", unknown_directive(&w)).await;
+    step("5. a slice of the kubelet's", kubelet_slice(&w)).await;
+    step("6. two plans select the node", two_plans(&w)).await;
+    step("7. the API server goes away", api_server_away(&w)).await;
+    step("8. the plan stops selecting the node", selector_change(&w)).await;
+    step("9. huge pages, then delete", hugepages_and_delete(&w)).await;
+    step("10. the docs' example plan", example_plan(&w)).await;
+    assert!(w.agent.alive(), "{}", w.agent.log());
+    eprintln!("agent test done in {} s", t_all.elapsed().as_secs());
+}
 
-    let kc = kube::config::Kubeconfig::read_from(&env.kubeconfig).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
+/// A plan's spec with db-helper's CPU weight and memory limit.
+fn spec(cpu: serde_json::Value, mem: &str) -> serde_json::Value {
+    json!({"spec": {"slices": {
+        "db": {"Description": "databases"},
+        "db-server": {"CPUWeight": 1000},
+        "db-helper": {"CPUWeight": cpu, "MemoryMax": mem},
+    }}})
+}
+
+/// The slices' control files the steps read and write.
+struct Files {
+    cpu_file: &'static str,
+    cpu_of: fn(u64) -> String,
+    helper_cpu: PathBuf,
+    server_cpu: PathBuf,
+    helper_mem: PathBuf,
+}
+
+impl Files {
+    fn of(root: &TestRoot) -> Files {
+        let (cpu_file, cpu_of): (&str, fn(u64) -> String) = if root.v1("cpu") {
+            ("cpu.shares", |w: u64| (w * 1024 / 100).to_string())
+        } else {
+            ("cpu.weight", |w: u64| w.to_string())
+        };
+        let mem_file = if root.v1("memory") {
+            "memory.limit_in_bytes"
+        } else {
+            "memory.max"
+        };
+        let helper_cpu = root
+            .controller_dir("cpu", "db.slice/db-helper.slice")
+            .join(cpu_file);
+        let server_cpu = root
+            .controller_dir("cpu", "db.slice/db-server.slice")
+            .join(cpu_file);
+        let helper_mem = root
+            .dir("memory", "db.slice/db-helper.slice")
+            .join(mem_file);
+        Files {
+            cpu_file,
+            cpu_of,
+            helper_cpu,
+            server_cpu,
+            helper_mem,
+        }
+    }
+}
+
+/// What every step stands on. Dropped in this order: the agent, the test's cgroups, the API
+/// server, the temporary files.
+struct World {
+    agent: Agent,
+    root: TestRoot,
+    env: TestEnv,
+    _tmp: TempDir,
+    node: String,
+    node_uid: String,
+    plans: Api<BulkheadPlan>,
+    nodes: Api<Node>,
+    reports: Api<BulkheadNode>,
+    example: BulkheadPlan,
+    agent_kubeconfig: PathBuf,
+    missing_cgroup: String,
+    state_dir: PathBuf,
+    health: u16,
+    files: Files,
+}
+
+impl World {
+    /// The API server with the chart installed, a Node, the plan "redis" selecting it, the
+    /// kubelet's configuration, and the agent running with the chart's ServiceAccount.
+    async fn start() -> World {
+        let id = format!("bulkhead-agent-test-{}", std::process::id());
+        let tmp = TempDir::new("agent-test");
+        let env = TestEnv::start(tmp.0.join("k8s"));
+        let root = TestRoot::named(&id);
+        let node = format!("{id}-node");
+        let kc = kube::config::Kubeconfig::read_from(&env.kubeconfig).unwrap();
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        let client = kube::Client::try_from(cfg).unwrap();
+        install_the_chart(&client, &env).await;
+        let example = the_example_is_valid(&client).await;
+        let agent_kubeconfig = sa_kubeconfig(&client, &env.kubeconfig, &tmp.0).await;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let plans: Api<BulkheadPlan> = Api::all(client.clone());
+        let n: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": node, "labels": {"pool": "redis"}},
+        }))
         .unwrap();
-    let client = kube::Client::try_from(cfg).unwrap();
+        let node_uid = nodes
+            .create(&PostParams::default(), &n)
+            .await
+            .unwrap()
+            .metadata
+            .uid
+            .unwrap();
+
+        let redis: BulkheadPlan = serde_json::from_value(json!({
+            "apiVersion": "bulkhead.io/v1alpha1", "kind": "BulkheadPlan",
+            "metadata": {"name": "redis"},
+            "spec": {
+                "nodeSelector": {"pool": "redis"},
+                "slices": {
+                    "db": {"Description": "databases"},
+                    "db-server": {"CPUWeight": 1000},
+                    "db-helper": {"CPUWeight": 50, "MemoryMax": "100M"},
+                },
+            },
+        }))
+        .unwrap();
+        plans.create(&PostParams::default(), &redis).await.unwrap();
+        // The kubelet's configuration the agent checks plans against: it enforces kube-reserved
+        // on the plan's db-helper slice (the two would fight over CPU weight and memory limit),
+        // and names a system-reserved cgroup that exists nowhere.
+        let kubelet_config = tmp.0.join("kubelet-config.yaml");
+        let missing_cgroup = format!("/{id}-nowhere.slice");
+        std::fs::write(
+            &kubelet_config,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                 cgroupDriver: cgroupfs\nenforceNodeAllocatable: [pods, kube-reserved]\n\
+                 kubeReserved: {{cpu: 500m, memory: 1Gi}}\n\
+                 kubeReservedCgroup: {}/db.slice/db-helper.slice\n\
+                 systemReservedCgroup: {missing_cgroup}\n",
+                root.cgroup.trim_end_matches('/')
+            ),
+        )
+        .unwrap();
+        // The agent.
+        let state_dir = tmp.0.join("state");
+        let log = tmp.0.join("agent.log");
+        let health = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_bulkhead-agent"))
+            .args([
+                "--backend",
+                "cgroupfs",
+                "--cgroup-root",
+                &root.cgroup,
+                "run",
+            ])
+            .args(["--node", &node, "--interval", "1"])
+            .arg("--kubeconfig")
+            .arg(&agent_kubeconfig)
+            .arg("--state-dir")
+            .arg(&state_dir)
+            .arg("--kubelet-config")
+            .arg(&kubelet_config)
+            .args(["--health-listen", &format!("127.0.0.1:{health}")])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start bulkhead-agent");
+        let agent = Agent {
+            child: RefCell::new(child),
+            log,
+        };
+        World {
+            agent,
+            files: Files::of(&root),
+            root,
+            env,
+            _tmp: tmp,
+            node,
+            node_uid,
+            reports: Api::all(client),
+            plans,
+            nodes,
+            example,
+            agent_kubeconfig,
+            missing_cgroup,
+            state_dir,
+            health,
+        }
+    }
+}
+
+/// The Helm chart, rendered by the real helm: its CRDs (generated into the chart's crds/),
+/// ServiceAccount and RBAC for real (the agent runs with the ServiceAccount's token, so they
+/// must be enough), the DaemonSet by a server-side dry run (there is no kubelet to run it).
+async fn install_the_chart(client: &kube::Client, env: &TestEnv) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let plans: Api<BulkheadPlan> = Api::all(client.clone());
-    let nodes: Api<Node> = Api::all(client.clone());
     let reports: Api<BulkheadNode> = Api::all(client.clone());
-    // References (Copy) for the `move` closures of `wait`.
-    let (plans, nodes, reports) = (&plans, &nodes, &reports);
-
-    // The Helm chart, rendered by the real helm: its CRDs (generated into the chart's crds/),
-    // ServiceAccount and RBAC for real (the agent runs with the
-    // ServiceAccount's token, so they must be enough), the DaemonSet by a server-side dry run
-    // (there is no kubelet to run it).
+    let (plans, reports) = (&plans, &reports);
     let ns = "bulkhead-system";
-    let manifests = helm_template(&env, ns);
+    let manifests = helm_template(env, ns);
     let kinds: Vec<&str> = manifests
         .iter()
         .map(|m| m["kind"].as_str().unwrap_or_default())
@@ -330,7 +524,16 @@ async fn scenario() {
         reports.list(&Default::default()).await.ok()
     })
     .await;
-    // The example plan of the docs is valid against the CRD (server-side dry run).
+}
+
+/// The example plan of the docs is valid against the CRD (server-side dry run), and a dry
+/// run stores nothing.
+async fn the_example_is_valid(client: &kube::Client) -> BulkheadPlan {
+    let plans: Api<BulkheadPlan> = Api::all(client.clone());
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
     let example: BulkheadPlan = serde_saphyr::from_str(&read(
         &Path::new(REPO).join("deploy/examples/redis-node-pool.yaml"),
     ))
@@ -339,7 +542,7 @@ async fn scenario() {
         .create(&dry, &example)
         .await
         .expect("the example plan");
-    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), "bulkhead-system");
     assert!(
         daemonsets
             .get_opt("bulkhead-agent")
@@ -348,83 +551,14 @@ async fn scenario() {
             .is_none(),
         "a dry run stores nothing"
     );
-    let agent_kubeconfig = sa_kubeconfig(&client, &env.kubeconfig, &tmp.0).await;
+    example
+}
 
-    let n: Node = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": node, "labels": {"pool": "redis"}},
-    }))
-    .unwrap();
-    let node_uid = nodes
-        .create(&PostParams::default(), &n)
-        .await
-        .unwrap()
-        .metadata
-        .uid
-        .unwrap();
-
-    let redis: BulkheadPlan = serde_json::from_value(json!({
-        "apiVersion": "bulkhead.io/v1alpha1", "kind": "BulkheadPlan",
-        "metadata": {"name": "redis"},
-        "spec": {
-            "nodeSelector": {"pool": "redis"},
-            "slices": {
-                "db": {"Description": "databases"},
-                "db-server": {"CPUWeight": 1000},
-                "db-helper": {"CPUWeight": 50, "MemoryMax": "100M"},
-            },
-        },
-    }))
-    .unwrap();
-    plans.create(&PostParams::default(), &redis).await.unwrap();
-
-    // The kubelet's configuration the agent checks plans against: it enforces kube-reserved
-    // on the plan's db-helper slice (the two would fight over CPU weight and memory limit),
-    // and names a system-reserved cgroup that exists nowhere.
-    let kubelet_config = tmp.0.join("kubelet-config.yaml");
-    let missing_cgroup = format!("/{id}-nowhere.slice");
-    std::fs::write(
-        &kubelet_config,
-        format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             cgroupDriver: cgroupfs\nenforceNodeAllocatable: [pods, kube-reserved]\n\
-             kubeReserved: {{cpu: 500m, memory: 1Gi}}\n\
-             kubeReservedCgroup: {}/db.slice/db-helper.slice\n\
-             systemReservedCgroup: {missing_cgroup}\n",
-            root.cgroup.trim_end_matches('/')
-        ),
-    )
-    .unwrap();
-
-    // The agent.
-    let state_dir = tmp.0.join("state");
-    let log = tmp.0.join("agent.log");
-    let health = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_bulkhead-agent"))
-        .args([
-            "--backend",
-            "cgroupfs",
-            "--cgroup-root",
-            &root.cgroup,
-            "run",
-        ])
-        .args(["--node", &node, "--interval", "1"])
-        .arg("--kubeconfig")
-        .arg(&agent_kubeconfig)
-        .arg("--state-dir")
-        .arg(&state_dir)
-        .arg("--kubelet-config")
-        .arg(&kubelet_config)
-        .args(["--health-listen", &format!("127.0.0.1:{health}")])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("start bulkhead-agent");
-    let mut agent = Agent { child, log };
-
-    // The ServiceAccount can do what the agent needs and no more.
+/// The ServiceAccount can do what the agent needs and no more.
+async fn service_account_limits(w: &World) {
+    let node = w.node.as_str();
     let sa_client = {
-        let kc = kube::config::Kubeconfig::read_from(&agent_kubeconfig).unwrap();
+        let kc = kube::config::Kubeconfig::read_from(&w.agent_kubeconfig).unwrap();
         let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
             .await
             .unwrap();
@@ -452,7 +586,7 @@ async fn scenario() {
     ));
     assert!(forbidden(
         Api::<BulkheadNode>::all(sa_client.clone())
-            .delete(&node, &DeleteParams::default())
+            .delete(node, &DeleteParams::default())
             .await
             .map(|_| ())
     ));
@@ -462,31 +596,18 @@ async fn scenario() {
             .await
             .map(|_| ())
     ));
+}
 
-    let (cpu_file, cpu_of): (&str, fn(u64) -> String) = if root.v1("cpu") {
-        ("cpu.shares", |w: u64| (w * 1024 / 100).to_string())
-    } else {
-        ("cpu.weight", |w: u64| w.to_string())
-    };
-    let mem_file = if root.v1("memory") {
-        "memory.limit_in_bytes"
-    } else {
-        "memory.max"
-    };
-    let helper_cpu = root
-        .controller_dir("cpu", "db.slice/db-helper.slice")
-        .join(cpu_file);
-    let server_cpu = root
-        .controller_dir("cpu", "db.slice/db-server.slice")
-        .join(cpu_file);
-    let helper_mem = root
-        .dir("memory", "db.slice/db-helper.slice")
-        .join(mem_file);
-    let (node, root) = (node.as_str(), &root);
-    let (helper_cpu, server_cpu, helper_mem) = (&helper_cpu, &server_cpu, &helper_mem);
-
+/// 1. apply: the slices, the report, the labels, the kubelet's disagreements.
+async fn apply(w: &World) {
+    let nodes = &w.nodes;
+    let reports = &w.reports;
+    let node = w.node.as_str();
+    let helper_cpu = w.files.helper_cpu.as_path();
+    let server_cpu = w.files.server_cpu.as_path();
+    let helper_mem = w.files.helper_mem.as_path();
+    let cpu_of = w.files.cpu_of;
     // 1. Apply.
-    eprintln!("apply");
     let e = wait("status Applied=True, revision 1", 60, move || async move {
         entry(reports, "redis", node)
             .await
@@ -509,7 +630,7 @@ async fn scenario() {
     assert!(
         e.warnings
             .iter()
-            .any(|w| w.contains(&missing_cgroup) && w.contains("does not exist")),
+            .any(|m| m.contains(&w.missing_cgroup) && m.contains("does not exist")),
         "{:#?}",
         e.warnings
     );
@@ -539,7 +660,7 @@ async fn scenario() {
     let owner = &r.metadata.owner_references.as_ref().unwrap()[0];
     assert_eq!(
         (owner.kind.as_str(), owner.uid.as_str()),
-        ("Node", node_uid.as_str())
+        ("Node", w.node_uid.as_str())
     );
     assert_eq!(
         r.metadata.labels.as_ref().unwrap()["bulkhead.io/plan"],
@@ -555,12 +676,20 @@ async fn scenario() {
         .await
         .unwrap();
     assert_eq!(listed.items.len(), 1);
-    assert!(http_get(health, "/healthz").starts_with("HTTP/1.1 200"));
-    assert!(http_get(health, "/readyz").starts_with("HTTP/1.1 200"));
+    assert!(http_get(w.health, "/healthz").starts_with("HTTP/1.1 200"));
+    assert!(http_get(w.health, "/readyz").starts_with("HTTP/1.1 200"));
+}
 
+/// 2. drift: a hand-made change put back, Drifted=True then Repaired.
+async fn drift(w: &World) {
+    let reports = &w.reports;
+    let node = w.node.as_str();
+    let helper_cpu = w.files.helper_cpu.as_path();
+    let cpu_of = w.files.cpu_of;
+    let cpu_file = w.files.cpu_file;
+    let agent = &w.agent;
     // 2. Drift: a hand-made change is put back, and the status says so: Drifted=True while
     //    it re-applies (seen by a watch), then Drifted=False reason Repaired.
-    eprintln!("drift");
     let drifted_seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let watch = {
         use futures::StreamExt;
@@ -619,17 +748,19 @@ async fn scenario() {
     })
     .await;
     watch.abort();
+}
 
-    // 3. Update: the generation goes up, the new values land.
-    eprintln!("update");
-    let spec = |cpu: serde_json::Value, mem: &str| {
-        json!({"spec": {"slices": {
-            "db": {"Description": "databases"},
-            "db-server": {"CPUWeight": 1000},
-            "db-helper": {"CPUWeight": cpu, "MemoryMax": mem},
-        }}})
-    };
+/// 3. update: a new generation lands.
+async fn update(w: &World) {
+    let plans = &w.plans;
+    let nodes = &w.nodes;
+    let reports = &w.reports;
+    let node = w.node.as_str();
+    let helper_cpu = w.files.helper_cpu.as_path();
+    let helper_mem = w.files.helper_mem.as_path();
+    let cpu_of = w.files.cpu_of;
     let merge = PatchParams::default();
+    // 3. Update: the generation goes up, the new values land.
     let p = plans
         .patch("redis", &merge, &Patch::Merge(spec(json!(100), "200M")))
         .await
@@ -648,10 +779,19 @@ async fn scenario() {
         (l.get("bulkhead.io/plan-revision").map(String::as_str) == Some("2")).then_some(())
     })
     .await;
+}
 
+/// 4. a directive the parser does not know: Degraded, nothing applied.
+async fn unknown_directive(w: &World) {
+    let plans = &w.plans;
+    let reports = &w.reports;
+    let node = w.node.as_str();
+    let helper_cpu = w.files.helper_cpu.as_path();
+    let cpu_of = w.files.cpu_of;
+    let agent = &w.agent;
+    let merge = PatchParams::default();
     // 4. A directive the parser does not know: Degraded with its message, nothing applied
     //    (not even the valid change next to it).
-    eprintln!("unknown directive");
     let mut bad = spec(json!(300), "200M");
     bad["spec"]["slices"]["db-helper"]["CPUWieght"] = json!(5);
     plans
@@ -674,9 +814,16 @@ async fn scenario() {
     );
     assert_eq!(read(helper_cpu), cpu_of(100));
     assert!(agent.alive());
+}
 
+/// 5. a slice of the kubelet's: refused.
+async fn kubelet_slice(w: &World) {
+    let plans = &w.plans;
+    let reports = &w.reports;
+    let node = w.node.as_str();
+    let root = &w.root;
+    let merge = PatchParams::default();
     // 5. A slice of the kubelet's: refused the same way.
-    eprintln!("kubepods");
     let mut kubepods = spec(json!(100), "200M");
     kubepods["spec"]["slices"]["db-helper"]["CPUWieght"] = json!(null);
     kubepods["spec"]["slices"]["kubepods-burstable"] = json!({"CPUWeight": 10});
@@ -711,10 +858,16 @@ async fn scenario() {
         },
     )
     .await;
+}
 
+/// 6. two plans select the node: Degraded on both.
+async fn two_plans(w: &World) {
+    let plans = &w.plans;
+    let reports = &w.reports;
+    let node = w.node.as_str();
+    let root = &w.root;
     // 6. A second plan selecting the node: Degraded on both, naming the other; nothing of it
     //    applied.
-    eprintln!("two plans");
     let other: BulkheadPlan = serde_json::from_value(json!({
         "apiVersion": "bulkhead.io/v1alpha1", "kind": "BulkheadPlan",
         "metadata": {"name": "other"},
@@ -759,12 +912,21 @@ async fn scenario() {
         },
     )
     .await;
+}
 
+/// 7. the API server goes away and comes back.
+async fn api_server_away(w: &World) {
+    let plans = &w.plans;
+    let reports = &w.reports;
+    let node = w.node.as_str();
+    let helper_cpu = w.files.helper_cpu.as_path();
+    let helper_mem = w.files.helper_mem.as_path();
+    let cpu_of = w.files.cpu_of;
+    let agent = &w.agent;
     // 7. The API server goes away: the slices stay, drift is still repaired; it comes back
     //    and the agent catches up with a change made after.
-    eprintln!("API server down");
     let log_before = agent.log().len();
-    env.apiserver("stop-apiserver");
+    w.env.apiserver("stop-apiserver");
     // The agent has noticed (both watches failed), not a pause it may not have got through;
     // and it runs on.
     let log = &agent.log;
@@ -788,7 +950,7 @@ async fn scenario() {
         move || async move { (read(helper_cpu) == cpu_of(100)).then_some(()) },
     )
     .await;
-    env.apiserver("start-apiserver");
+    w.env.apiserver("start-apiserver");
     eprintln!("API server back");
     // Right after a start, the watch cache may still answer 429 for a moment: retry.
     let change = spec(json!(100), "300M");
@@ -815,9 +977,17 @@ async fn scenario() {
             .filter(|e| e.applied_revision == Some(g) && is(e, "Applied", "True"))
     })
     .await;
+}
 
+/// 8. the plan stops selecting the node.
+async fn selector_change(w: &World) {
+    let plans = &w.plans;
+    let nodes = &w.nodes;
+    let reports = &w.reports;
+    let node = w.node.as_str();
+    let root = &w.root;
+    let merge = PatchParams::default();
     // 8. The plan stops selecting the node: slices, labels and the status entry go.
-    eprintln!("selector change");
     plans
         .patch(
             "redis",
@@ -846,10 +1016,18 @@ async fn scenario() {
             .then_some(())
     })
     .await;
+}
 
+/// 9. selected again with a huge page pool, then deleted.
+async fn hugepages_and_delete(w: &World) {
+    let plans = &w.plans;
+    let nodes = &w.nodes;
+    let reports = &w.reports;
+    let node = w.node.as_str();
+    let root = &w.root;
+    let merge = PatchParams::default();
     // 9. Selected again with a huge page pool two pages bigger, then deleted: applied, then
     //    removed, and the pool is put back as it was.
-    eprintln!("huge pages and delete");
     let pool = Path::new("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages");
     let before: u64 = read(pool).trim().parse().unwrap();
     let _restore = PoolGuard(pool, before);
@@ -881,12 +1059,12 @@ async fn scenario() {
             .filter(|e| e.warnings.iter().any(|w| w.contains("hugepages-2Mi")))
     })
     .await;
-    let w = e
+    let warning = e
         .warnings
         .iter()
-        .find(|w| w.contains("hugepages-2Mi"))
+        .find(|m| m.contains("hugepages-2Mi"))
         .unwrap();
-    assert!(w.contains("(2 pages)") || before > 0, "{w}");
+    assert!(warning.contains("(2 pages)") || before > 0, "{warning}");
     plans
         .delete("redis", &DeleteParams::default())
         .await
@@ -903,14 +1081,23 @@ async fn scenario() {
         (read(pool).trim() == before.to_string()).then_some(())
     })
     .await;
-    let state = read(&state_dir.join("state.json"));
+    let state = read(&w.state_dir.join("state.json"));
     assert!(state.contains("\"plan\": null"), "{state}");
+}
 
+/// 10. the docs' example plan end to end.
+async fn example_plan(w: &World) {
+    let plans = &w.plans;
+    let reports = &w.reports;
+    let node = w.node.as_str();
+    let root = &w.root;
+    let server_cpu = w.files.server_cpu.as_path();
+    let helper_mem = w.files.helper_mem.as_path();
+    let cpu_of = w.files.cpu_of;
     // 10. The docs' example plan (deploy/examples/redis-node-pool.yaml) end to end.
-    eprintln!("example plan");
-    let name = example.metadata.name.clone().unwrap();
+    let name = w.example.metadata.name.clone().unwrap();
     plans
-        .create(&PostParams::default(), &example)
+        .create(&PostParams::default(), &w.example)
         .await
         .unwrap();
     let name = name.as_str();
@@ -932,6 +1119,4 @@ async fn scenario() {
         (!root.controller_dir("cpu", "db.slice").exists()).then_some(())
     })
     .await;
-    assert!(agent.alive(), "{}", agent.log());
-    eprintln!("agent test done in {} s", t_all.elapsed().as_secs());
 }

@@ -12,7 +12,7 @@
 mod common;
 use bulkhead_agent::crd::{BulkheadNode, BulkheadPlan, PlanReport};
 use bulkhead_testkit::{prereq, read, TempDir, TestRoot};
-use common::{entry, wait};
+use common::{entry, step, wait};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -350,8 +350,61 @@ async fn scenario() {
     assert_eq!(spec.host_pid, Some(true));
 
     let guard = Logs(&env);
-    // 1. Apply through the pod.
-    eprintln!("apply");
+    let k = Cluster {
+        plans,
+        nodes,
+        reports,
+        agents,
+        node,
+        root: &root,
+    };
+    let (plan, server_cpu, shares) = step("1. apply through the pod", apply(&k, &state_host)).await;
+    step(
+        "2. drift repaired by the pod; the report",
+        drift_and_report(&k, &server_cpu, shares),
+    )
+    .await;
+    step(
+        "3. per-pod isolation through NRI",
+        nri(&chart, agents, &root, &node_root, pods, &client),
+    )
+    .await;
+    step("4. the plan deleted", deleted(&k)).await;
+    step(
+        "5. applied again, then helm uninstall",
+        uninstall(&k, &chart, &plan, &agent_name, &state_host),
+    )
+    .await;
+    // 6. Each privilege the chart grants, taken away: what breaks. The plan stays (helm
+    //    keeps CRDs and their objects) and each install applies it again.
+    step(
+        "6. each privilege taken away",
+        privileges(&chart, &root, agents, reports, node),
+    )
+    .await;
+    plans
+        .delete("redis", &DeleteParams::default())
+        .await
+        .unwrap();
+    std::mem::forget(guard);
+    eprintln!("node test done in {} s", t_all.elapsed().as_secs());
+}
+
+/// The APIs and the node every step works on.
+struct Cluster<'a> {
+    plans: &'a Api<BulkheadPlan>,
+    nodes: &'a Api<Node>,
+    reports: &'a Api<BulkheadNode>,
+    agents: &'a Api<Pod>,
+    node: &'a str,
+    root: &'a TestRoot,
+}
+
+/// The plan "redis" applied through the agent's pod: the slices' values, a task of another
+/// user given the scheduler slice, the agent's state on the host. Returns the plan, db-server's
+/// CPU file and its value.
+async fn apply(k: &Cluster<'_>, state_host: &Path) -> (BulkheadPlan, PathBuf, &'static str) {
+    let (plans, nodes, reports, node, root) = (k.plans, k.nodes, k.reports, k.node, k.root);
     nodes
         .patch(
             node,
@@ -407,7 +460,7 @@ async fn scenario() {
         (100u64 << 20).to_string()
     );
     // A task of another user in db-helper gets the scheduler slice (SYS_NICE, hostPID).
-    let other = Foreign::spawn(&root, "db.slice/db-helper.slice");
+    let other = Foreign::spawn(root, "db.slice/db-helper.slice");
     let pid = other.pid();
     wait(
         "a task of another user gets CPUSchedulingSliceSec",
@@ -418,11 +471,15 @@ async fn scenario() {
     drop(other);
     // What the agent keeps is on the host, where the chart put it.
     assert!(read(&state_host.join("agent/state.json")).contains("\"redis\""));
+    (plan, server_cpu, shares)
+}
 
-    // 2. Drift, repaired by the pod.
-    eprintln!("drift");
-    std::fs::write(&server_cpu, "512").unwrap();
-    let sc = &server_cpu;
+/// A hand-made change to db-server's CPU put back by the pod, Drifted=False reason Repaired;
+/// then the node's BulkheadNode and labels.
+async fn drift_and_report(k: &Cluster<'_>, server_cpu: &Path, shares: &str) {
+    let (nodes, reports, node) = (k.nodes, k.reports, k.node);
+    std::fs::write(server_cpu, "512").unwrap();
+    let sc = server_cpu;
     wait("the drifted value put back", 30, || async {
         (read(sc) == shares).then_some(())
     })
@@ -444,13 +501,11 @@ async fn scenario() {
     );
     let n = nodes.get(node).await.unwrap();
     assert_eq!(n.metadata.labels.unwrap()["bulkhead.io/plan"], "redis");
+}
 
-    // 4. Per-pod isolation through NRI.
-    eprintln!("nri");
-    nri(&chart, agents, &root, &node_root, pods, &client).await;
-
-    // 5. The plan deleted: its slices and labels go.
-    eprintln!("delete");
+/// The plan deleted: its slices and the node's labels go.
+async fn deleted(k: &Cluster<'_>) {
+    let (plans, nodes, node, root) = (k.plans, k.nodes, k.node, k.root);
     plans
         .delete("redis", &DeleteParams::default())
         .await
@@ -472,10 +527,19 @@ async fn scenario() {
         (!l.contains_key("bulkhead.io/plan")).then_some(())
     })
     .await;
+}
 
-    // 6. Applied again, then `helm uninstall`: the pre-delete hook deletes the DaemonSet,
-    //    the agent undoes what it made at SIGTERM, the reports go, the release is gone.
-    eprintln!("uninstall");
+/// Applied again, then `helm uninstall`: the pre-delete hook deletes the DaemonSet, the agent
+/// undoes what it made at SIGTERM, the reports go, the release is gone.
+async fn uninstall(
+    k: &Cluster<'_>,
+    chart: &Chart<'_>,
+    plan: &BulkheadPlan,
+    agent_name: &str,
+    state_host: &Path,
+) {
+    let (plans, nodes, reports, agents, node, root) =
+        (k.plans, k.nodes, k.reports, k.agents, k.node, k.root);
     let mut again = plan.clone();
     again.metadata.resource_version = None;
     plans.create(&PostParams::default(), &again).await.unwrap();
@@ -508,7 +572,7 @@ async fn scenario() {
         .is_empty());
     wait("the agent's pod gone", 60, || async {
         agents
-            .get_opt(&agent_name)
+            .get_opt(agent_name)
             .await
             .ok()?
             .is_none()
@@ -517,15 +581,6 @@ async fn scenario() {
     .await;
     let state = read(&state_host.join("agent/state.json"));
     assert!(state.contains("\"plan\": null"), "{state}");
-    // 7. Each privilege the chart grants, taken away: what breaks. The plan stays (helm
-    //    keeps CRDs and their objects) and each install applies it again.
-    privileges(&chart, &root, agents, reports, node).await;
-    plans
-        .delete("redis", &DeleteParams::default())
-        .await
-        .unwrap();
-    std::mem::forget(guard);
-    eprintln!("node test done in {} s", t_all.elapsed().as_secs());
 }
 
 /// The planned CPUSchedulingSliceSec (5ms), in ns.

@@ -161,6 +161,16 @@ pub trait Placement {
             "the process exited during the move: PID {pid} may name another process now, which this backend cannot put back"
         ))
     }
+    /// Whether the service manager itself puts services into their slices (systemd's `Slice=`
+    /// drop-ins); where it does not, bulkhead places them by their pidfiles.
+    fn attaches_services(&self) -> bool {
+        false
+    }
+    /// Whether [`Placement::join`] gives the caller a cgroup subtree of its own, delegated
+    /// (a systemd scope with `Delegate=yes`): a booted sandbox makes its cgroups below it.
+    fn join_delegates(&self) -> bool {
+        false
+    }
     /// Move a running process out of every slice, back to the cgroup root (`move --slice /`).
     fn move_pid_out(&self, _pid: i32) -> std::result::Result<(), String> {
         Err("on systemd every process belongs to a unit: move it into another slice (bulkhead move --slice SLICE PID), stop it, or remove the slices with destroy --kill".into())

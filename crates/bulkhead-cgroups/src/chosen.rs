@@ -239,6 +239,12 @@ impl Placement for Chosen {
     fn move_pid_out(&self, pid: i32) -> std::result::Result<(), String> {
         self.placement().move_pid_out(pid)
     }
+    fn attaches_services(&self) -> bool {
+        self.placement().attaches_services()
+    }
+    fn join_delegates(&self) -> bool {
+        self.placement().join_delegates()
+    }
     fn move_held(
         &self,
         slice: &SliceName,

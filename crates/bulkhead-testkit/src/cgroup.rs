@@ -189,3 +189,22 @@ impl Drop for TestRoot {
         let _ = std::fs::remove_dir_all(&self.plan_dir);
     }
 }
+
+/// The hierarchies systemd and systemd-nspawn put a container's cgroups in: the cgroup2
+/// mount and the named v1 `name=systemd` mount, each with its key in /proc/PID/cgroup
+/// (`0::`, `:name=systemd:`). Read with the product's mountinfo parser.
+pub fn systemd_hierarchies() -> Vec<(PathBuf, &'static str)> {
+    bulkhead_sys::mountinfo::read()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| {
+            let named = |o: &str| o == "name=systemd";
+            let key = match m.fstype.as_str() {
+                "cgroup2" => "0::",
+                "cgroup" if m.super_options.split(',').any(named) => ":name=systemd:",
+                _ => return None,
+            };
+            Some((m.point, key))
+        })
+        .collect()
+}

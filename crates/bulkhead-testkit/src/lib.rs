@@ -9,10 +9,15 @@
 //! - [`cgroup`]: a scratch cgroup root in every hierarchy, removed on drop, with the state the
 //!   library keeps about it forgotten through the library's own API.
 //! - [`fs`]: scratch directories and reading files; [`output`]: a command's text.
+//! - The benchmarks' rig (lab/bench): [`groups`], a cgroup tree of the bench's own on
+//!   cgroupfs (a resolved plan's slices applied, read back, spawned into, removed, io.cost
+//!   put back); [`host`], the machine's facts a bench report names.
 
 pub mod bins;
 pub mod cgroup;
 pub mod fs;
+pub mod groups;
+pub mod host;
 pub mod net;
 pub mod output;
 pub mod prereq;

@@ -30,3 +30,24 @@ pub async fn entry(reports: &Api<BulkheadNode>, plan: &str, node: &str) -> Optio
     let n = reports.get(node).await.ok()?;
     n.status?.plans.into_iter().find(|r| r.plan == plan)
 }
+
+/// Run one named step of a scenario: its name before, its time after, and its name again if
+/// it fails (a panic unwinding through it).
+pub async fn step<T>(name: &str, f: impl Future<Output = T>) -> T {
+    eprintln!("step {name}");
+    let t0 = Instant::now();
+    let named = Named(name);
+    let out = f.await;
+    std::mem::forget(named);
+    eprintln!("step {name}: {} ms", t0.elapsed().as_millis());
+    out
+}
+
+struct Named<'a>(&'a str);
+impl Drop for Named<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("step '{}' failed", self.0);
+        }
+    }
+}

@@ -19,7 +19,7 @@ pub use held::{Held, HeldSlice};
 pub use op::{remove_trees, Op};
 pub use place::original_path;
 
-use crate::backend::{ApplyOptions, Backend, Changes, Joiner, Outcome, PlaceError, Placement};
+use crate::backend::{ApplyOptions, Backend, Changes, Outcome};
 use crate::layout::{self, Hierarchy, Layout};
 use bulkhead_plan::{ResolvedPlan, SliceName};
 use bulkhead_sys::error::{Diagnostic, Error, Result};
@@ -173,52 +173,6 @@ impl CgroupFs {
         walk(&p.mount.join(&self.root), &mut out);
         out.sort_by(|a, b| (a.depth(), a.as_str()).cmp(&(b.depth(), b.as_str())));
         out
-    }
-}
-
-impl Placement for CgroupFs {
-    fn name(&self) -> &'static str {
-        "cgroupfs"
-    }
-
-    fn slices(&self) -> Vec<SliceName> {
-        self.slices_on_system()
-    }
-
-    fn slice_exists(&self, slice: &SliceName) -> bool {
-        self.all_hierarchies().into_iter().any(|h| {
-            let d = self.dir(h, slice);
-            d.is_dir() && mark::may_be_ours(&d)
-        })
-    }
-
-    fn unverified(&self) -> Option<String> {
-        mark::unverified()
-    }
-
-    fn join(&self, slice: &SliceName, _who: &Joiner) -> std::result::Result<(), PlaceError> {
-        self.join_fs(slice)
-    }
-
-    fn cgroup2_dir(&self, slice: &SliceName) -> Option<PathBuf> {
-        self.single_cgroup2_dir(slice)
-    }
-
-    fn move_pid(&self, slice: &SliceName, pid: i32) -> std::result::Result<(), String> {
-        self.move_pid_fs(slice, pid)
-    }
-
-    fn move_pid_out(&self, pid: i32) -> std::result::Result<(), String> {
-        self.move_pid_out_fs(pid)
-    }
-
-    fn move_held(
-        &self,
-        slice: &SliceName,
-        pid: i32,
-        still_same: &dyn Fn() -> bool,
-    ) -> std::result::Result<(), String> {
-        self.move_held_fs(slice, pid, still_same)
     }
 }
 

@@ -2,8 +2,9 @@
 //! process with all its threads (`move`), in every hierarchy the slice exists in; and the one
 //! directory a child can be cloned into where the slice is a single cgroup2 directory.
 
+use super::mark;
 use super::CgroupFs;
-use crate::backend::PlaceError;
+use crate::backend::{Joiner, PlaceError, Placement};
 use crate::layout::{Hierarchy, Version};
 use bulkhead_plan::SliceName;
 use bulkhead_sys::cgroupfs::write_file;
@@ -11,8 +12,27 @@ use bulkhead_sys::error::{errno_text, Diagnostic, Error};
 use std::fs;
 use std::path::PathBuf;
 
-impl CgroupFs {
-    pub(super) fn join_fs(&self, slice: &SliceName) -> Result<(), PlaceError> {
+impl Placement for CgroupFs {
+    fn name(&self) -> &'static str {
+        "cgroupfs"
+    }
+
+    fn slices(&self) -> Vec<SliceName> {
+        self.slices_on_system()
+    }
+
+    fn slice_exists(&self, slice: &SliceName) -> bool {
+        self.all_hierarchies().into_iter().any(|h| {
+            let d = self.dir(h, slice);
+            d.is_dir() && mark::may_be_ours(&d)
+        })
+    }
+
+    fn unverified(&self) -> Option<String> {
+        mark::unverified()
+    }
+
+    fn join(&self, slice: &SliceName, _who: &Joiner) -> Result<(), PlaceError> {
         let dirs = self.existing_dirs(slice);
         if dirs.is_empty() {
             return Err(PlaceError::MissingSlice(slice.clone()));
@@ -38,14 +58,14 @@ impl CgroupFs {
 
     /// The slice's directory if it exists in exactly one hierarchy and that one is cgroup2
     /// (pure v2; on hybrid and v1 hosts the slice has v1 directories too).
-    pub(super) fn single_cgroup2_dir(&self, slice: &SliceName) -> Option<PathBuf> {
+    fn cgroup2_dir(&self, slice: &SliceName) -> Option<PathBuf> {
         match self.existing_dirs(slice).as_slice() {
             [(h, d)] if h.version == Version::V2 => Some(d.clone()),
             _ => None,
         }
     }
 
-    pub(super) fn move_pid_fs(&self, slice: &SliceName, pid: i32) -> Result<(), String> {
+    fn move_pid(&self, slice: &SliceName, pid: i32) -> Result<(), String> {
         let dirs = self.existing_dirs(slice);
         if dirs.is_empty() {
             return Err(format!("slice '{slice}' does not exist"));
@@ -55,7 +75,7 @@ impl CgroupFs {
 
     /// [`crate::Placement::move_held`] on cgroupfs: when the PID names another process after
     /// the move, that process goes where its parent is (where it was born).
-    pub(super) fn move_held_fs(
+    fn move_held(
         &self,
         slice: &SliceName,
         pid: i32,
@@ -87,7 +107,7 @@ impl CgroupFs {
 
     /// `move --slice /`: back to the cgroup root (out of every slice, as before `run` or
     /// `move`), in every hierarchy.
-    pub(super) fn move_pid_out_fs(&self, pid: i32) -> Result<(), String> {
+    fn move_pid_out(&self, pid: i32) -> Result<(), String> {
         let dirs: Vec<(&Hierarchy, PathBuf)> = self
             .all_hierarchies()
             .into_iter()

@@ -124,6 +124,14 @@ impl Placement for Systemd {
         "systemd"
     }
 
+    fn attaches_services(&self) -> bool {
+        true
+    }
+
+    fn join_delegates(&self) -> bool {
+        true
+    }
+
     fn slices(&self) -> Vec<SliceName> {
         let mut out: Vec<SliceName> = std::fs::read_dir(record_dir())
             .map(|rd| {

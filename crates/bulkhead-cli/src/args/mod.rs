@@ -7,9 +7,11 @@ pub mod image;
 pub mod iocost;
 pub mod place;
 mod spawn;
+pub mod target;
 
 pub use spawn::SpawnArgs;
 
+use bulkhead::plan::SliceName;
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -99,6 +101,11 @@ enum SpawnCmd {
 /// The full parser, or the spawn-only one when the command line starts with `spawn`.
 pub fn parse() -> Cli {
     try_parse_from(std::env::args_os().collect()).unwrap_or_else(|e| e.exit())
+}
+
+/// `--slice NAME` of `run` and `spawn`: parsed here, once, into the plan's type.
+pub(crate) fn slice_name(s: &str) -> Result<SliceName, String> {
+    SliceName::parse(s).map_err(|m| format!("invalid slice name: {m}"))
 }
 
 /// Whether a command line takes the spawn-only parser: its subcommand comes first.
@@ -284,8 +291,8 @@ pub struct ApplyArgs {
 pub struct RunArgs {
     /// The slice to run in (as in the plan: db-helper or db-helper.slice); without it the
     /// command stays in bulkhead's own cgroups
-    #[arg(long, short = 's', value_name = "SLICE")]
-    pub slice: Option<String>,
+    #[arg(long, short = 's', value_name = "SLICE", value_parser = slice_name)]
+    pub slice: Option<SliceName>,
     /// Make the program's heap use huge pages: thp, or a hugetlb page size (2M, 1G) from the
     /// pool. Sets glibc's glibc.malloc.hugetlb tunable (and jemalloc's thp:always), then
     /// stays the command's parent to check that it got them

@@ -2,6 +2,7 @@
 
 use bulkhead::actions::spawn::{Bind, Choice, Net};
 use bulkhead::plan::sandbox::parse_tmpfs_size;
+use bulkhead::plan::SliceName;
 use clap::Args;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -35,8 +36,8 @@ pub struct SpawnArgs {
     #[arg(long)]
     pub writable: bool,
     /// The slice to run in (as in the plan: db-helper)
-    #[arg(long, short = 's', value_name = "SLICE")]
-    pub slice: Option<String>,
+    #[arg(long, short = 's', value_name = "SLICE", value_parser = super::slice_name)]
+    pub slice: Option<SliceName>,
     /// none: a network namespace without lo; private: with lo up; host: the host's network
     #[arg(long, default_value = "private", value_name = "MODE")]
     pub net: Net,

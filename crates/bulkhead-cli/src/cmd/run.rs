@@ -10,7 +10,7 @@ use bulkhead::error::Severity;
 pub(super) fn request(a: &RunArgs) -> RunRequest {
     RunRequest {
         spec: RunSpec {
-            slice: None,
+            slice: a.slice.clone(),
             listen_fds: a.listen_fds,
             uid: a.uid.clone(),
             gid: a.gid.clone(),
@@ -19,7 +19,6 @@ pub(super) fn request(a: &RunArgs) -> RunRequest {
             env_files: a.setenv_file.clone(),
             argv: a.command.clone(),
         },
-        slice: a.slice.clone(),
         scope: a.scope,
         pty: a.pty,
         hugepages: a.hugepages.clone(),

@@ -5,7 +5,7 @@ use bulkhead::actions::serve;
 use bulkhead::error::Result;
 
 pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<i32> {
-    let served = serve::prepare(&cli.context(), &a.sockets)?;
+    let served = serve::prepare(&cli.context(), &a.sockets, crate::args::target::argv)?;
     if a.dry_run {
         for line in served.describe()? {
             println!("{line}");

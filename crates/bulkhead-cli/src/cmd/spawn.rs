@@ -50,11 +50,11 @@ pub(super) fn request(a: &SpawnArgs) -> SpawnRequest {
             stop_timeout: a.stop_timeout,
             boot: a.boot,
             argv: a.command.clone(),
+            slice: a.slice.clone(),
             ..Default::default()
         },
         directory: a.directory.clone(),
         private_users: a.private_users.clone(),
-        slice: a.slice.clone(),
     }
 }
 

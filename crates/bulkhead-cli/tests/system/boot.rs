@@ -13,29 +13,15 @@ use std::time::{Duration, Instant};
 /// below this process's own cgroup (the child bulkhead inherits it).
 fn container_cgroups(pid: u32) -> Vec<PathBuf> {
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let mut out = Vec::new();
-    for l in info.lines() {
-        let Some((left, right)) = l.split_once(" - ") else {
-            continue;
-        };
-        let point = left.split_whitespace().nth(4).unwrap();
-        let mut r = right.split_whitespace();
-        let fstype = r.next().unwrap();
-        let opts = r.nth(1).unwrap_or_default();
-        let key = if fstype == "cgroup2" {
-            "0::"
-        } else if fstype == "cgroup" && opts.split(',').any(|o| o == "name=systemd") {
-            ":name=systemd:"
-        } else {
-            continue;
-        };
+    for (point, key) in bulkhead_testkit::cgroup::systemd_hierarchies() {
         let path = own
             .lines()
             .find_map(|c| c.split_once(key).map(|(_, p)| p))
             .unwrap_or("/");
         out.push(PathBuf::from(format!(
-            "{point}{}/bulkhead-boot-{pid}",
+            "{}{}/bulkhead-boot-{pid}",
+            point.display(),
             path.trim_end_matches('/')
         )));
     }

@@ -330,79 +330,89 @@ fn package_installs_boots_serves_and_purges() {
          slice = \"db-helper\"\n"
     );
 
-    // Boot 1: install.
-    let before;
-    {
-        let c = Container::boot_from(&root);
-        before = listing(&c);
-        std::fs::copy(&deb, c.path("/tmp/bulkhead.deb")).unwrap();
-        let o = ok(&c, "dpkg -i", "dpkg -i /tmp/bulkhead.deb 2>&1");
-        eprintln!("package: {}", o.lines().last().unwrap_or_default());
-        ok(&c, "rm", "rm /tmp/bulkhead.deb");
-        // apply is enabled and ran; the others are installed, disabled.
-        assert_eq!(c.show("bulkhead-apply.service", "UnitFileState"), "enabled");
-        assert_eq!(c.show("bulkhead-apply.service", "ActiveState"), "active");
-        for u in &UNITS[1..] {
-            // serve.service has no [Install] of its own, only Also=bulkhead-serve.socket.
-            let state = c.show(u, "UnitFileState");
-            assert!(state == "disabled" || state == "indirect", "{u}: {state}");
-        }
-        assert_eq!(c.show("db-helper.slice", "ActiveState"), "active");
-        assert_eq!(
-            ok(&c, "conffiles", "dpkg-query -W -f='${Conffiles}' bulkhead")
-                .split_whitespace()
-                .next(),
-            Some("/etc/bulkhead/bulkhead.toml")
-        );
-        // Every shipped unit passes systemd-analyze verify.
-        let files: Vec<String> = UNITS
-            .iter()
-            .map(|u| format!("/usr/lib/systemd/system/{u}"))
-            .collect();
-        let o = c.sh(&format!("systemd-analyze verify {} 2>&1", files.join(" ")));
-        assert!(
-            o.status.success() && out(&o).trim().is_empty(),
-            "systemd-analyze verify:\n{}",
-            out(&o)
-        );
-        // Man pages render (man-db + groff), completions are where the shells look.
-        let page = ok(&c, "man", "MANWIDTH=80 man bulkhead 2>&1");
-        assert!(
-            page.contains("NAME") && page.contains("bulkhead-apply(8)"),
-            "{page}"
-        );
-        // (groff justifies lines: compare with single spaces)
-        let page = ok(&c, "man", "MANWIDTH=80 man 8 bulkhead-serve 2>&1");
-        let page = page.split_whitespace().collect::<Vec<_>>().join(" ");
-        assert!(page.contains("Plan keys of [socket.NAME]"), "{page}");
-        ok(
-            &c,
-            "completions",
-            "test -s /usr/share/bash-completion/completions/bulkhead && \
-             test -s /usr/share/zsh/vendor-completions/_bulkhead && \
-             test -s /usr/share/fish/vendor_completions.d/bulkhead.fish",
-        );
-        // The admin's part: the plan, the socket's address (a drop-in), enable two units.
-        c.write("/etc/bulkhead/bulkhead.toml", &plan);
-        ok(
-            &c,
-            "drop-in",
-            "mkdir -p /etc/systemd/system/bulkhead-serve.socket.d",
-        );
-        c.write(
-            "/etc/systemd/system/bulkhead-serve.socket.d/port.conf",
-            &format!("[Socket]\nListenStream=\nListenStream=127.0.0.1:{port}\n"),
-        );
-        ok(
-            &c,
-            "enable",
-            "systemctl daemon-reload && systemctl enable bulkhead-serve.socket bulkhead-exporter.service 2>&1",
-        );
-        // Drop: poweroff.
-    }
-
-    // Boot 2: what a boot does with the package.
+    let before = first_boot_installs(&root, &deb, &plan, port);
     let c = Container::boot_from(&root);
+    boot_applies_and_exports(&c);
+    serve_is_socket_activated(&c, port);
+    upgrade_keeps_what_the_admin_enabled(&c, &deb, port);
+    purge_leaves_nothing(&c, &before);
+}
+
+/// Boot 1: install. apply is enabled and runs, the other units are installed disabled, every
+/// unit verifies, man pages and completions are in place; then the admin's part (the plan, a
+/// socket drop-in, two units enabled). Returns the root's listing before the install.
+fn first_boot_installs(root: &PersistentRoot, deb: &Path, plan: &str, port: u16) -> Vec<String> {
+    let c = Container::boot_from(root);
+    let before = listing(&c);
+    std::fs::copy(deb, c.path("/tmp/bulkhead.deb")).unwrap();
+    let o = ok(&c, "dpkg -i", "dpkg -i /tmp/bulkhead.deb 2>&1");
+    eprintln!("package: {}", o.lines().last().unwrap_or_default());
+    ok(&c, "rm", "rm /tmp/bulkhead.deb");
+    // apply is enabled and ran; the others are installed, disabled.
+    assert_eq!(c.show("bulkhead-apply.service", "UnitFileState"), "enabled");
+    assert_eq!(c.show("bulkhead-apply.service", "ActiveState"), "active");
+    for u in &UNITS[1..] {
+        // serve.service has no [Install] of its own, only Also=bulkhead-serve.socket.
+        let state = c.show(u, "UnitFileState");
+        assert!(state == "disabled" || state == "indirect", "{u}: {state}");
+    }
+    assert_eq!(c.show("db-helper.slice", "ActiveState"), "active");
+    assert_eq!(
+        ok(&c, "conffiles", "dpkg-query -W -f='${Conffiles}' bulkhead")
+            .split_whitespace()
+            .next(),
+        Some("/etc/bulkhead/bulkhead.toml")
+    );
+    // Every shipped unit passes systemd-analyze verify.
+    let files: Vec<String> = UNITS
+        .iter()
+        .map(|u| format!("/usr/lib/systemd/system/{u}"))
+        .collect();
+    let o = c.sh(&format!("systemd-analyze verify {} 2>&1", files.join(" ")));
+    assert!(
+        o.status.success() && out(&o).trim().is_empty(),
+        "systemd-analyze verify:\n{}",
+        out(&o)
+    );
+    // Man pages render (man-db + groff), completions are where the shells look.
+    let page = ok(&c, "man", "MANWIDTH=80 man bulkhead 2>&1");
+    assert!(
+        page.contains("NAME") && page.contains("bulkhead-apply(8)"),
+        "{page}"
+    );
+    // (groff justifies lines: compare with single spaces)
+    let page = ok(&c, "man", "MANWIDTH=80 man 8 bulkhead-serve 2>&1");
+    let page = page.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(page.contains("Plan keys of [socket.NAME]"), "{page}");
+    ok(
+        &c,
+        "completions",
+        "test -s /usr/share/bash-completion/completions/bulkhead && \
+         test -s /usr/share/zsh/vendor-completions/_bulkhead && \
+         test -s /usr/share/fish/vendor_completions.d/bulkhead.fish",
+    );
+    // The admin's part: the plan, the socket's address (a drop-in), enable two units.
+    c.write("/etc/bulkhead/bulkhead.toml", plan);
+    ok(
+        &c,
+        "drop-in",
+        "mkdir -p /etc/systemd/system/bulkhead-serve.socket.d",
+    );
+    c.write(
+        "/etc/systemd/system/bulkhead-serve.socket.d/port.conf",
+        &format!("[Socket]\nListenStream=\nListenStream=127.0.0.1:{port}\n"),
+    );
+    ok(
+        &c,
+        "enable",
+        "systemctl daemon-reload && systemctl enable bulkhead-serve.socket bulkhead-exporter.service 2>&1",
+    );
+    before
+}
+
+/// Boot 2: what a boot does with the package: the slices, ordered before the databases, and
+/// the exporter locked down, bounded and serving.
+fn boot_applies_and_exports(c: &Container) {
     assert_eq!(c.show("bulkhead-apply.service", "ActiveState"), "active");
     assert_eq!(c.show("bulkhead-apply.service", "Result"), "success");
     for s in ["db.slice", "db-server.slice", "db-helper.slice"] {
@@ -438,7 +448,7 @@ fn package_installs_boots_serves_and_purges() {
         );
     }
     let metrics = bash(
-        &c,
+        c,
         "metrics",
         "exec 3<>/dev/tcp/127.0.0.1/9649 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && timeout 20 cat <&3",
     );
@@ -447,13 +457,15 @@ fn package_installs_boots_serves_and_purges() {
         "{metrics}"
     );
     let failed = ok(
-        &c,
+        c,
         "failed",
         "systemctl list-units --failed --plain --no-legend 'bulkhead*'",
     );
     assert!(failed.trim().is_empty(), "failed units: {failed}");
+}
 
-    // serve, socket-activated: its unit is started with the socket systemd holds.
+/// serve, socket-activated: its unit is started with the socket systemd holds.
+fn serve_is_socket_activated(c: &Container, port: u16) {
     assert_eq!(c.show("bulkhead-serve.socket", "ActiveState"), "active");
     assert_eq!(c.show("bulkhead-serve.service", "ActiveState"), "inactive");
     let answer = c
@@ -474,9 +486,9 @@ fn package_installs_boots_serves_and_purges() {
         err(&answer)
     );
     assert_eq!(c.show("bulkhead-serve.service", "ActiveState"), "active");
-    assert_eq!(talk(&c, port, "two"), "pong two");
+    assert_eq!(talk(c, port, "two"), "pong two");
     let log = ok(
-        &c,
+        c,
         "journal",
         "journalctl -b -u bulkhead-serve.service --no-pager 2>&1",
     );
@@ -487,30 +499,35 @@ fn package_installs_boots_serves_and_purges() {
         )),
         "serve bound the port itself instead of taking the socket unit's:\n{log}"
     );
-    // An upgrade (the same version again): the plan is applied again, serve restarted, and
-    // nothing the admin enabled is lost.
-    std::fs::copy(&deb, c.path("/tmp/bulkhead.deb")).unwrap();
+}
+
+/// An upgrade (the same version again): the plan is applied again, serve restarted, and
+/// nothing the admin enabled is lost.
+fn upgrade_keeps_what_the_admin_enabled(c: &Container, deb: &Path, port: u16) {
+    std::fs::copy(deb, c.path("/tmp/bulkhead.deb")).unwrap();
     ok(
-        &c,
+        c,
         "dpkg -i again",
         "dpkg -i /tmp/bulkhead.deb 2>&1 && rm /tmp/bulkhead.deb",
     );
     assert_eq!(c.show("bulkhead-apply.service", "ActiveState"), "active");
     assert_eq!(c.show("bulkhead-serve.socket", "UnitFileState"), "enabled");
-    assert_eq!(talk(&c, port, "three"), "pong three");
+    assert_eq!(talk(c, port, "three"), "pong three");
     assert_eq!(c.show("bulkhead-exporter.service", "ActiveState"), "active");
+}
 
-    // Purge: the admin's drop-in is theirs to remove; everything else goes with the package.
+/// Purge: the admin's drop-in is theirs to remove; everything else goes with the package.
+fn purge_leaves_nothing(c: &Container, before: &[String]) {
     ok(
-        &c,
+        c,
         "rm drop-in",
         "rm -r /etc/systemd/system/bulkhead-serve.socket.d",
     );
-    ok(&c, "purge", "dpkg --purge bulkhead 2>&1");
+    ok(c, "purge", "dpkg --purge bulkhead 2>&1");
     for u in UNITS {
         assert_ne!(c.show(u, "ActiveState"), "active", "{u} still runs");
     }
-    let after = listing(&c);
+    let after = listing(c);
     assert!(
         before.len() > 1000,
         "find listed only {} paths",
@@ -523,7 +540,7 @@ fn package_installs_boots_serves_and_purges() {
         "the purge left {added:?}, removed {removed:?}"
     );
     let left = ok(
-        &c,
+        c,
         "leftovers",
         "ls -d /run/bulkhead /etc/bulkhead /var/lib/systemd/deb-systemd-helper-*/*bulkhead* \
          /etc/systemd/system/*/bulkhead-* /etc/systemd/system/bulkhead-* 2>/dev/null; true",

@@ -605,35 +605,7 @@ fn postgres_backup(cluster_name: bool) {
     } else {
         "postgres: backup ".to_string()
     };
-    // The rules: the backends serving the backup role of this cluster (their title is
-    // "postgres: NAME: backup postgres [local] ..." once the connection is set up), and
-    // pg_dump itself when it dumps this cluster.
-    // The cluster as a service of db-server: no systemd here, so `bulkhead place` places it
-    // by its pidfile (the postmaster and its tree). And two rules: the backends serving the
-    // backup role of this cluster (their title is "postgres: NAME: backup postgres [local]
-    // ..." once the connection is set up), and pg_dump itself when it dumps this cluster.
-    let pidfile = pg.data().join("postmaster.pid");
-    // The default plan's directives, as the guide has them. Where this host cannot enforce
-    // some (IOWeight without BFQ or io.cost, MemoryHigh on cgroup v1) check says so, and the
-    // plan accepts it for this host (issue 41 #4): PROTECTED, with what it does not cover.
-    let server = format!(
-        "[slice.db-server]\nCPUWeight = 1000\nIOWeight = 1000\nMemorySwapMax = 0\nservices = [{{ name = \"postgresql@15-main\", pidfile = \"{}\" }}]\n\n[slice.db-helper]\nCPUWeight = 10\nIOWeight = 10\nMemoryHigh = \"1G\"\nMemoryMax = \"1200M\"\n\n[check]\naccept = [\"io\", \"no_effect\"]\n",
-        pidfile.display()
-    );
-    let plan = t.plan(&format!(
-        "{server}
-[place.backup-backends]
-slice = \"db-helper\"
-user = \"postgres\"
-cmdline = [\"postgres: backup *\", \"postgres: *: backup *\"]
-
-[place.dump]
-slice = \"db-helper\"
-exe = \"pg_dump\"
-cmdline = \"* -p {port} *\"
-",
-        port = pg.port
-    ));
+    let plan = backup_plan(&t, &pg);
     let p = plan.to_str().unwrap();
     let o = t.run(&["-c", p, "apply", "--backend", "cgroupfs"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -747,48 +719,7 @@ cmdline = \"* -p {port} *\"
         std::thread::sleep(Duration::from_millis(20));
     }
     let backend = seen_backend.expect("the dump's backend was placed in db-helper while it ran");
-    // Issue 41: during the dump `check` says PROTECTED: the backend the rule placed in
-    // db-helper is the rule's, not also claimed by the service's tree (before: NOT
-    // PROTECTED, "service postgresql@15-main.service outside db-server: 1 process(es)").
-    let o = t.run(&["-c", p, "--backend", "cgroupfs", "check"]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "check during the dump: {}{}",
-        stdout(&o),
-        stderr(&o)
-    );
-    assert!(
-        stdout(&o).contains("placement rule backup-backends: 1 process(es) in db-helper"),
-        "{}",
-        stdout(&o)
-    );
-    // The exporter agrees (the gauge a monitor alerts on).
-    let page = crate::check::scrape(&t, p);
-    assert!(
-        page.contains("bulkhead_protection{state=\"protected\"} 1"),
-        "{page}"
-    );
-    // Issue 41 #2: a backend rule whose pattern fits no backend of this cluster (a cluster
-    // name it does not have) matches nothing while the dump runs: check says so.
-    let wrong = t.plan(&format!(
-        "{}\n[place.wrong-backends]\nslice = \"db-helper\"\nuser = \"postgres\"\ncmdline = \"postgres: 15/nope: backup *\"\n",
-        std::fs::read_to_string(&plan).unwrap()
-    ));
-    let o = t.run(&[
-        "-c",
-        wrong.to_str().unwrap(),
-        "--backend",
-        "cgroupfs",
-        "check",
-    ]);
-    assert!(
-        stdout(&o)
-            .contains("WARNING  placement rule wrong-backends matches no process while pg_dump"),
-        "{}",
-        stdout(&o)
-    );
-    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    check_during_the_dump(&t, &plan);
     lock.release();
     let status = dump.wait().unwrap();
     assert!(status.success(), "pg_dump failed");
@@ -829,6 +760,96 @@ cmdline = \"* -p {port} *\"
         stdout(&o)
     );
     let o = placer.stop();
+    after_place_stops(&t, p, pm);
+    placed_lines(&o, pm, backend, dump_pid);
+    drop(pg);
+    let o = t.run(&["-c", p, "destroy", "--kill"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// The default plan's slices with the cluster as db-server's service (by its pidfile: no
+/// systemd here) and two rules: the backends serving the backup role (the pattern the guide
+/// documents, for both kinds of cluster title) and pg_dump when it dumps this cluster.
+fn backup_plan(t: &TestRoot, pg: &crate::postgres::Cluster) -> std::path::PathBuf {
+    // The cluster as a service of db-server: no systemd here, so `bulkhead place` places it
+    // by its pidfile (the postmaster and its tree). And two rules: the backends serving the
+    // backup role of this cluster (their title is "postgres: NAME: backup postgres [local]
+    // ..." once the connection is set up), and pg_dump itself when it dumps this cluster.
+    let pidfile = pg.data().join("postmaster.pid");
+    // The default plan's directives, as the guide has them. Where this host cannot enforce
+    // some (IOWeight without BFQ or io.cost, MemoryHigh on cgroup v1) check says so, and the
+    // plan accepts it for this host (issue 41 #4): PROTECTED, with what it does not cover.
+    let server = format!(
+        "[slice.db-server]\nCPUWeight = 1000\nIOWeight = 1000\nMemorySwapMax = 0\nservices = [{{ name = \"postgresql@15-main\", pidfile = \"{}\" }}]\n\n[slice.db-helper]\nCPUWeight = 10\nIOWeight = 10\nMemoryHigh = \"1G\"\nMemoryMax = \"1200M\"\n\n[check]\naccept = [\"io\", \"no_effect\"]\n",
+        pidfile.display()
+    );
+    t.plan(&format!(
+        "{server}
+[place.backup-backends]
+slice = \"db-helper\"
+user = \"postgres\"
+cmdline = [\"postgres: backup *\", \"postgres: *: backup *\"]
+
+[place.dump]
+slice = \"db-helper\"
+exe = \"pg_dump\"
+cmdline = \"* -p {port} *\"
+",
+        port = pg.port
+    ))
+}
+
+/// During the dump `check` says PROTECTED and the exporter agrees; a backend rule that fits no
+/// backend of this cluster is a warning (issue 41 #2).
+fn check_during_the_dump(t: &TestRoot, plan: &std::path::Path) {
+    let p = plan.to_str().unwrap();
+    // Issue 41: during the dump `check` says PROTECTED: the backend the rule placed in
+    // db-helper is the rule's, not also claimed by the service's tree (before: NOT
+    // PROTECTED, "service postgresql@15-main.service outside db-server: 1 process(es)").
+    let o = t.run(&["-c", p, "--backend", "cgroupfs", "check"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "check during the dump: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(
+        stdout(&o).contains("placement rule backup-backends: 1 process(es) in db-helper"),
+        "{}",
+        stdout(&o)
+    );
+    // The exporter agrees (the gauge a monitor alerts on).
+    let page = crate::check::scrape(t, p);
+    assert!(
+        page.contains("bulkhead_protection{state=\"protected\"} 1"),
+        "{page}"
+    );
+    // Issue 41 #2: a backend rule whose pattern fits no backend of this cluster (a cluster
+    // name it does not have) matches nothing while the dump runs: check says so.
+    let wrong = t.plan(&format!(
+        "{}\n[place.wrong-backends]\nslice = \"db-helper\"\nuser = \"postgres\"\ncmdline = \"postgres: 15/nope: backup *\"\n",
+        std::fs::read_to_string(plan).unwrap()
+    ));
+    let o = t.run(&[
+        "-c",
+        wrong.to_str().unwrap(),
+        "--backend",
+        "cgroupfs",
+        "check",
+    ]);
+    assert!(
+        stdout(&o)
+            .contains("WARNING  placement rule wrong-backends matches no process while pg_dump"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+}
+
+/// With place stopped and the postmaster moved out of every slice, check says NOT PROTECTED
+/// (exit 2), that place is not running, and names the service.
+fn after_place_stops(t: &TestRoot, p: &str, pm: i32) {
     let out_of = t.run(&["-c", p, "move", "--slice", "/", &pm.to_string()]);
     assert!(out_of.status.success(), "{}", stderr(&out_of));
     let c = t.run(&["-c", p, "--backend", "cgroupfs", "check"]);
@@ -844,8 +865,13 @@ cmdline = \"* -p {port} *\"
         "{}",
         stdout(&c)
     );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let lines = stdout(&o);
+}
+
+/// What `place --json` said it did: the dump's backend and pg_dump by their rules, the
+/// postmaster by the service's pidfile.
+fn placed_lines(o: &std::process::Output, pm: i32, backend: i32, dump_pid: i32) {
+    assert!(o.status.success(), "{}", stderr(o));
+    let lines = stdout(o);
     println!("{}", lines.trim());
     assert!(lines.contains(&format!("\"pid\":{backend}")), "{lines}");
     assert!(lines.contains("\"rule\":\"backup-backends\""), "{lines}");
@@ -855,9 +881,6 @@ cmdline = \"* -p {port} *\"
             && lines.contains("\"rule\":\"service postgresql@15-main.service\""),
         "{lines}"
     );
-    drop(pg);
-    let o = t.run(&["-c", p, "destroy", "--kill"]);
-    assert!(o.status.success(), "{}", stderr(&o));
 }
 
 /// A service of the plan gets a `Slice=` drop-in from apply (dry run, warning, no restart),

@@ -141,11 +141,10 @@ fn loops_of(file: &Path) -> Vec<String> {
 }
 
 fn is_mounted(dir: &Path) -> bool {
-    let want = dir.to_string_lossy().into_owned();
-    std::fs::read_to_string("/proc/self/mountinfo")
+    bulkhead_sys::mountinfo::read()
         .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
+        .iter()
+        .any(|m| m.point == dir)
 }
 
 /// Unmount (lazily if busy), detach, remove: the end of every loop file system here.

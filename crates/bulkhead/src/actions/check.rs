@@ -194,7 +194,7 @@ fn idle_backend_rules(
 /// where no systemd attaches them), said for the finding; None: nothing.
 fn place_needed(plan: &Plan, chosen: &Chosen) -> Option<String> {
     let rules = plan.place.len();
-    let services = if chosen.name() == "systemd" {
+    let services = if chosen.attaches_services() {
         0
     } else {
         bulkhead_plan::services::with_pidfiles(plan).len()

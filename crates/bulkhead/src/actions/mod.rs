@@ -15,7 +15,6 @@
 //! - [`iocost`]: `iocost calibrate`.
 //! - [`container`]: a slice as a container takes it (the NRI plugin), with what the node lacks.
 //! - [`host`]: the machine's facts a caller needs (where a controller is mounted).
-//! - [`groups`]: a caller's own cgroup tree on cgroupfs (the benchmarks'): apply, read, spawn into.
 //! - [`hugepages`]: `hugepages status|usage|collapse|reset`.
 //! - [`metrics`]: the Prometheus exposition of the slices, once or served over HTTP.
 
@@ -24,7 +23,6 @@ pub mod check;
 pub mod container;
 pub mod destroy;
 pub mod export;
-pub mod groups;
 pub mod guard;
 pub mod host;
 pub mod hugepages;

@@ -159,7 +159,7 @@ fn prepare(
         crate::place::state::digest(&plan.source.text),
     );
     // systemd attaches services itself (their Slice= drop-ins); elsewhere their pidfiles do.
-    let services = if chosen.name() == "systemd" {
+    let services = if chosen.attaches_services() {
         Vec::new()
     } else {
         bulkhead_plan::services::with_pidfiles(&plan)

@@ -5,7 +5,7 @@
 //! huge pages. Through systemd the command becomes a transient service (or `--scope`:
 //! bulkhead moves itself into a transient scope and execs).
 
-use super::slices::{missing_slice, parse_slice};
+use super::slices::missing_slice;
 use super::Context;
 use crate::hugepages::launch::{self, Prepared, RunMode};
 use crate::hugepages::{Facts, Paths};
@@ -18,9 +18,8 @@ use bulkhead_sys::error::{Diagnostic, Error};
 /// How to run it.
 #[derive(Debug, Clone, Default)]
 pub struct RunRequest {
+    /// The command, its user, directory, environment and slice.
     pub spec: RunSpec,
-    /// `--slice`, as given.
-    pub slice: Option<String>,
     /// systemd: a scope instead of a service.
     pub scope: bool,
     /// systemd: a pseudo-terminal.
@@ -50,12 +49,6 @@ pub fn run(cx: &Context, req: RunRequest, on: &mut dyn FnMut(RunEvent)) -> Resul
     let start = |e: Error| RunError::with_code(EXIT_RUN_FAILED, e);
     let chosen = cx.choose().map_err(start)?;
     let mut spec = req.spec.clone();
-    spec.slice = req
-        .slice
-        .as_deref()
-        .map(parse_slice)
-        .transpose()
-        .map_err(start)?;
     // The slice's scheduler slice (CPUSchedulingSliceSec): taken before exec or fork, so the
     // command and its threads inherit it; a service gets it from the slice once it runs.
     if let Some(w) = spec.slice.as_ref().and_then(crate::tasks::set_on_self) {

@@ -3,7 +3,9 @@
 
 use super::Context;
 use crate::activate::{self, Log};
-pub use crate::activate::{GlobalArgs, How, RunTarget, TargetCommand, TargetLauncher};
+pub use crate::activate::{
+    GlobalArgs, How, RenderTarget, RunTarget, TargetCommand, TargetLauncher,
+};
 use bulkhead_cgroups::Chosen;
 use bulkhead_plan::socket::{Mode, SocketSpec};
 use bulkhead_plan::Plan;
@@ -16,8 +18,9 @@ pub struct Served {
     pub launcher: TargetLauncher,
 }
 
-/// Select the sockets (all of the plan's, or those named) and build the target launcher.
-pub fn prepare(cx: &Context, names: &[String]) -> Result<Served> {
+/// Select the sockets (all of the plan's, or those named) and build the target launcher;
+/// `render` spells a target's command line (the CLI's grammar is the CLI's).
+pub fn prepare(cx: &Context, names: &[String], render: RenderTarget) -> Result<Served> {
     let plan = cx.load_plan()?;
     let sockets = activate::select(&plan, names)?;
     let exe = std::env::current_exe()
@@ -33,6 +36,7 @@ pub fn prepare(cx: &Context, names: &[String]) -> Result<Served> {
             exe,
             globals: global_args(cx),
             scope_for_fds: passes_to_run && matches!(cx.choose(), Ok(Chosen::Systemd(_))),
+            render,
         },
     })
 }

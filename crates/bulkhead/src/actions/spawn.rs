@@ -4,7 +4,7 @@
 //! bulkhead joins a delegated transient scope in the slice, `bulkhead-spawn-PID.scope`, as
 //! systemd-nspawn does; with cgroupfs, the slice's directories.
 
-use super::slices::{parse_slice, require_slice};
+use super::slices::require_slice;
 use super::Context;
 use crate::run::{RunError, EXIT_RUN_FAILED};
 use crate::sandbox;
@@ -21,8 +21,8 @@ fn start(e: Error) -> RunError {
     RunError::with_code(EXIT_RUN_FAILED, e)
 }
 
-/// Resolve the request into a sandbox spec: the root (an image name or a directory), the
-/// user range and the slice.
+/// Resolve the request into a sandbox spec: the root (an image name or a directory) and the
+/// user range.
 pub fn resolve(req: &SpawnRequest) -> Result<SandboxSpec, RunError> {
     let mut spec = req.spec.clone();
     spec.rootfs = crate::image::resolve_image(&req.directory).map_err(start)?;
@@ -32,12 +32,6 @@ pub fn resolve(req: &SpawnRequest) -> Result<SandboxSpec, RunError> {
         Ok(Some(PrivateUsers::Range(r))) => spec.private_users = Some(r),
         Err(e) => return Err(start(e)),
     }
-    spec.slice = req
-        .slice
-        .as_deref()
-        .map(parse_slice)
-        .transpose()
-        .map_err(start)?;
     Ok(spec)
 }
 

@@ -1,7 +1,7 @@
 //! How a target starts: its `bulkhead spawn` or `bulkhead run` command line, and the child
 //! process with the listening sockets (pass mode) or the connection (per-connection mode).
 
-use super::command::{GlobalArgs, How, RunTarget, TargetCommand};
+use super::command::{GlobalArgs, How, RenderTarget, RunTarget, TargetCommand};
 use crate::run::RunSpec;
 use crate::sandbox::{Bind, SandboxSpec, SpawnRequest, TmpfsSizes};
 use bulkhead_plan::socket::{SocketSpec, TargetSpec};
@@ -19,12 +19,19 @@ pub struct Launcher {
     /// The backend is systemd: a plain target that is passed sockets runs with `run
     /// --scope` (a service cannot be given file descriptors).
     pub scope_for_fds: bool,
+    /// The CLI's spelling of a target's command line.
+    pub render: RenderTarget,
 }
 
 /// Where the notify socket is seen from inside a sandbox.
 const NOTIFY_IN_SANDBOX: &str = "/run/bulkhead/notify";
 
 impl Launcher {
+    /// The target's command line, as the CLI spells it.
+    pub fn argv(&self, target: &TargetCommand) -> Vec<OsString> {
+        (self.render)(target)
+    }
+
     /// The target's command line as a value: `spawn` for a target with a root, else `run`.
     /// `listen_fds`: sockets passed as fds 3.. (pass mode).
     pub fn target(
@@ -79,9 +86,9 @@ impl Launcher {
                     env,
                     listen_fds,
                     argv,
+                    slice: t.slice.clone(),
                     ..Default::default()
                 },
-                slice: t.slice.as_ref().map(|s| s.to_string()),
                 scope: listen_fds > 0 && self.scope_for_fds,
             }),
         };
@@ -119,11 +126,11 @@ fn spawn_request(t: &TargetSpec, root: &str, stop_timeout: std::time::Duration) 
             seccomp: true,
             stop_timeout: Some(stop_timeout),
             boot: t.boot,
+            slice: t.slice.clone(),
             ..Default::default()
         },
         directory: root.to_string(),
         private_users: t.private_users.clone(),
-        slice: t.slice.as_ref().map(|s| s.to_string()),
     }
 }
 
@@ -131,11 +138,12 @@ fn spawn_request(t: &TargetSpec, root: &str, stop_timeout: std::time::Duration) 
 /// mode) becomes its stdin and stdout; its $NOTIFY_SOCKET is the target's
 /// ([`TargetCommand::notify_socket`]) or none. The child gets SIGTERM if `serve` dies.
 pub fn start_process(
+    launcher: &Launcher,
     target: &TargetCommand,
     fds: &[BorrowedFd<'_>],
     stdio: Option<OwnedFd>,
 ) -> io::Result<tokio::process::Child> {
-    let argv = target.argv();
+    let argv = launcher.argv(target);
     let mut cmd = tokio::process::Command::new(&argv[0]);
     cmd.args(&argv[1..]).kill_on_drop(false);
     // serve's own $NOTIFY_SOCKET (its service manager's) is not the target's to use.
@@ -172,6 +180,15 @@ pub fn start_process(
 mod tests {
     use super::*;
 
+    fn launcher(scope_for_fds: bool) -> Launcher {
+        Launcher {
+            exe: "/usr/bin/bulkhead".into(),
+            globals: GlobalArgs::default(),
+            scope_for_fds,
+            render: |_| Vec::new(),
+        }
+    }
+
     #[test]
     fn a_plain_target_given_sockets_on_systemd_runs_in_a_scope() {
         let plan = bulkhead_plan::Plan::parse(
@@ -180,49 +197,38 @@ mod tests {
         )
         .unwrap();
         let spec = &plan.sockets["p"];
-        let argv = |scope_for_fds: bool, fds: u32| {
-            let l = Launcher {
-                exe: "/usr/bin/bulkhead".into(),
-                globals: GlobalArgs::default(),
-                scope_for_fds,
-            };
-            l.target(spec, fds, None, &[])
-                .argv()
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-                .join(" ")
+        let scope = |scope_for_fds: bool, fds: u32| match launcher(scope_for_fds)
+            .target(spec, fds, None, &[])
+            .how
+        {
+            How::Run(r) => {
+                assert_eq!(r.spec.listen_fds, fds);
+                r.scope
+            }
+            How::Spawn(r) => panic!("a plain target became a sandbox: {r:?}"),
         };
-        assert!(
-            argv(true, 1).starts_with("/usr/bin/bulkhead run --scope --listen-fds 1"),
-            "{}",
-            argv(true, 1)
-        );
-        assert!(!argv(false, 1).contains("--scope"));
-        assert!(!argv(true, 0).contains("--scope"));
+        assert!(scope(true, 1));
+        assert!(!scope(false, 1));
+        assert!(!scope(true, 0));
     }
 
     #[test]
     fn a_sandboxed_target_can_ask_for_a_user_namespace() {
         let plan = bulkhead_plan::Plan::parse(
-            "[socket.p]\nlisten = [\"1\"]\nbackend = \"127.0.0.1:2\"\n[socket.p.target]\ncommand = [\"/bin/srv\"]\nrootfs = \"/srv/root\"\nprivate_users = true\n",
+            "[socket.p]\nlisten = [\"1\"]\nbackend = \"127.0.0.1:2\"\n[socket.p.target]\ncommand = [\"/bin/srv\"]\nrootfs = \"/srv/root\"\nprivate_users = true\nslice = \"db-helper\"\n",
             None,
         )
         .unwrap();
-        let l = Launcher {
-            exe: "/usr/bin/bulkhead".into(),
-            globals: GlobalArgs::default(),
-            scope_for_fds: false,
-        };
-        let argv: Vec<String> = l
-            .target(&plan.sockets["p"], 0, None, &[])
-            .argv()
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        assert!(
-            argv.contains(&"--private-users=auto".to_string()),
-            "{argv:?}"
-        );
+        match launcher(false).target(&plan.sockets["p"], 0, None, &[]).how {
+            How::Spawn(r) => {
+                assert_eq!(r.private_users.as_deref(), Some("auto"));
+                assert_eq!(r.directory, "/srv/root");
+                assert_eq!(
+                    r.spec.slice.map(|s| s.to_string()),
+                    Some("db-helper".into())
+                );
+            }
+            How::Run(r) => panic!("a target with a root became a plain run: {r:?}"),
+        }
     }
 }

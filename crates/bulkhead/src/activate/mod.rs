@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use target::Activator;
 
-pub use command::{GlobalArgs, How, RunTarget, TargetCommand};
+pub use command::{GlobalArgs, How, RenderTarget, RunTarget, TargetCommand};
 pub use launch::Launcher as TargetLauncher;
 
 /// Log lines on stderr, with the wall-clock time (UTC) like a journal.
@@ -228,7 +228,7 @@ pub fn describe(specs: &[SocketSpec], launcher: &Launcher) -> Vec<String> {
         };
         let notify = (s.ready == bulkhead_plan::socket::Ready::Notify).then(|| notify_dir(&s.name));
         let target = launcher.target(s, fds, notify.as_deref(), &[]);
-        let argv = target.argv();
+        let argv = launcher.argv(&target);
         let env = match &target.notify_socket {
             Some(p) => format!("NOTIFY_SOCKET={} ", shell_quote(&p.to_string_lossy())),
             None => String::new(),

@@ -47,6 +47,7 @@ pub async fn pass_loop(act: Arc<Activator>, fds: Vec<OwnedFd>) {
         let target = act.launcher.target(&act.spec, fds.len() as u32, None, &[]);
         let t0 = Instant::now();
         let mut child = match launch::start_process(
+            &act.launcher,
             &target,
             &fds.iter().map(|f| f.as_fd()).collect::<Vec<_>>(),
             None,

@@ -290,7 +290,7 @@ async fn per_connection(act: &Arc<Activator>, conn: Conn, peer: Option<SocketAdd
     }
     let target = act.launcher.target(&act.spec, 0, None, &env);
     let t0 = Instant::now();
-    let mut child = match launch::start_process(&target, &[], Some(fd)) {
+    let mut child = match launch::start_process(&act.launcher, &target, &[], Some(fd)) {
         Ok(c) => c,
         Err(e) => {
             act.refused();

@@ -266,8 +266,8 @@ impl Activator {
         };
         let notify_dir = notify.as_ref().and(self.notify_dir.as_deref());
         let target = self.launcher.target(&self.spec, 0, notify_dir, &[]);
-        let argv = target.argv();
-        let mut child = match start_process(&target, &[], None) {
+        let argv = self.launcher.argv(&target);
+        let mut child = match start_process(&self.launcher, &target, &[], None) {
             Ok(c) => c,
             Err(e) => {
                 return self.fail(

@@ -376,7 +376,7 @@ pub fn spawn(
     // Removed (with what the init made below them) when the container has exited.
     let _cgroups = match spec.boot {
         true => {
-            let delegated = backend.is_some_and(|b| b.name() == "systemd");
+            let delegated = backend.is_some_and(|b| b.join_delegates());
             Some(boot::own_cgroups(&mut program, spec, delegated, note)?)
         }
         false => None,

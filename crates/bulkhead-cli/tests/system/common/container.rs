@@ -118,24 +118,6 @@ fn ensure_root() -> Result<(), String> {
     Ok(())
 }
 
-/// The cgroup2 mount and the name=systemd v1 mount: the hierarchies nspawn places the
-/// container in.
-fn nspawn_hierarchies() -> Vec<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    info.lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let mount = left.split_whitespace().nth(4)?;
-            let mut r = right.split_whitespace();
-            let fstype = r.next()?;
-            let opts = r.nth(1).unwrap_or_default();
-            let hit = fstype == "cgroup2"
-                || (fstype == "cgroup" && opts.split(',').any(|o| o == "name=systemd"));
-            hit.then(|| PathBuf::from(mount))
-        })
-        .collect()
-}
-
 pub struct Container {
     nspawn: Child,
     /// The container's systemd, as this host sees it.
@@ -259,7 +241,7 @@ impl Container {
         let name = format!("bulkhead-test-{}-ct{n}", std::process::id());
         let run_dir_was_there = Path::new("/run/systemd/nspawn").exists();
         let mut cgroups = Vec::new();
-        for h in nspawn_hierarchies() {
+        for (h, _) in bulkhead_testkit::cgroup::systemd_hierarchies() {
             let d = h.join(&name);
             std::fs::create_dir(&d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
             cgroups.push(d);

@@ -26,7 +26,7 @@ fn nri_mapping_writes_only_what_this_kernel_has() {
     let root = TestRoot::new();
     let node = container::node().expect("the node's layout");
     let plan = Plan::parse(&format!("[slice.pod]\n{POD}"), None).unwrap();
-    let slice = bulkhead::actions::host::resolve(&plan).unwrap().slices[0].clone();
+    let slice = bulkhead_testkit::host::resolve(&plan).unwrap().slices[0].clone();
     let r = container::resources(&slice, &node);
     // A pod cgroup and its container's, in the hierarchy of every controller runc manages.
     let mut made: Vec<PathBuf> = Vec::new();
