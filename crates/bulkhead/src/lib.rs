@@ -17,7 +17,7 @@ pub(crate) mod context;
 pub(crate) mod exposition;
 pub(crate) mod guard;
 // Still public for the system tests' set-up (issue 27's test kit will take them over):
-// `hugepages::allocator`, `image::images_dir`, `run::spawn_joined`, `snapshot`; and
+// `hugepages::allocator`, `image::images_dir`, `snapshot`; and
 // `activate::proxyproto` for tests/props_proxy.rs.
 pub mod activate;
 pub mod hugepages;

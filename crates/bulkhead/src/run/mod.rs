@@ -131,14 +131,3 @@ fn join_and_exec(
     // No fork: this very process becomes the command.
     start_failure(p, bulkhead_sys::launch::exec_here(&p.exec))
 }
-
-/// Spawn `cmd` as a child that joins the cgroups whose `cgroup.procs` files are given before
-/// it execs: the child runs no instruction of the command outside the slice. Used where
-/// bulkhead must stay the parent (benchmarks, supervisors).
-pub fn spawn_joined(
-    cmd: &mut std::process::Command,
-    procs_files: &[PathBuf],
-) -> std::io::Result<std::process::Child> {
-    bulkhead_sys::process::join_cgroups_before_exec(cmd, procs_files)?;
-    cmd.spawn()
-}

@@ -274,7 +274,8 @@ impl Container {
             .stdout(logf.try_clone().unwrap())
             .stderr(logf);
         let procs: Vec<PathBuf> = cgroups.iter().map(|d| d.join("cgroup.procs")).collect();
-        let nspawn = bulkhead::run::spawn_joined(&mut cmd, &procs).expect("start systemd-nspawn");
+        let nspawn =
+            bulkhead_testkit::groups::spawn_joined(&mut cmd, &procs).expect("start systemd-nspawn");
         let mut c = Container {
             init: 0,
             nspawn,
