@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The bench tests use loop devices and whole-machine checks for leftovers: one at a time.
+/// The bench tests use loop devices and the machine's disk: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn redis_installed() -> bool {
@@ -29,8 +29,27 @@ fn bench() -> Command {
     bulkhead_testkit::bins::clean(bulkhead_testkit::bins::this_build())
 }
 
-/// Everything a bench run may create, found on the machine.
-fn leftovers() -> Vec<String> {
+/// Runs a bench command to its end: its output, and its PID (which names everything it makes).
+fn finish(cmd: &mut Command) -> (std::process::Output, u32) {
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    (child.wait_with_output().unwrap(), pid)
+}
+
+/// Everything the bench runs with these PIDs may have made and left on the machine: their
+/// cgroups (`bulkhead-bench-PID`), mounts (`/run/bulkhead/bench/PID`), loop devices
+/// (`bulkhead-bench-PID*.img`) and processes (in their cgroups, or their children). Only
+/// theirs: another bench on the machine (a second CI beside this one) is not ours to judge.
+fn leftovers(pids: &[u32]) -> Vec<String> {
+    let tags: Vec<String> = pids.iter().map(|p| format!("bulkhead-bench-{p}")).collect();
+    let ours = |s: &str| {
+        tags.iter()
+            .any(|t| s.contains(&format!("/{t}/")) || s.ends_with(&format!("/{t}")))
+    };
     let mut out = Vec::new();
     for m in std::fs::read_dir("/sys/fs/cgroup")
         .into_iter()
@@ -38,19 +57,23 @@ fn leftovers() -> Vec<String> {
         .flatten()
     {
         for c in std::fs::read_dir(m.path()).into_iter().flatten().flatten() {
-            if c.file_name()
-                .to_string_lossy()
-                .starts_with("bulkhead-bench-")
+            if tags
+                .iter()
+                .any(|t| c.file_name().to_string_lossy() == t.as_str())
             {
                 out.push(c.path().display().to_string());
             }
         }
     }
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let mount_dirs: Vec<String> = pids
+        .iter()
+        .map(|p| format!("/run/bulkhead/bench/{p}/"))
+        .collect();
     out.extend(
         mounts
             .lines()
-            .filter(|l| l.contains("/run/bulkhead/bench"))
+            .filter(|l| mount_dirs.iter().any(|d| l.contains(d.as_str())))
             .map(String::from),
     );
     let loops = Command::new("losetup")
@@ -61,26 +84,42 @@ fn leftovers() -> Vec<String> {
     out.extend(
         loops
             .lines()
-            .filter(|l| l.contains("bulkhead-bench-"))
+            .filter(|l| {
+                tags.iter()
+                    .any(|t| l.contains(&format!("{t}.img")) || l.contains(&format!("{t}-")))
+            })
             .map(String::from),
     );
     for p in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        if let Ok(cmd) = std::fs::read_to_string(p.path().join("cmdline")) {
-            let cmd = cmd.replace('\0', " ");
-            let cg = std::fs::read_to_string(p.path().join("cgroup")).unwrap_or_default();
-            if cmd.contains("bench hog")
+        let Ok(cmd) = std::fs::read_to_string(p.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = cmd.replace('\0', " ");
+        let cg = std::fs::read_to_string(p.path().join("cgroup")).unwrap_or_default();
+        let child = parent(&p.path()).is_some_and(|pp| pids.contains(&pp));
+        let bench_child = child
+            && (cmd.contains("bench hog")
                 || cmd.contains("bench loadgen")
-                || cmd.contains("bench pgload")
-                || cg.contains("bulkhead-bench-")
-            {
-                out.push(format!(
-                    "process {}: {cmd}",
-                    p.file_name().to_string_lossy()
-                ));
-            }
+                || cmd.contains("bench pgload"));
+        if bench_child || cg.lines().any(ours) {
+            out.push(format!(
+                "process {}: {cmd}",
+                p.file_name().to_string_lossy()
+            ));
         }
     }
     out
+}
+
+/// A process's parent PID, from /proc/PID/stat (after the command's closing parenthesis).
+fn parent(proc_dir: &std::path::Path) -> Option<u32> {
+    let stat = std::fs::read_to_string(proc_dir.join("stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 #[test]
@@ -93,35 +132,35 @@ fn short_run_reports_every_scenario_and_cleans_up() {
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("r.json");
     let png = dir.join("r.png");
-    let o = bench()
-        .args([
-            "bench",
-            "isolation",
-            "--loads",
-            "80,closed",
-            "--setups",
-            "free,idle,guarded",
-            "--duration",
-            "2s",
-            "--warmup",
-            "500ms",
-            "--calibration",
-            "2s",
-            "--repeat",
-            "1",
-            "--keys",
-            "20000",
-            "--connections",
-            "4",
-            "--host-memory",
-            "1G",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .arg("--chart")
-        .arg(&png)
-        .output()
-        .unwrap();
+    let (o, pid) = finish(
+        bench()
+            .args([
+                "bench",
+                "isolation",
+                "--loads",
+                "80,closed",
+                "--setups",
+                "free,idle,guarded",
+                "--duration",
+                "2s",
+                "--warmup",
+                "500ms",
+                "--calibration",
+                "2s",
+                "--repeat",
+                "1",
+                "--keys",
+                "20000",
+                "--connections",
+                "4",
+                "--host-memory",
+                "1G",
+            ])
+            .arg("--json")
+            .arg(&json)
+            .arg("--chart")
+            .arg(&png),
+    );
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     let text = stdout(&o);
     assert!(
@@ -193,7 +232,7 @@ fn short_run_reports_every_scenario_and_cleans_up() {
     let png_bytes = std::fs::read(&png).unwrap();
     assert!(png_bytes.starts_with(b"\x89PNG"), "a PNG chart is written");
     assert_eq!(
-        leftovers(),
+        leftovers(&[pid]),
         Vec::<String>::new(),
         "the bench left things behind"
     );
@@ -220,37 +259,37 @@ fn postgres_under_a_backup_reports_where_it_waited() {
     let dir = std::env::temp_dir().join(format!("bulkhead-bench-pg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("r.json");
-    let o = bench()
-        .args([
-            "bench",
-            "isolation",
-            "--db",
-            "postgres",
-            "--pg-scale",
-            "1",
-            "--hog",
-            "backup",
-            "--loads",
-            "80",
-            "--setups",
-            "plan",
-            "--duration",
-            "2s",
-            "--warmup",
-            "1s",
-            "--repeat",
-            "1",
-            "--connections",
-            "4",
-            "--archive-size",
-            "64M",
-            "--fs-size",
-            "1G",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
+    let (o, pid) = finish(
+        bench()
+            .args([
+                "bench",
+                "isolation",
+                "--db",
+                "postgres",
+                "--pg-scale",
+                "1",
+                "--hog",
+                "backup",
+                "--loads",
+                "80",
+                "--setups",
+                "plan",
+                "--duration",
+                "2s",
+                "--warmup",
+                "1s",
+                "--repeat",
+                "1",
+                "--connections",
+                "4",
+                "--archive-size",
+                "64M",
+                "--fs-size",
+                "1G",
+            ])
+            .arg("--json")
+            .arg(&json),
+    );
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     let text = stdout(&o);
     assert!(
@@ -276,7 +315,7 @@ fn postgres_under_a_backup_reports_where_it_waited() {
     assert!(io["waits"]["samples"].as_u64().unwrap() > 0, "{io}");
     assert!(!io["devices"].as_array().unwrap().is_empty(), "{io}");
     assert!(plan["verdict"].as_str().is_some_and(|v| !v.is_empty()));
-    assert_eq!(leftovers(), Vec::<String>::new());
+    assert_eq!(leftovers(&[pid]), Vec::<String>::new());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -312,11 +351,12 @@ fn killed_mid_run_then_cleaned_by_the_next_run() {
         ])
         .spawn()
         .unwrap();
+    let first = child.id();
     // Mid-run: its loop device mounted and its load or a hog running (not a pause that a
     // slow start may not have got through), then kill -9.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let l = leftovers();
+        let l = leftovers(&[first]);
         let mounted = l.iter().any(|l| l.contains("/run/bulkhead/bench"));
         let working = l.iter().any(|l| {
             l.starts_with("process ") && (l.contains("bench hog") || l.contains("bench loadgen"))
@@ -334,40 +374,37 @@ fn killed_mid_run_then_cleaned_by_the_next_run() {
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(
-        !leftovers().is_empty(),
+        !leftovers(&[first]).is_empty(),
         "a SIGKILLed bench leaves things behind until the next run"
     );
-    let o = bench()
-        .args([
-            "bench",
-            "isolation",
-            "--hog",
-            "cpu",
-            "--loads",
-            "closed",
-            "--setups",
-            "static",
-            "--no-bursty",
-            "--repeat",
-            "1",
-            "--duration",
-            "1s",
-            "--warmup",
-            "100ms",
-            "--keys",
-            "1000",
-            "--connections",
-            "2",
-        ])
-        .output()
-        .unwrap();
+    let (o, pid) = finish(bench().args([
+        "bench",
+        "isolation",
+        "--hog",
+        "cpu",
+        "--loads",
+        "closed",
+        "--setups",
+        "static",
+        "--no-bursty",
+        "--repeat",
+        "1",
+        "--duration",
+        "1s",
+        "--warmup",
+        "100ms",
+        "--keys",
+        "1000",
+        "--connections",
+        "2",
+    ]));
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("left behind"),
         "the next run says it cleaned up: {}",
         stderr(&o)
     );
-    assert_eq!(leftovers(), Vec::<String>::new());
+    assert_eq!(leftovers(&[first, pid]), Vec::<String>::new());
 }
 
 #[test]
@@ -397,18 +434,14 @@ fn bad_input_is_refused_before_anything_starts() {
         (vec!["--port".into(), port], "is busy"),
     ];
     for (args, want) in cases {
-        let o = bench()
-            .args(["bench", "isolation"])
-            .args(&args)
-            .output()
-            .unwrap();
+        let (o, pid) = finish(bench().args(["bench", "isolation"]).args(&args));
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(
             stderr(&o).contains(want),
             "{args:?}: expected '{want}' in {}",
             stderr(&o)
         );
-        assert_eq!(leftovers(), Vec::<String>::new());
+        assert_eq!(leftovers(&[pid]), Vec::<String>::new());
     }
     let _ = std::fs::remove_file(plan);
 }
