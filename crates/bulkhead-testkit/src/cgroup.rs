@@ -97,6 +97,12 @@ impl TestRoot {
         self.cmd().args(args).output().expect("run bulkhead")
     }
 
+    /// `bulkhead -c PLAN destroy --kill -q`, which must succeed (a test's clean end).
+    pub fn destroy(&self, plan: &str) {
+        let o = self.run(&["-c", plan, "destroy", "--kill", "-q"]);
+        assert!(o.status.success(), "destroy: {}", crate::stderr(&o));
+    }
+
     /// The directory of a slice path (e.g. "db.slice/db-helper.slice") in a hierarchy whose
     /// mount ends with `mount_suffix` ("cpu", "memory", "unified").
     pub fn dir(&self, mount_suffix: &str, rel: &str) -> PathBuf {

@@ -35,3 +35,10 @@ pub fn read(p: &Path) -> String {
         .trim()
         .to_string()
 }
+
+/// Writes `text` to a file; a failure fails the test, naming the file.
+#[track_caller]
+pub fn write(p: impl AsRef<Path>, text: impl AsRef<[u8]>) {
+    let p = p.as_ref();
+    std::fs::write(p, text).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
+}

@@ -24,7 +24,7 @@ pub mod prereq;
 
 pub use bins::bulkhead;
 pub use cgroup::TestRoot;
-pub use fs::{read, TempDir};
+pub use fs::{read, write, TempDir};
 pub use net::free_port;
-pub use output::{stderr, stdout};
+pub use output::{assert_has, stderr, stdout};
 pub use prereq::{ci, require};

@@ -2,9 +2,11 @@
 //! python3 servers as plain commands), real `bulkhead serve` processes.
 
 use crate::common;
+use bulkhead_testkit::assert_has;
 
 use crate::common::prerequisites;
-use crate::common::serve::{bulkhead, python_ok, status, wait_for, Scratch, Serve, PY};
+use crate::common::serve::{bulkhead, python_ok, status, wait_for, Serve};
+use crate::common::served::{arr, q, Served};
 use bulkhead_testkit::free_port;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -47,36 +49,28 @@ fn sandbox_entries() -> usize {
 
 #[test]
 fn first_connection_starts_idle_stops_next_restarts() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
-    let s = Scratch::new("activate");
-    let name = s.name("web");
-    let (port, backend) = (free_port(), free_port());
-    std::fs::create_dir_all(s.dir.join("www")).unwrap();
-    std::fs::write(s.dir.join("www/index.html"), "plain target\n").unwrap();
-    let marker = format!("-p 127.0.0.1:{backend}");
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["127.0.0.1:{port}", "unix:{dir}/web.sock"]
-backend = "127.0.0.1:{backend}"
-idle_timeout = "400ms"
-socket_mode = "0660"
-socket_group = "nogroup"
-[socket.{name}.target]
-command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{dir}/www"]
-"#,
-            dir = s.dir.display()
-        ),
-    );
-    let mut serve = Serve::start(&plan, s.dir.join("serve.log"));
+    };
+    let mut f = Served::new("activate", "web");
+    let unix = f.s.dir.join("web.sock");
+    f.set(
+        "listen",
+        arr(&[
+            format!("127.0.0.1:{}", f.port),
+            format!("unix:{}", unix.display()),
+        ]),
+    )
+    .set("idle_timeout", q("400ms"))
+    .set("socket_mode", q("0660"))
+    .set("socket_group", q("nogroup"))
+    .httpd("plain target\n");
+    let (s, name, port) = (&f.s, &f.name, f.port);
+    let marker = format!("-p 127.0.0.1:{}", f.backend);
+    let mut serve = f.start();
     // Nothing runs before the first connection.
     assert!(pids_of(&marker).is_empty());
-    assert_eq!(status(&name)["state"], "idle");
+    assert_eq!(status(name)["state"], "idle");
     let r = http_get(port).unwrap();
     assert!(r.contains("plain target"), "{r}");
     // The unix socket file has the plan's mode and group (systemd's SocketMode=, SocketGroup=).
@@ -95,28 +89,28 @@ command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{d
     drop(u);
     // The status file is refreshed on every state change and once a second.
     wait_for("counters", || {
-        let st = status(&name);
+        let st = status(name);
         st["connections_total"] == 2 && st["bytes_out"].as_u64().unwrap() > 0
     });
-    assert_eq!(status(&name)["cold_starts"], 1);
+    assert_eq!(status(name)["cold_starts"], 1);
     // Idle stop: the target is gone, and the next connection starts it again.
     let t0 = Instant::now();
-    while !(status(&name)["state"] == "idle" && pids_of(&marker).is_empty()) {
+    while !(status(name)["state"] == "idle" && pids_of(&marker).is_empty()) {
         assert!(
             t0.elapsed() < Duration::from_secs(60),
             "no idle stop: {} {:?}\n{}",
-            status(&name),
+            status(name),
             pids_of(&marker),
             serve.log()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(serve.log().contains("idle for 400ms"), "{}", serve.log());
+    assert_has(&serve.log(), "idle for 400ms");
     assert!(http_get(port).unwrap().contains("plain target"));
-    wait_for("second cold start", || status(&name)["cold_starts"] == 2);
+    wait_for("second cold start", || status(name)["cold_starts"] == 2);
     // `bulkhead status` shows the socket.
     let out = bulkhead().arg("status").output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains(&name));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(name.as_str()));
     assert_eq!(serve.stop(), Some(0));
     assert!(pids_of(&marker).is_empty(), "target left running");
     assert!(!s.dir.join("web.sock").exists(), "unix socket file left");
@@ -125,29 +119,16 @@ command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{d
 
 #[test]
 fn dry_run_prints_the_target_and_sd_notify_says_ready() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
-    let s = Scratch::new("activate");
-    let name = s.name("dry");
-    let port = free_port();
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["127.0.0.1:{port}"]
-backend = "127.0.0.1:8000"
-[socket.{name}.target]
-rootfs = "{root}"
-command = ["/bin/httpd", "-f", "-p", "127.0.0.1:8000"]
-network = "private"
-environment = {{ A = "b c" }}
-"#,
-            root = s.root().display()
-        ),
-    );
+    };
+    let mut f = Served::new("activate", "dry");
+    f.set("backend", q("127.0.0.1:8000"))
+        .sandboxed()
+        .command(&["/bin/httpd", "-f", "-p", "127.0.0.1:8000"])
+        .target("network", q("private"))
+        .target("environment", r#"{ A = "b c" }"#);
+    let (s, port, plan) = (&f.s, f.port, f.plan());
     let out = bulkhead()
         .arg("-c")
         .arg(&plan)
@@ -199,30 +180,17 @@ environment = {{ A = "b c" }}
 
 #[test]
 fn hundred_clients_during_a_sandboxed_cold_start_all_get_answers() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
-    let s = Scratch::new("activate");
-    let name = s.name("sb");
-    let port = free_port();
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["127.0.0.1:{port}"]
-backend = "127.0.0.1:8000"
-idle_timeout = "infinity"
-[socket.{name}.target]
-rootfs = "{root}"
-command = ["/bin/httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]
-"#,
-            root = s.root().display()
-        ),
-    );
+    };
+    let mut f = Served::new("activate", "sb");
+    f.set("backend", q("127.0.0.1:8000"))
+        .set("idle_timeout", q("infinity"))
+        .sandboxed()
+        .command(&["/bin/httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]);
+    let port = f.port;
     let before = sandbox_entries();
-    let mut serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let mut serve = f.start();
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(100));
     let handles: Vec<_> = (0..100)
         .map(|_| {
@@ -245,7 +213,7 @@ command = ["/bin/httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]
     // once saw connections_total 100, then cold_starts 0).
     let mut last = serde_json::Value::Null;
     wait_for("counters", || {
-        last = status(&name);
+        last = f.status();
         last["connections_total"] == 100
     });
     assert_eq!(last["cold_starts"], 1, "{last}");
@@ -255,41 +223,21 @@ command = ["/bin/httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]
 
 #[test]
 fn a_crashed_target_is_restarted_by_the_next_connection() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
-    let s = Scratch::new("activate");
-    let name = s.name("crash");
-    let (port, backend) = (free_port(), free_port());
-    std::fs::create_dir_all(s.dir.join("www")).unwrap();
-    std::fs::write(s.dir.join("www/index.html"), "again\n").unwrap();
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["127.0.0.1:{port}"]
-backend = "127.0.0.1:{backend}"
-[socket.{name}.target]
-command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{dir}/www"]
-"#,
-            dir = s.dir.display()
-        ),
-    );
-    let serve = Serve::start(&plan, s.dir.join("serve.log"));
+    };
+    let mut f = Served::new("activate", "crash");
+    f.httpd("again\n");
+    let (name, port) = (&f.name, f.port);
+    let serve = f.start();
     assert!(http_get(port).unwrap().contains("again"));
-    wait_for("target pid", || status(&name)["target_pid"].is_u64());
-    let pid = status(&name)["target_pid"].as_u64().unwrap();
+    wait_for("target pid", || status(name)["target_pid"].is_u64());
+    let pid = status(name)["target_pid"].as_u64().unwrap();
     let _ = bulkhead::sys::process::kill(pid as i32, libc::SIGKILL);
-    wait_for("crash noticed", || status(&name)["state"] == "idle");
-    assert!(
-        serve.log().contains("killed by signal 9"),
-        "{}",
-        serve.log()
-    );
+    wait_for("crash noticed", || status(name)["state"] == "idle");
+    assert_has(&serve.log(), "killed by signal 9");
     assert!(http_get(port).unwrap().contains("again"));
-    wait_for("second cold start", || status(&name)["cold_starts"] == 2);
+    wait_for("second cold start", || status(name)["cold_starts"] == 2);
 }
 
 #[test]
@@ -298,11 +246,9 @@ fn pass_mode_hands_over_the_listening_socket() {
     if !prerequisites() || !python_ok() {
         return;
     }
-    let s = Scratch::new("activate");
-    let name = s.name("pass");
-    let port = free_port();
+    let mut f = Served::new("activate", "pass");
     // A systemd-style socket-activated server: checks LISTEN_PID and serves on fd 3.
-    let script = s.write(
+    f.unset("backend").set("mode", q("pass")).python(
         "pass.py",
         r#"
 import os, socket
@@ -316,20 +262,8 @@ for _ in range(2):
     c.close()
 "#,
     );
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["127.0.0.1:{port}"]
-mode = "pass"
-[socket.{name}.target]
-command = ["{PY}", "{script}"]
-"#,
-            script = script.display()
-        ),
-    );
-    let serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let (name, port) = (&f.name, f.port);
+    let serve = f.start();
     let read = || {
         let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -347,7 +281,7 @@ command = ["{PY}", "{script}"]
     // Both connections went to the same process: bulkhead stepped aside.
     assert_eq!(a, b);
     // After it exits, the next connection starts it again.
-    wait_for("target exit", || status(&name)["state"] == "idle");
+    wait_for("target exit", || status(name)["state"] == "idle");
     let c = read();
     assert!(c.starts_with("fds=1"), "{c}");
     assert_ne!(a, c, "a new process serves after the restart");
@@ -355,47 +289,23 @@ command = ["{PY}", "{script}"]
 
 #[test]
 fn per_connection_mode_gives_each_client_its_own_sandbox() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
-    let s = Scratch::new("activate");
+    };
     let t = common::TestRoot::new();
-    let name = s.name("inetd");
-    let port = free_port();
+    let mut f = Served::new("activate", "inetd");
     // Every sandbox of the socket runs in a slice that bounds them (the plan refuses one
     // without).
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[slice.inetd]
-TasksMax = 256
-MemoryMax = "1G"
-
-[socket.{name}]
-listen = ["127.0.0.1:{port}"]
-mode = "per-connection"
-[socket.{name}.target]
-rootfs = "{root}"
-slice = "inetd"
-command = ["/bin/sh", "-c", "read line; ls /root; touch /root/mark; echo \"$line pid=$$ from=$REMOTE_ADDR\""]
-"#,
-            root = s.root().display()
-        ),
-    );
-    let in_root = |args: &[&str]| {
-        let mut c = bulkhead();
-        c.env("BULKHEAD_CGROUP_ROOT", &t.cgroup)
-            .arg("-c")
-            .arg(&plan);
-        c.args(args);
-        c
-    };
-    let o = in_root(&["apply", "-q"]).output().unwrap();
-    assert!(o.status.success(), "{}", common::stderr(&o));
+    f.per_connection()
+        .slice("inetd", "TasksMax = 256\nMemoryMax = \"1G\"")
+        .command(&[
+            "/bin/sh",
+            "-c",
+            "read line; ls /root; touch /root/mark; echo \"$line pid=$$ from=$REMOTE_ADDR\"",
+        ]);
+    let (s, name, port) = (&f.s, &f.name, f.port);
     let before = sandbox_entries();
-    let mut serve = Serve::start_cmd(in_root(&["serve"]), s.dir.join("serve.log"));
+    let mut serve = f.start_in(&t);
     let talk = |msg: &str| {
         let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -415,7 +325,7 @@ command = ["/bin/sh", "-c", "read line; ls /root; touch /root/mark; echo \"$line
         );
     }
     assert!(!s.root().join("root/mark").exists(), "wrote into the image");
-    wait_for("three starts", || status(&name)["cold_starts"] == 3);
+    wait_for("three starts", || status(name)["cold_starts"] == 3);
     assert_eq!(serve.stop(), Some(0));
     assert_eq!(sandbox_entries(), before);
 }
@@ -426,15 +336,17 @@ fn half_close_and_proxy_protocol_pass_through() {
     if !prerequisites() || !python_ok() {
         return;
     }
-    let s = Scratch::new("activate");
-    let name = s.name("half");
-    let (port, backend) = (free_port(), free_port());
+    let mut f = Served::new("activate", "half");
+    let backend = f.backend;
     // Reads the PROXY line, then everything until EOF, then answers: only possible when the
     // client's shutdown(SHUT_WR) travels through the proxy as a half-close.
-    let script = s.write(
-        "echo.py",
-        &format!(
-            r#"
+    f.set("accept_proxy_protocol", "true")
+        .set("proxy_protocol", q("v1"))
+        .set("pipe_size", q("1M"))
+        .python(
+            "echo.py",
+            &format!(
+                r#"
 import socket
 l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 l.bind(("127.0.0.1", {backend})); l.listen(16)
@@ -447,25 +359,10 @@ while True:
     f.close()
     c.close()
 "#
-        ),
-    );
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["127.0.0.1:{port}"]
-backend = "127.0.0.1:{backend}"
-accept_proxy_protocol = true
-proxy_protocol = "v1"
-pipe_size = "1M"
-[socket.{name}.target]
-command = ["{PY}", "{script}"]
-"#,
-            script = script.display()
-        ),
-    );
-    let serve = Serve::start(&plan, s.dir.join("serve.log"));
+            ),
+        );
+    let port = f.port;
+    let serve = f.start();
     let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     // A load balancer's v2 header: the client 192.0.2.7:4242 connected to 198.51.100.1:443.
@@ -503,14 +400,16 @@ fn udp_with_notify_readiness() {
     if !prerequisites() || !python_ok() {
         return;
     }
-    let s = Scratch::new("activate");
-    let name = s.name("udp");
-    let (port, backend) = (free_port(), free_port());
+    let mut f = Served::new("activate", "udp");
+    let (port, backend) = (f.port, f.backend);
     // Sleeps before READY=1: datagrams sent meanwhile must be held, not lost.
-    let script = s.write(
-        "udp.py",
-        &format!(
-            r#"
+    f.set("listen", arr(&[format!("udp:127.0.0.1:{port}")]))
+        .set("backend", q(format!("udp:127.0.0.1:{backend}")))
+        .set("ready", q("notify"))
+        .python(
+            "udp.py",
+            &format!(
+                r#"
 import os, socket, time
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 u.bind(("127.0.0.1", {backend}))
@@ -521,23 +420,9 @@ while True:
     d, a = u.recvfrom(65536)
     u.sendto(d.upper(), a)
 "#
-        ),
-    );
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["udp:127.0.0.1:{port}"]
-backend = "udp:127.0.0.1:{backend}"
-ready = "notify"
-[socket.{name}.target]
-command = ["{PY}", "{script}"]
-"#,
-            script = script.display()
-        ),
-    );
-    let serve = Serve::start(&plan, s.dir.join("serve.log"));
+            ),
+        );
+    let serve = f.start();
     let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     u.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     u.connect(("127.0.0.1", port)).unwrap();
@@ -548,14 +433,15 @@ command = ["{PY}", "{script}"]
     assert_eq!(&buf[..n], b"ONE", "{}", serve.log());
     let n = u.recv(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"TWO");
-    wait_for("status", || status(&name)["cold_starts"] == 1);
-    let st = status(&name);
+    wait_for("status", || f.status()["cold_starts"] == 1);
+    let st = f.status();
     assert!(st["last_start_ms"].as_f64().unwrap() >= 300.0, "{st}");
 }
 
-/// `serve` with a plan, expected to fail at once with exit code 2 and this text on stderr.
-fn refused(s: &Scratch, plan_text: &str, expect: &[&str]) {
-    let plan = s.write("bad.toml", plan_text);
+/// `serve` on the fixture's plan (as `bad.toml`), expected to fail at once with exit code 2
+/// and this text on stderr, with the file and line.
+fn refused(f: &Served, expect: &[&str]) {
+    let plan = f.s.write("bad.toml", &f.text());
     let mut child = bulkhead()
         .arg("-c")
         .arg(&plan)
@@ -570,7 +456,7 @@ fn refused(s: &Scratch, plan_text: &str, expect: &[&str]) {
         }
         if t0.elapsed() > Duration::from_secs(60) {
             let _ = child.kill();
-            panic!("serve did not refuse the plan:\n{plan_text}");
+            panic!("serve did not refuse the plan:\n{}", f.text());
         }
         std::thread::sleep(Duration::from_millis(10));
     };
@@ -588,91 +474,83 @@ fn refused(s: &Scratch, plan_text: &str, expect: &[&str]) {
     assert!(err.contains("bad.toml:"), "no file:line in:\n{err}");
 }
 
+/// A change to the common socket that makes its plan wrong.
+type Edit<'a> = Box<dyn Fn(&mut Served) + 'a>;
+
 #[test]
 fn bad_input_is_refused_before_anything_listens() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
-    let s = Scratch::new("activate");
-    let name = s.name("bad");
+    };
     let busy = TcpListener::bind("127.0.0.1:0").unwrap();
-    let busy_port = busy.local_addr().unwrap().port();
-    let free = free_port();
-    let target = "[socket.X.target]\ncommand = [\"/bin/true\"]\n";
-    let with = |head: &str| format!("[socket.X]\n{head}\n{target}").replace('X', &name);
-    refused(
-        &s,
-        &with(&format!(
-            "listen = [\"127.0.0.1:{free}\", \"127.0.0.1:{busy_port}\"]\nbackend = \"127.0.0.1:1\""
-        )),
-        &[
-            "cannot listen on 127.0.0.1:",
-            "Address already in use",
-            "another process listens there",
-        ],
-    );
-    // Nothing was left listening on the first address.
-    TcpListener::bind(("127.0.0.1", free)).expect("the first address was left bound");
-    refused(
-        &s,
-        &with("listen = [\"127.0.0.1:80:80\"]\nbackend = \"127.0.0.1:1\""),
-        &["is not an address"],
-    );
-    refused(
-        &s,
-        &with("listen = [\"unix:/nonexistent/dir/app.sock\"]\nbackend = \"127.0.0.1:1\""),
-        &["the directory /nonexistent/dir does not exist"],
-    );
-    refused(
-        &s,
-        &format!(
-            "[socket.{name}]\nlisten = [\"127.0.0.1:{free}\"]\nbackend = \"127.0.0.1:1\"\n[socket.{name}.target]\ncommand = [\"/no/such/server\"]\n"
+    let busy_at = busy.local_addr().unwrap().to_string();
+    let cases: Vec<(Edit, &[&str])> = vec![
+        (
+            Box::new(|f| {
+                let listen = arr(&[format!("127.0.0.1:{}", f.port), busy_at.clone()]);
+                f.set("listen", listen);
+            }),
+            &[
+                "cannot listen on 127.0.0.1:",
+                "Address already in use",
+                "another process listens there",
+            ],
         ),
-        &["the command '/no/such/server' does not exist"],
-    );
-    refused(
-        &s,
-        &with(&format!("listen = [\"127.0.0.1:{free}\"]")),
-        &["proxy mode needs a backend address"],
-    );
-    refused(
-        &s,
-        &with(&format!(
-            "listen = [\"127.0.0.1:{free}\"]\nbackend = \"127.0.0.1:1\"\nidle_timout = \"1s\""
-        )),
-        &["unknown key 'idle_timout'", "did you mean idle_timeout?"],
-    );
+        (
+            Box::new(|f| {
+                f.set("listen", arr(&["127.0.0.1:80:80"]));
+            }),
+            &["is not an address"],
+        ),
+        (
+            Box::new(|f| {
+                f.set("listen", arr(&["unix:/nonexistent/dir/app.sock"]));
+            }),
+            &["the directory /nonexistent/dir does not exist"],
+        ),
+        (
+            Box::new(|f| {
+                f.command(&["/no/such/server"]);
+            }),
+            &["the command '/no/such/server' does not exist"],
+        ),
+        (
+            Box::new(|f| {
+                f.unset("backend");
+            }),
+            &["proxy mode needs a backend address"],
+        ),
+        (
+            Box::new(|f| {
+                f.set("idle_timout", q("1s"));
+            }),
+            &["unknown key 'idle_timout'", "did you mean idle_timeout?"],
+        ),
+    ];
+    for (edit, expect) in cases {
+        let mut f = Served::new("activate", "bad");
+        f.command(&["/bin/true"]);
+        edit(&mut f);
+        refused(&f, expect);
+        // Nothing was left listening on the socket's own address.
+        TcpListener::bind(("127.0.0.1", f.port)).expect("an address was left bound");
+    }
     drop(busy);
 }
 
 #[test]
 fn a_backend_that_never_listens_fails_the_start_and_closes_clients() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
-    let s = Scratch::new("activate");
-    let name = s.name("never");
-    let (port, backend) = (free_port(), free_port());
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["127.0.0.1:{port}"]
-backend = "127.0.0.1:{backend}"
-start_timeout = "500ms"
-stop_timeout = "500ms"
-[socket.{name}.target]
-rootfs = "{root}"
-command = ["/bin/sleep", "600"]
-"#,
-            root = s.root().display()
-        ),
-    );
+    };
+    let mut f = Served::new("activate", "never");
+    f.set("start_timeout", q("500ms"))
+        .set("stop_timeout", q("500ms"))
+        .sandboxed()
+        .command(&["/bin/sleep", "600"]);
+    let (port, backend) = (f.port, f.backend);
     let before = sandbox_entries();
-    let mut serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let mut serve = f.start();
     for _ in 0..3 {
         let t0 = Instant::now();
         let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -697,7 +575,7 @@ command = ["/bin/sleep", "600"]
     wait_for("backoff log", || {
         serve.log().contains("failed in a row (last:")
     });
-    wait_for("backoff state", || status(&name)["state"] == "backoff");
+    wait_for("backoff state", || f.status()["state"] == "backoff");
     wait_for("failed sandboxes removed", || sandbox_entries() == before);
     wait_for("failed targets stopped", || {
         pids_of("/bin/sleep 600").is_empty()
@@ -711,32 +589,21 @@ command = ["/bin/sleep", "600"]
 /// socket that no plan address names.
 #[test]
 fn serve_takes_its_listening_sockets_from_a_socket_unit() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let activate = "/usr/bin/systemd-socket-activate";
     if !common::serve::have(activate, "systemd") {
         return;
     }
-    let s = Scratch::new("passed");
-    let name = s.name("web");
-    let (port, own, stray, backend) = (free_port(), free_port(), free_port(), free_port());
-    std::fs::create_dir_all(s.dir.join("www")).unwrap();
-    std::fs::write(s.dir.join("www/index.html"), "served from a socket unit\n").unwrap();
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["127.0.0.1:{port}", "127.0.0.1:{own}"]
-backend = "127.0.0.1:{backend}"
-[socket.{name}.target]
-command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{dir}/www"]
-"#,
-            dir = s.dir.display()
-        ),
-    );
+    let mut f = Served::new("passed", "web");
+    let (port, own, stray) = (f.port, free_port(), free_port());
+    f.set(
+        "listen",
+        arr(&[format!("127.0.0.1:{port}"), format!("127.0.0.1:{own}")]),
+    )
+    .httpd("served from a socket unit\n");
+    let (s, plan) = (&f.s, f.plan());
     let mut cmd = Command::new(activate);
     cmd.arg("-l")
         .arg(format!("127.0.0.1:{port}"))
@@ -764,9 +631,7 @@ command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{backend}", "-h", "{d
     );
     // The address the unit did not pass is bound by serve.
     assert!(http_get(own).unwrap().contains("served from a socket unit"));
-    wait_for("the cold start counted", || {
-        status(&name)["cold_starts"] == 1
-    });
+    wait_for("the cold start counted", || f.status()["cold_starts"] == 1);
     drop(serve);
 
     // A passed socket that the plan does not name: an error that says which, before serving.
@@ -805,45 +670,34 @@ fn a_booted_system_starts_on_the_first_connection_and_powers_off_when_idle() {
     let Some(root) = common::container::debian_root() else {
         return;
     };
-    let s = Scratch::new("activate");
-    let units = s.dir.join("units");
+    let mut f = Served::new("activate", "boot");
+    let units = f.s.dir.join("units");
     std::fs::create_dir_all(units.join("sockets.target.wants")).unwrap();
-    std::fs::write(
+    bulkhead_testkit::write(
         units.join("hello.socket"),
         "[Socket]\nListenStream=127.0.0.1:8000\nAccept=yes\n[Install]\nWantedBy=sockets.target\n",
-    )
-    .unwrap();
-    std::fs::write(
-        units.join("hello@.service"),
-        "[Service]\nExecStart=/bin/sh -c 'printf \"HTTP/1.0 200 OK\\r\\n\\r\\nhello from the booted system $(cat /proc/1/comm)\\n\"'\nStandardInput=socket\n",
-    )
-    .unwrap();
+    );
+    bulkhead_testkit::write(units.join("hello@.service"), "[Service]\nExecStart=/bin/sh -c 'printf \"HTTP/1.0 200 OK\\r\\n\\r\\nhello from the booted system $(cat /proc/1/comm)\\n\"'\nStandardInput=socket\n");
     std::os::unix::fs::symlink(
         "../hello.socket",
         units.join("sockets.target.wants/hello.socket"),
     )
     .unwrap();
-    let name = s.name("boot");
-    let port = free_port();
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["127.0.0.1:{port}"]
-backend = "127.0.0.1:8000"
-idle_timeout = "1s"
-start_timeout = "60s"
-stop_timeout = "30s"
-[socket.{name}.target]
-rootfs = "{root}"
-boot = true
-snapshot = "overlay"
-bind = ["{units}:/usr/local/lib/systemd/system:ro"]
-"#,
-            units = units.display()
-        ),
-    );
+    f.set("backend", q("127.0.0.1:8000"))
+        .set("idle_timeout", q("1s"))
+        .set("start_timeout", q("60s"))
+        .set("stop_timeout", q("30s"))
+        .target("rootfs", q(root))
+        .target("boot", "true")
+        .target("snapshot", q("overlay"))
+        .target(
+            "bind",
+            arr(&[format!(
+                "{}:/usr/local/lib/systemd/system:ro",
+                units.display()
+            )]),
+        );
+    let (name, port, plan) = (&f.name, f.port, f.plan());
     // The dry run shows the spawn --boot line with serve's notify socket for it.
     let o = bulkhead()
         .args(["-c", plan.to_str().unwrap(), "serve", "--dry-run"])
@@ -860,7 +714,7 @@ bind = ["{units}:/usr/local/lib/systemd/system:ro"]
         "{dry}"
     );
     assert!(dry.contains("ready: on READY=1"), "{dry}");
-    let mut serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let mut serve = Serve::start(&plan, f.log());
     for round in 1..=2 {
         let t = Instant::now();
         let r = http_get(port).unwrap_or_else(|e| panic!("round {round}: {e}\n{}", serve.log()));
@@ -870,10 +724,10 @@ bind = ["{units}:/usr/local/lib/systemd/system:ro"]
             serve.log()
         );
         eprintln!("round {round}: first byte after {:?}", t.elapsed());
-        assert_eq!(status(&name)["cold_starts"], round, "{}", serve.log());
+        assert_eq!(status(name)["cold_starts"], round, "{}", serve.log());
         // Idle: powered off through its systemd, well before the SIGKILL that would come
         // after stop_timeout (30 s) and its grace; wait_for gives up after 20 s.
-        wait_for("the idle stop", || status(&name)["state"] == "idle");
+        wait_for("the idle stop", || status(name)["state"] == "idle");
     }
     let log = serve.log();
     assert!(log.contains("booting /"), "{log}");

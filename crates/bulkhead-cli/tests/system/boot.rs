@@ -5,6 +5,7 @@
 
 use crate::common::container::debian_root;
 use crate::common::{bin, stderr, stdout, TestRoot};
+use bulkhead_testkit::assert_has;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -328,11 +329,7 @@ fn boots_in_a_slice() {
     );
     let code = stop(&mut c, &log.0);
     assert_eq!(code, 0, "{}", text(&log.0));
-    assert!(
-        text(&log.0).contains("Exiting container."),
-        "{}",
-        text(&log.0)
-    );
+    assert_has(&text(&log.0), "Exiting container.");
     let procs =
         std::fs::read_to_string(t.dir("pids", "db.slice/db-helper.slice/cgroup.procs")).unwrap();
     assert!(procs.trim().is_empty(), "left in the slice: {procs}");

@@ -5,7 +5,7 @@
 //! gauge, and as a non-root user (unknown, never protected). `status` shows the planned
 //! limits beside the kernel's values.
 
-use crate::common::{prerequisites, stderr, stdout, TestRoot};
+use crate::common::{stderr, stdout, TestRoot};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
@@ -98,11 +98,9 @@ pub(crate) fn scrape(t: &TestRoot, plan: &str) -> String {
 #[test]
 fn check_protected_drift_moved_out_exporter_and_non_root() {
     // Alone: other tests start real Redis servers, which are outside this test's slices.
-    let _suite = crate::suite::alone();
-    if !prerequisites() {
+    let Some((_suite, t)) = crate::suite::rooted_alone() else {
         return;
-    }
-    let t = TestRoot::new();
+    };
     let plan = t.plan(PLAN);
     let p = plan.to_str().unwrap();
 
@@ -278,21 +276,14 @@ fn check_protected_drift_moved_out_exporter_and_non_root() {
     }
 
     drop(server);
-    assert!(t
-        .run(&["-c", p, "destroy", "--kill", "-q"])
-        .status
-        .success());
+    t.destroy(p);
 }
 
 #[test]
 fn a_slice_bulkhead_did_not_create_is_not_protection() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t, p)) = crate::suite::planned(PLAN) else {
         return;
-    }
-    let t = TestRoot::new();
-    let plan = t.plan(PLAN);
-    let p = plan.to_str().unwrap();
+    };
     // Someone else's db.slice, where the plan's slices would go: apply refuses it, and so
     // check cannot call the plan in force (whatever else runs on the machine, this comes
     // first).

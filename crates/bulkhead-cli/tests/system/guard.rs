@@ -3,7 +3,8 @@
 //! its watchdog puts the plan back within seconds; a restart reuses the calibration and a
 //! clean stop leaves every sideload as planned.
 
-use crate::common::{prerequisites, read, stderr, stdout, TestRoot};
+use crate::common::{read, stderr, stdout, TestRoot};
+use bulkhead_testkit::assert_has;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -165,10 +166,9 @@ fn watchdogs_of(state: &Path) -> Vec<String> {
 
 #[test]
 fn guard_cuts_a_hog_and_its_watchdog_puts_the_plan_back_after_sigkill() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let g = Guarded::new();
     let before = g.helper_state();
     assert_eq!(before[..4], planned()[..], "apply gave the plan");
@@ -229,7 +229,7 @@ fn guard_cuts_a_hog_and_its_watchdog_puts_the_plan_back_after_sigkill() {
         "{gs}"
     );
     let o = g.cmd().arg("status").output().unwrap();
-    assert!(stdout(&o).contains("GUARD"), "{}", stdout(&o));
+    assert_has(&stdout(&o), "GUARD");
 
     // SIGKILL: nothing can run in the guard; its watchdog puts the plan back.
     guard.kill().unwrap();
@@ -288,16 +288,14 @@ fn guard_cuts_a_hog_and_its_watchdog_puts_the_plan_back_after_sigkill() {
     assert_eq!(after[..4], planned()[..]);
     assert!(unfrozen(&after), "{after:?}");
     let o = g.cmd().args(["guard", "--release"]).output().unwrap();
-    assert!(stdout(&o).contains("nothing to release"), "{}", stdout(&o));
+    assert_has(&stdout(&o), "nothing to release");
 }
 
 #[test]
 fn guard_refuses_a_plan_without_a_usable_guard_section() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t)) = crate::suite::rooted() else {
         return;
-    }
-    let t = TestRoot::new();
+    };
     let cases = [
         ("[slice.db-server]\n", "[guard]"),
         (

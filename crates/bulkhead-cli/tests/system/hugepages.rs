@@ -9,6 +9,7 @@
 //! with BULKHEAD_HP_HELPER set).
 
 use crate::common::{prerequisites, read, stderr, stdout, TestRoot};
+use bulkhead_testkit::assert_has;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -113,6 +114,13 @@ impl Machine {
 
     fn run(&self, args: &[&str]) -> Output {
         self.cmd().args(args).output().expect("run bulkhead")
+    }
+
+    /// [`Machine::run`] that must succeed.
+    fn ok(&self, args: &[&str]) -> Output {
+        let o = self.run(args);
+        assert!(o.status.success(), "bulkhead {args:?}: {}", stderr(&o));
+        o
     }
 
     fn plan(&self, text: &str) -> PathBuf {
@@ -245,6 +253,22 @@ fn helper() {
 }
 
 /// The helper's argv (this test binary, running only `helper`).
+/// THP in madvise mode (in "always" mode every process gets THP and a comparison says
+/// nothing); `Machine::restore` puts back what was there.
+fn thp_madvise() {
+    if active(&sysfs("transparent_hugepage/enabled")) != "madvise" {
+        std::fs::write(sysfs("transparent_hugepage/enabled"), "madvise").unwrap();
+    }
+}
+
+/// The helper run directly, not by bulkhead.
+fn helper_cmd() -> Command {
+    let argv = helper_argv();
+    let mut c = Command::new(&argv[0]);
+    c.args(&argv[1..]);
+    c
+}
+
 fn helper_argv() -> Vec<String> {
     vec![
         std::env::current_exe().unwrap().display().to_string(),
@@ -378,17 +402,15 @@ fn reserve_a_small_pool_and_give_it_back() {
     ));
     let p = plan.to_str().unwrap();
 
-    let o = m.run(&["-c", p, "apply", "--dry-run"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("nr_hugepages"), "{}", stdout(&o));
+    let o = m.ok(&["-c", p, "apply", "--dry-run"]);
+    assert_has(&stdout(&o), "nr_hugepages");
     assert_eq!(
         read(&pool_file(2048)),
         before.to_string(),
         "dry run changed"
     );
 
-    let o = m.run(&["-c", p, "apply"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    m.ok(&["-c", p, "apply"]);
     assert_eq!(read(&pool_file(2048)), (before + 8).to_string());
     assert!(m.state.exists(), "the original is recorded");
     let st = json(&m.run(&["hugepages", "status", "--json"]));
@@ -403,18 +425,13 @@ fn reserve_a_small_pool_and_give_it_back() {
     assert!(!st["saved"]["files"].as_object().unwrap().is_empty());
 
     let o = m.run(&["-c", p, "apply"]);
-    assert!(
-        stdout(&o).contains("hugepages: nothing to change"),
-        "{}",
-        stdout(&o)
-    );
+    assert_has(&stdout(&o), "hugepages: nothing to change");
 
-    let o = m.run(&["hugepages", "reset"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    m.ok(&["hugepages", "reset"]);
     assert_eq!(read(&pool_file(2048)), before.to_string());
     assert!(!m.state.exists(), "the record is gone after reset");
     let o = m.run(&["hugepages", "reset"]);
-    assert!(stdout(&o).contains("nothing to reset"), "{}", stdout(&o));
+    assert_has(&stdout(&o), "nothing to reset");
     m.assert_unchanged();
 }
 
@@ -490,7 +507,7 @@ fn hugetlb_memory_shows_in_usage_and_slice_counters_and_the_limit_holds() {
     assert_eq!(c2["current"], 4u64 << 20, "{u}");
     assert_eq!(c2["max"], 8u64 << 20, "{u}");
     let o = m.run(&["hugepages", "usage", &pid.to_string()]);
-    assert!(stdout(&o).contains("hugetlb 2M pages"), "{}", stdout(&o));
+    assert_has(&stdout(&o), "hugetlb 2M pages");
     let st = json(
         &t.cmd()
             .env("BULKHEAD_HUGEPAGES_STATE", &m.state)
@@ -526,8 +543,7 @@ fn hugetlb_memory_shows_in_usage_and_slice_counters_and_the_limit_holds() {
     assert_eq!(read(&slice_dir.join(cur)), (4u64 << 20).to_string());
 
     // Outside the slice the same 6M fits (the pool has room; only the slice limit refused).
-    let mut free = Command::new(&helper_argv()[0]);
-    free.args(&helper_argv()[1..]);
+    let free = helper_cmd();
     let c = Helper::start(free, "hugetlb:6");
     assert!(c.pid.is_some(), "6M outside the slice: {}", c.out);
     drop(c);
@@ -536,8 +552,7 @@ fn hugetlb_memory_shows_in_usage_and_slice_counters_and_the_limit_holds() {
     assert!(st_a.success());
     let o = t.run(&["-c", p, "destroy", "--kill"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = m.run(&["hugepages", "reset"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    m.ok(&["hugepages", "reset"]);
     drop(t);
     m.assert_unchanged();
 }
@@ -549,10 +564,8 @@ fn run_hugepages_thp_gives_the_child_anon_huge_pages() {
         return;
     }
     let m = Machine::take();
-    if active(&sysfs("transparent_hugepage/enabled")) != "madvise" {
-        // In "always" mode every process gets THP and the comparison says nothing.
-        std::fs::write(sysfs("transparent_hugepage/enabled"), "madvise").unwrap();
-    }
+    // In "always" mode every process gets THP and the comparison says nothing.
+    thp_madvise();
     // Without the switch: glibc does not madvise, so no THP in madvise mode.
     let mut plain = Command::new(&helper_argv()[0]);
     plain.args(&helper_argv()[1..]).env_remove("GLIBC_TUNABLES");
@@ -645,7 +658,7 @@ fn run_hugepages_thp_gives_the_child_anon_huge_pages() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(7));
-    assert!(stderr(&o).contains("got no THP pages"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "got no THP pages");
     m.restore();
     m.assert_unchanged();
 }
@@ -662,8 +675,7 @@ fn run_hugepages_2m_puts_the_heap_on_the_pool() {
         "[hugepages]\npools = {{ \"2M\" = {} }}\n",
         before + 16
     ));
-    let o = m.run(&["-c", plan.to_str().unwrap(), "apply"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    m.ok(&["-c", plan.to_str().unwrap(), "apply"]);
     let mut run = m.cmd();
     run.args(["run", "--hugepages", "2M", "--"])
         .args(helper_argv());
@@ -675,8 +687,7 @@ fn run_hugepages_2m_puts_the_heap_on_the_pool() {
         "Private_Hugetlb {huge} with --hugepages 2M"
     );
     drop(a);
-    let o = m.run(&["hugepages", "reset"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    m.ok(&["hugepages", "reset"]);
     m.assert_unchanged();
 }
 
@@ -687,11 +698,8 @@ fn collapse_raises_a_processes_thp_coverage() {
         return;
     }
     let m = Machine::take();
-    if active(&sysfs("transparent_hugepage/enabled")) != "madvise" {
-        std::fs::write(sysfs("transparent_hugepage/enabled"), "madvise").unwrap();
-    }
-    let mut c = Command::new(&helper_argv()[0]);
-    c.args(&helper_argv()[1..]);
+    thp_madvise();
+    let c = helper_cmd();
     let h = Helper::start(c, "anon:64");
     let pid = h.pid.expect("helper");
     let before = rollup(pid, "AnonHugePages");
@@ -705,7 +713,7 @@ fn collapse_raises_a_processes_thp_coverage() {
     );
     assert!(r["ranges"].as_u64().unwrap() > 0, "{r}");
     let o = m.run(&["hugepages", "collapse", &pid.to_string()]);
-    assert!(stdout(&o).contains("THP coverage"), "{}", stdout(&o));
+    assert_has(&stdout(&o), "THP coverage");
     drop(h);
     m.restore();
     m.assert_unchanged();
@@ -732,8 +740,7 @@ fn reset_puts_back_pools_thp_and_mounts() {
         before + 4,
         mnt.display()
     ));
-    let o = m.run(&["-c", plan.to_str().unwrap(), "apply"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    m.ok(&["-c", plan.to_str().unwrap(), "apply"]);
     assert_eq!(read(&pool_file(2048)), (before + 4).to_string());
     assert_eq!(active(&sysfs("transparent_hugepage/defrag")), other);
     let mounted = hugetlbfs_mounts();
@@ -744,8 +751,7 @@ fn reset_puts_back_pools_thp_and_mounts() {
         "{mounted:?}"
     );
 
-    let o = m.run(&["hugepages", "reset", "--dry-run"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = m.ok(&["hugepages", "reset", "--dry-run"]);
     let out = stdout(&o);
     assert!(out.contains("umount") && out.contains("defrag") && out.contains("nr_hugepages"));
     assert_eq!(
@@ -754,8 +760,7 @@ fn reset_puts_back_pools_thp_and_mounts() {
         "dry run"
     );
 
-    let o = m.run(&["hugepages", "reset"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    m.ok(&["hugepages", "reset"]);
     assert_eq!(read(&pool_file(2048)), before.to_string());
     assert_eq!(active(&sysfs("transparent_hugepage/defrag")), defrag);
     assert_eq!(hugetlbfs_mounts(), m.before.mounts);
@@ -831,15 +836,14 @@ fn bad_input_changes_nothing() {
     }
     // --force lets the big pool through, shown here only as a dry run.
     let plan = m.plan("[hugepages]\npools = { \"2M\" = \"95%\" }\n");
-    let o = m.run(&["-c", plan.to_str().unwrap(), "apply", "-n", "--force"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("nr_hugepages"), "{}", stdout(&o));
-    assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
+    let o = m.ok(&["-c", plan.to_str().unwrap(), "apply", "-n", "--force"]);
+    assert_has(&stdout(&o), "nr_hugepages");
+    assert_has(&stderr(&o), "--force");
 
     // run --hugepages: unknown size, empty pool, THP mode never.
     let o = m.run(&["run", "--hugepages", "4M", "--", "true"]);
     assert_eq!(o.status.code(), Some(125));
-    assert!(stderr(&o).contains("no 4M huge pages"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "no 4M huge pages");
     let pool: u64 = read(&pool_file(2048)).parse().unwrap();
     let free: u64 = read(&sysfs("hugepages/hugepages-2048kB/free_hugepages"))
         .parse()
@@ -847,7 +851,7 @@ fn bad_input_changes_nothing() {
     if pool == 0 || free == 0 {
         let o = m.run(&["run", "--hugepages", "2M", "--", "true"]);
         assert_eq!(o.status.code(), Some(125));
-        assert!(stderr(&o).contains("no free pages"), "{}", stderr(&o));
+        assert_has(&stderr(&o), "no free pages");
     }
     if Path::new("/usr/bin/redis-server").exists() {
         let o = m.run(&[
@@ -859,7 +863,7 @@ fn bad_input_changes_nothing() {
             "--version",
         ]);
         assert_eq!(o.status.code(), Some(125));
-        assert!(stderr(&o).contains("uses jemalloc"), "{}", stderr(&o));
+        assert_has(&stderr(&o), "uses jemalloc");
     }
 
     // PIDs that do not exist.
@@ -885,14 +889,14 @@ fn bad_input_changes_nothing() {
     // A kernel thread has no memory to look at (kthreadd is PID 2).
     let o = m.run(&["hugepages", "usage", "2"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("kernel thread"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "kernel thread");
 
     // THP switched off: run --hugepages thp refuses.
     std::fs::write(sysfs("transparent_hugepage/enabled"), "never").unwrap();
     let o = m.run(&["run", "--hugepages", "thp", "--", "true"]);
     m.restore();
     assert_eq!(o.status.code(), Some(125));
-    assert!(stderr(&o).contains("switched off"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "switched off");
     assert!(!m.state.exists());
     m.assert_unchanged();
 }
@@ -905,7 +909,7 @@ fn bench_tlb_runs_every_backing_and_gives_the_pools_back() {
     }
     let m = Machine::take();
     let out = m.state.with_extension("tlb.json");
-    let o = m.run(&[
+    let o = m.ok(&[
         "-q",
         "bench",
         "tlb",
@@ -925,7 +929,6 @@ fn bench_tlb_runs_every_backing_and_gives_the_pools_back() {
         "--json",
         out.to_str().unwrap(),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     assert!(text.contains("This is a VM"), "{text}");
     assert!(text.contains("128 B rows, 1 thread(s): 2M"), "{text}");
@@ -997,10 +1000,9 @@ fn a_failing_slice_write_takes_the_pool_back() {
     assert!(!o.status.success(), "{}", stdout(&o));
     if o.status.code() == Some(1) {
         // cgroup v1: the write itself failed, after the pool was grown.
-        assert!(
-            stderr(&o).contains("the huge page changes made before them were undone"),
-            "{}",
-            stderr(&o)
+        assert_has(
+            &stderr(&o),
+            "the huge page changes made before them were undone",
         );
     } else {
         // cgroup v2 refuses a memory.max below use before anything is written.

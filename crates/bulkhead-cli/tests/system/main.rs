@@ -107,6 +107,32 @@ pub mod suite {
         enter(Kind::Group(name), Some(first), Some(leave))
     }
 
+    /// [`shared`], when there are cgroups to test in (root and a mounted hierarchy; missing,
+    /// they fail the test in CI and skip it elsewhere).
+    pub fn cgroups() -> Option<Guard> {
+        let g = shared();
+        crate::common::prerequisites().then_some(g)
+    }
+
+    /// [`cgroups`] and a scratch cgroup root of the test's own.
+    pub fn rooted() -> Option<(Guard, crate::common::TestRoot)> {
+        cgroups().map(|g| (g, crate::common::TestRoot::new()))
+    }
+
+    /// [`rooted`] with `text` written as the test's plan; the plan's path (a few bytes kept
+    /// for the test binary's life, so that it reads as the `&str` of an argument list).
+    pub fn planned(text: &str) -> Option<(Guard, crate::common::TestRoot, &'static str)> {
+        let (g, t) = rooted()?;
+        let plan = t.plan(text).display().to_string();
+        Some((g, t, plan.leak()))
+    }
+
+    /// [`rooted`], with nothing else of this binary running (see [`alone`]).
+    pub fn rooted_alone() -> Option<(Guard, crate::common::TestRoot)> {
+        let g = alone();
+        crate::common::prerequisites().then(|| (g, crate::common::TestRoot::new()))
+    }
+
     /// A check that measures the machine: nothing else of this binary runs meanwhile.
     pub fn alone() -> Guard {
         enter(Kind::Alone, None, None)

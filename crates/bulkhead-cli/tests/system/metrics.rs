@@ -3,6 +3,7 @@
 //! the cgroup files, the text checked by `promtool check metrics`.
 
 use crate::common;
+use bulkhead_testkit::assert_has;
 use bulkhead_testkit::prereq::missing;
 
 use crate::common::{prerequisites, stderr, stdout, TestRoot};
@@ -167,11 +168,9 @@ fn http(addr: SocketAddr, request: &[u8]) -> String {
 
 #[test]
 fn status_prometheus_and_exporter_match_the_cgroup_files() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t)) = crate::suite::rooted() else {
         return;
-    }
-    let t = TestRoot::new();
+    };
     // A weight, not the default's idle: the busy loop must get CPU on a busy CI machine.
     let plan = t.plan(&EMBEDDED_DEFAULT.replace("CPUWeight = \"idle\"\n", "CPUWeight = 100\n"));
     let p = plan.to_str().unwrap();
@@ -255,22 +254,17 @@ fn status_prometheus_and_exporter_match_the_cgroup_files() {
     let st = exporter.0.wait().unwrap();
     assert!(st.success(), "exporter ended with {st}");
     drop(busy);
-    assert!(t
-        .run(&["-c", p, "destroy", "--kill", "-q"])
-        .status
-        .success());
+    t.destroy(p);
 }
 
 #[test]
 fn exporter_refuses_a_bad_address() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t)) = crate::suite::rooted() else {
         return;
-    }
-    let t = TestRoot::new();
+    };
     let o = t.run(&["exporter", "--listen", "localhost"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("not an address:port"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "not an address:port");
 }
 
 /// Restores a huge page pool's size however the test ends.
@@ -501,9 +495,5 @@ fn dashboard_queries_parse_as_promql() {
         return;
     };
     assert!(o.status.success(), "promtool: {}{}", stdout(&o), stderr(&o));
-    assert!(
-        stdout(&o).contains(&format!("{} rules found", qs.len())),
-        "{}",
-        stdout(&o)
-    );
+    assert_has(&stdout(&o), &format!("{} rules found", qs.len()));
 }

@@ -2,8 +2,9 @@
 //! exists and say what they could not verify; the changing commands say "run as root" first
 //! and change nothing.
 
-use crate::common::{prerequisites, stderr, stdout, TestRoot};
+use crate::common::{stderr, stdout, TestRoot};
 use bulkhead::plan::EMBEDDED_DEFAULT;
+use bulkhead_testkit::assert_has;
 use std::os::unix::process::CommandExt;
 use std::process::Output;
 
@@ -35,13 +36,9 @@ fn assert_refused(o: &Output, what: &str, code: i32) {
 
 #[test]
 fn without_root_reads_say_what_they_could_not_verify_and_changes_say_root() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t, p)) = crate::suite::planned(EMBEDDED_DEFAULT) else {
         return;
-    }
-    let t = TestRoot::new();
-    let plan = t.plan(EMBEDDED_DEFAULT);
-    let p = plan.to_str().unwrap();
+    };
     let o = t.run(&["-c", p, "apply"]);
     assert!(o.status.success(), "{}", stderr(&o));
 
@@ -69,7 +66,7 @@ fn without_root_reads_say_what_they_could_not_verify_and_changes_say_root() {
     // plan show reads the plan and the host's facts only.
     let o = as_nobody(&t, &["-c", p, "plan", "show"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("[slice.db-server]"), "{}", stdout(&o));
+    assert_has(&stdout(&o), "[slice.db-server]");
 
     // The changing commands: root first, with the command again under sudo.
     let o = as_nobody(&t, &["-c", p, "run", "--slice", "db-helper", "id"]);
@@ -122,11 +119,7 @@ fn without_root_reads_say_what_they_could_not_verify_and_changes_say_root() {
 
     // Nothing changed: root still finds the plan applied, and removes it.
     let o = t.run(&["-c", p, "apply"]);
-    assert!(
-        stdout(&o).contains("nothing to change: 3 slice(s)"),
-        "{}",
-        stdout(&o)
-    );
+    assert_has(&stdout(&o), "nothing to change: 3 slice(s)");
     let o = t.run(&["-c", p, "destroy"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(t.cgroups().is_empty(), "left behind: {:?}", t.cgroups());
@@ -136,11 +129,9 @@ fn without_root_reads_say_what_they_could_not_verify_and_changes_say_root() {
 /// "OK ... 0 process(es) in db-server".
 #[test]
 fn check_without_root_says_a_pidfile_it_cannot_read_is_unknown() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t)) = crate::suite::rooted() else {
         return;
-    }
-    let t = TestRoot::new();
+    };
     let dir = bulkhead_testkit::fs::TempDir::new("nonroot-pidfile");
     let pidfile = dir.path().join("postmaster.pid");
     std::fs::write(&pidfile, format!("{}\n", std::process::id())).unwrap();

@@ -12,7 +12,7 @@
 //! on this machine.
 
 use crate::common::container::{err, out, Container, PersistentRoot};
-use crate::common::{prerequisites, TestRoot};
+use bulkhead_testkit::assert_has;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -54,16 +54,12 @@ fn example_with_socket() -> String {
 
 #[test]
 fn example_plan_is_valid() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t, p)) = crate::suite::planned(EXAMPLE) else {
         return;
-    }
-    let t = TestRoot::new();
-    let plan = t.plan(EXAMPLE);
-    let p = plan.to_str().unwrap();
+    };
     let o = t.run(&["-c", p, "plan", "show"]);
     assert!(o.status.success(), "plan show: {}", err(&o));
-    assert!(out(&o).contains("[slice.db-helper]"), "{}", out(&o));
+    assert_has(&out(&o), "[slice.db-helper]");
     // What apply would do on this machine (cgroupfs under the test root): valid, no write.
     let o = t.run(&[
         "-c",
@@ -174,11 +170,10 @@ fn bash_completes_slice_names_from_the_plan() {
     std::fs::create_dir_all(&dir).unwrap();
     let _cleanup = RemoveDir(dir.clone());
     std::fs::write(dir.join("bulkhead.bash"), &script).unwrap();
-    std::fs::write(
+    bulkhead_testkit::write(
         dir.join("plan.toml"),
         "[slice.web]\n[slice.web-cache]\nCPUWeight = 10\n",
-    )
-    .unwrap();
+    );
     let complete = |words: &str| -> String {
         let o = Command::new("bash")
             .arg("-c")

@@ -4,6 +4,7 @@
 
 use crate::common::{prerequisites, stderr, stdout, wait_for, TestRoot};
 use bulkhead::plan::EMBEDDED_DEFAULT;
+use bulkhead_testkit::assert_has;
 use std::io::{BufRead, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -212,10 +213,9 @@ fn move_tree_takes_every_descendant_and_a_single_move_says_who_stays() {
         &pid_s,
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(
-        stdout(&o).contains(&format!("would move {pid} and 3 descendant(s)")),
-        "{}",
-        stdout(&o)
+    assert_has(
+        &stdout(&o),
+        &format!("would move {pid} and 3 descendant(s)"),
     );
     assert!(!in_slice(pid as i32, &t, "db.slice/db-server.slice"));
 
@@ -310,7 +310,7 @@ fn move_tree_catches_a_tree_that_forks_while_it_moves() {
             .collect();
         assert!(outside.is_empty(), "left outside: {outside:?}");
     } else {
-        assert!(stderr(&o).contains("still forking"), "{}", stderr(&o));
+        assert_has(&stderr(&o), "still forking");
     }
     drop(root);
     let o = t.run(&["-c", p, "destroy", "--kill"]);
@@ -427,16 +427,12 @@ fn rules_place_once_dry_run_and_as_processes_start() {
     std::fs::set_permissions(&loose, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
     let o = t.run(&["-c", loose.to_str().unwrap(), "place", "--once"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("writable by its group or others (mode 0666)"),
-        "{}",
-        stderr(&o)
-    );
+    assert_has(&stderr(&o), "writable by its group or others (mode 0666)");
     // A plan without rules says what to add.
     let none = t.plan(EMBEDDED_DEFAULT);
     let o = t.run(&["-c", none.to_str().unwrap(), "place", "--once"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("[place.NAME]"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "[place.NAME]");
     let o = t.run(&["-c", p, "destroy", "--kill"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
@@ -609,10 +605,9 @@ fn postgres_backup(cluster_name: bool) {
     let p = plan.to_str().unwrap();
     let o = t.run(&["-c", p, "apply", "--backend", "cgroupfs"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("postgresql@15-main.service is placed by `bulkhead place`"),
-        "{}",
-        stderr(&o)
+    assert_has(
+        &stderr(&o),
+        "postgresql@15-main.service is placed by `bulkhead place`",
     );
     let (server, helper) = ("db.slice/db-server.slice", "db.slice/db-helper.slice");
 
@@ -814,10 +809,9 @@ fn check_during_the_dump(t: &TestRoot, plan: &std::path::Path) {
         stdout(&o),
         stderr(&o)
     );
-    assert!(
-        stdout(&o).contains("placement rule backup-backends: 1 process(es) in db-helper"),
-        "{}",
-        stdout(&o)
+    assert_has(
+        &stdout(&o),
+        "placement rule backup-backends: 1 process(es) in db-helper",
     );
     // The exporter agrees (the gauge a monitor alerts on).
     let page = crate::check::scrape(t, p);
@@ -855,16 +849,8 @@ fn after_place_stops(t: &TestRoot, p: &str, pm: i32) {
     let c = t.run(&["-c", p, "--backend", "cgroupfs", "check"]);
     println!("{}{}", stdout(&c), stderr(&c));
     assert_eq!(c.status.code(), Some(2), "{}{}", stdout(&c), stderr(&c));
-    assert!(
-        stdout(&c).contains("bulkhead place is not running"),
-        "{}",
-        stdout(&c)
-    );
-    assert!(
-        stdout(&c).contains("postgresql@15-main.service"),
-        "{}",
-        stdout(&c)
-    );
+    assert_has(&stdout(&c), "bulkhead place is not running");
+    assert_has(&stdout(&c), "postgresql@15-main.service");
 }
 
 /// What `place --json` said it did: the dump's backend and pg_dump by their rules, the
@@ -945,7 +931,7 @@ fn services_are_attached_by_slice_drop_ins_on_systemd() {
         format!("/db.slice/db-server.slice/{unit}")
     );
     let o = c.bulkhead(&["-c", "/tmp/svc.toml", "apply"]);
-    assert!(out(&o).contains("nothing to change"), "{}", out(&o));
+    assert_has(&out(&o), "nothing to change");
     assert!(!err(&o).contains("restarts"), "{}", err(&o));
 
     // export systemd writes the same drop-in beside the slices.
@@ -984,11 +970,7 @@ fn services_are_attached_by_slice_drop_ins_on_systemd() {
     }
     let o = c.bulkhead(&["move", "--tree", "--slice", "db-helper", &root]);
     assert!(o.status.success(), "{}", err(&o));
-    assert!(
-        out(&o).contains(&format!("moved {root} and 2 descendant(s)")),
-        "{}",
-        out(&o)
-    );
+    assert_has(&out(&o), &format!("moved {root} and 2 descendant(s)"));
     for pid in std::iter::once(root.clone()).chain(kids()) {
         let cg = out(&c.sh(&format!("cat /proc/{pid}/cgroup")));
         assert!(cg.contains("/db.slice/db-helper.slice/"), "{pid}: {cg}");

@@ -1,8 +1,9 @@
 //! The slices commands against this machine's real cgroupfs, each test under its own
 //! cgroup root (see common/mod.rs), removed even when the test fails.
 
-use crate::common::{prerequisites, read, stderr, stdout, TestRoot};
+use crate::common::{read, stderr, stdout, TestRoot};
 use bulkhead::plan::EMBEDDED_DEFAULT;
+use bulkhead_testkit::assert_has;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -12,13 +13,9 @@ fn v1(t: &TestRoot, ctrl: &str) -> bool {
 
 #[test]
 fn apply_reapply_dry_run_destroy() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t, p)) = crate::suite::planned(EMBEDDED_DEFAULT) else {
         return;
-    }
-    let t = TestRoot::new();
-    let plan = t.plan(EMBEDDED_DEFAULT);
-    let p = plan.to_str().unwrap();
+    };
 
     // Dry run: prints writes, creates nothing.
     let o = t.run(&["-c", p, "apply", "--dry-run"]);
@@ -30,7 +27,7 @@ fn apply_reapply_dry_run_destroy() {
 
     let o = t.run(&["-c", p, "apply"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("applied: 3 slice(s)"), "{}", stdout(&o));
+    assert_has(&stdout(&o), "applied: 3 slice(s)");
     if v1(&t, "cpu") {
         // The default helper is idle (CPUWeight="idle"): cpu.idle, and the kernel's idle
         // weight in cpu.shares.
@@ -57,17 +54,15 @@ fn apply_reapply_dry_run_destroy() {
     // Idempotent: a second apply writes nothing and says so, and its notes in one line.
     let o = t.run(&["-c", p, "apply"]);
     assert!(o.status.success());
-    assert!(
-        stdout(&o).contains("nothing to change: 3 slice(s) already match the plan"),
-        "{}",
-        stdout(&o)
+    assert_has(
+        &stdout(&o),
+        "nothing to change: 3 slice(s) already match the plan",
     );
     if notes > 1 {
         assert_eq!(stderr(&o).lines().count(), 2, "{}", stderr(&o));
-        assert!(
-            stderr(&o).contains("as before (bulkhead apply -v or --dry-run shows them)"),
-            "{}",
-            stderr(&o)
+        assert_has(
+            &stderr(&o),
+            "as before (bulkhead apply -v or --dry-run shows them)",
         );
     }
 
@@ -84,24 +79,20 @@ fn apply_reapply_dry_run_destroy() {
     let o = t.run(&["-c", p, "destroy"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(t.cgroups().is_empty(), "left behind: {:?}", t.cgroups());
-    assert!(stdout(&o).contains("removed: 3 slice(s)"), "{}", stdout(&o));
+    assert_has(&stdout(&o), "removed: 3 slice(s)");
     assert!(!stdout(&o).contains(&t.cgroup), "{}", stdout(&o));
     assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
     let o = t.run(&["-c", p, "destroy", "-v"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains(&t.cgroup), "{}", stdout(&o));
+    assert_has(&stdout(&o), &t.cgroup);
     assert!(t.cgroups().is_empty(), "left behind: {:?}", t.cgroups());
 }
 
 #[test]
 fn run_lands_in_every_hierarchy_and_passes_exit_codes() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t, p)) = crate::suite::planned(EMBEDDED_DEFAULT) else {
         return;
-    }
-    let t = TestRoot::new();
-    let plan = t.plan(EMBEDDED_DEFAULT);
-    let p = plan.to_str().unwrap();
+    };
     assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
 
     let o = t.run(&[
@@ -157,7 +148,7 @@ fn run_lands_in_every_hierarchy_and_passes_exit_codes() {
     );
     let o = t.run(&["run", "--slice", "db-helper", "--", "/no/such/program"]);
     assert_eq!(o.status.code(), Some(127));
-    assert!(stderr(&o).contains("command not found"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "command not found");
 
     // A signal sent to `bulkhead run` reaches the command (it is the same process).
     let mut cmd = t.cmd();
@@ -183,11 +174,10 @@ fn run_lands_in_every_hierarchy_and_passes_exit_codes() {
 
     // uid, gid, cwd, env and env files.
     let envf = t.plan_dir.join("env");
-    std::fs::write(
+    bulkhead_testkit::write(
         &envf,
         "# comment\nFROM_FILE=\"yes\"\nexport OVERRIDDEN=file\n",
-    )
-    .unwrap();
+    );
     let o = t.run(&[
         "run",
         "--slice",
@@ -210,21 +200,14 @@ fn run_lands_in_every_hierarchy_and_passes_exit_codes() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o).trim(), "65534:65534:/tmp:yes:flag");
 
-    assert!(t
-        .run(&["-c", p, "destroy", "--kill", "-q"])
-        .status
-        .success());
+    t.destroy(p);
 }
 
 #[test]
 fn move_whole_processes_and_report_failures() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t, p)) = crate::suite::planned(EMBEDDED_DEFAULT) else {
         return;
-    }
-    let t = TestRoot::new();
-    let plan = t.plan(EMBEDDED_DEFAULT);
-    let p = plan.to_str().unwrap();
+    };
     assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
     // A process with several threads: all of them must move.
     let mut child = Command::new("sh")
@@ -275,7 +258,7 @@ fn move_whole_processes_and_report_failures() {
     }
     // Kernel threads are refused with the reason.
     let o = t.run(&["-c", p, "move", "--slice", "db-server", "2"]);
-    assert!(stderr(&o).contains("kernel thread"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "kernel thread");
 
     // A second process in the helper slice, to move out again.
     let mut out = Command::new("sleep").arg("30").spawn().unwrap();
@@ -286,15 +269,10 @@ fn move_whole_processes_and_report_failures() {
     // destroy refuses while processes are inside, with a hint that works (issue 28).
     let o = t.run(&["-c", p, "destroy"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("still have processes"),
-        "{}",
-        stderr(&o)
-    );
-    assert!(
-        stderr(&o).contains("move them out (bulkhead move --slice / PID...)"),
-        "{}",
-        stderr(&o)
+    assert_has(&stderr(&o), "still have processes");
+    assert_has(
+        &stderr(&o),
+        "move them out (bulkhead move --slice / PID...)",
     );
     assert!(
         !t.cgroups().is_empty(),
@@ -303,7 +281,7 @@ fn move_whole_processes_and_report_failures() {
     // `move --slice /` puts a process back at the cgroup root, in every hierarchy.
     let o = t.run(&["-c", p, "move", "--slice", "/", &out_pid]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("to the cgroup root"), "{}", stdout(&o));
+    assert_has(&stdout(&o), "to the cgroup root");
     let cg = std::fs::read_to_string(format!("/proc/{out_pid}/cgroup")).unwrap();
     assert!(!cg.contains("db.slice"), "{cg}");
     assert!(
@@ -322,10 +300,9 @@ fn move_whole_processes_and_report_failures() {
 
 #[test]
 fn a_failed_write_midway_is_rolled_back() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     if !bulkhead::cgroup::Layout::detect()
         .unwrap()
         .v1
@@ -379,27 +356,20 @@ fn a_failed_write_midway_is_rolled_back() {
     );
     let _ = hog.kill();
     let _ = hog.wait();
-    assert!(t
-        .run(&["-c", p, "destroy", "--kill", "-q"])
-        .status
-        .success());
+    t.destroy(p);
 }
 
 #[test]
 fn foreign_cgroups_are_never_adopted_or_deleted() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t, p)) = crate::suite::planned(EMBEDDED_DEFAULT) else {
         return;
-    }
-    let t = TestRoot::new();
-    let plan = t.plan(EMBEDDED_DEFAULT);
-    let p = plan.to_str().unwrap();
+    };
     // Someone else's db.slice in the memory hierarchy.
     let foreign = t.dir("memory", "db.slice");
     std::fs::create_dir(&foreign).unwrap();
     let o = t.run(&["-c", p, "apply"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("refusing to adopt"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "refusing to adopt");
     assert_eq!(
         t.cgroups(),
         vec![foreign.clone()],
@@ -415,11 +385,9 @@ fn foreign_cgroups_are_never_adopted_or_deleted() {
 
 #[test]
 fn status_reports_usage_and_pressure() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t)) = crate::suite::rooted() else {
         return;
-    }
-    let t = TestRoot::new();
+    };
     // A weight, not the default's idle: the busy loop must get CPU on a busy CI machine.
     let plan = t.plan(&EMBEDDED_DEFAULT.replace("CPUWeight = \"idle\"\n", "CPUWeight = 100\n"));
     let p = plan.to_str().unwrap();
@@ -463,19 +431,14 @@ fn status_reports_usage_and_pressure() {
     );
     let _ = busy.kill();
     let _ = busy.wait();
-    assert!(t
-        .run(&["-c", p, "destroy", "--kill", "-q"])
-        .status
-        .success());
+    t.destroy(p);
 }
 
 #[test]
 fn hugetlb_limit_on_this_hosts_unified_mount() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t)) = crate::suite::rooted() else {
         return;
-    }
-    let t = TestRoot::new();
+    };
     let Some(u) = t.layout.unified.clone() else {
         eprintln!("no unified mount");
         return;
@@ -499,7 +462,7 @@ fn hugetlb_limit_on_this_hosts_unified_mount() {
     let f = t.dir("unified", "db.slice/db-server.slice/hugetlb.2MB.max");
     assert_eq!(read(&f), (64u64 << 20).to_string());
     let o = t.run(&["-c", p, "apply"]);
-    assert!(stdout(&o).contains("nothing to change"), "{}", stdout(&o));
+    assert_has(&stdout(&o), "nothing to change");
     assert!(t.run(&["-c", p, "destroy"]).status.success());
     assert!(t.cgroups().is_empty());
 }
@@ -507,11 +470,9 @@ fn hugetlb_limit_on_this_hosts_unified_mount() {
 /// Every bad input: a clear message, exit code 2, and nothing created.
 #[test]
 fn bad_input_changes_nothing() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t)) = crate::suite::rooted() else {
         return;
-    }
-    let t = TestRoot::new();
+    };
     let cases: &[(&str, &str)] = &[
         (
             "[slice.db]\nMemoryMaxx = \"1G\"\n",
@@ -549,11 +510,7 @@ fn bad_input_changes_nothing() {
     assert!(stderr(&o).contains("/no/such/plan.toml") && stderr(&o).contains("No such file"));
     let o = t.run(&["run", "--slice", "nope", "--", "true"]);
     assert_eq!(o.status.code(), Some(125));
-    assert!(
-        stderr(&o).contains("unknown slice 'nope'"),
-        "{}",
-        stderr(&o)
-    );
+    assert_has(&stderr(&o), "unknown slice 'nope'");
     let o = t.run(&["move", "--slice", "nope", "1"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("unknown slice 'nope'"));
@@ -567,32 +524,18 @@ fn bad_input_changes_nothing() {
         "--",
         "true",
     ]);
-    assert!(
-        stderr(&o).contains("in the plan but does not exist yet"),
-        "{}",
-        stderr(&o)
-    );
+    assert_has(&stderr(&o), "in the plan but does not exist yet");
     assert!(t.cgroups().is_empty());
 }
 
 #[test]
 fn import_scylla_slices_and_apply_them() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t)) = crate::suite::rooted() else {
         return;
-    }
-    let t = TestRoot::new();
+    };
     let d = &t.plan_dir;
-    std::fs::write(
-        d.join("scylla-server.slice"),
-        "[Unit]\nDescription=Slice used to run Scylla. Maximum priority for IO and CPU\nBefore=slices.target\n\n[Slice]\nMemoryAccounting=true\nIOAccounting=true\nCPUAccounting=true\nMemorySwapMax=1\nCPUShares=1000\nCPUWeight=1000\n",
-    )
-    .unwrap();
-    std::fs::write(
-        d.join("scylla-helper.slice"),
-        "[Unit]\nDescription=Slice used to run companion programs to Scylla. Memory, CPU and IO restricted\nBefore=slices.target\n\n[Slice]\nMemoryAccounting=true\nIOAccounting=true\nCPUAccounting=true\n\nCPUWeight=10\nIOWeight=10\n\nMemoryHigh=4%\nMemoryLimit=5%\nCPUShares=10\nBlockIOWeight=10\n",
-    )
-    .unwrap();
+    bulkhead_testkit::write(d.join("scylla-server.slice"), "[Unit]\nDescription=Slice used to run Scylla. Maximum priority for IO and CPU\nBefore=slices.target\n\n[Slice]\nMemoryAccounting=true\nIOAccounting=true\nCPUAccounting=true\nMemorySwapMax=1\nCPUShares=1000\nCPUWeight=1000\n");
+    bulkhead_testkit::write(d.join("scylla-helper.slice"), "[Unit]\nDescription=Slice used to run companion programs to Scylla. Memory, CPU and IO restricted\nBefore=slices.target\n\n[Slice]\nMemoryAccounting=true\nIOAccounting=true\nCPUAccounting=true\n\nCPUWeight=10\nIOWeight=10\n\nMemoryHigh=4%\nMemoryLimit=5%\nCPUShares=10\nBlockIOWeight=10\n");
     let out = d.join("imported.toml");
     let o = t.run(&[
         "import",
@@ -623,11 +566,9 @@ fn import_scylla_slices_and_apply_them() {
 
 #[test]
 fn status_counts_io_bytes() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t)) = crate::suite::rooted() else {
         return;
-    }
-    let t = TestRoot::new();
+    };
     // A generous limit on the disk under /var/tmp: on v1 it also turns on per-cgroup I/O
     // accounting for that disk (and on v2 io.stat counts anyway).
     let plan = t.plan("[slice.db-helper]\nIOWriteBandwidthMax = \"/var/tmp 10G\"\n");
@@ -673,11 +614,9 @@ fn status_counts_io_bytes() {
 /// here, apply says plainly that it has no effect and writes nothing for it.
 #[test]
 fn device_paths_resolve_to_the_disk_and_io_latency_on_v1_warns() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t)) = crate::suite::rooted() else {
         return;
-    }
-    let t = TestRoot::new();
+    };
     let disk = bulkhead::host::resolve_device_path("/var/tmp").unwrap();
     let plan = t.plan(
         "[slice.lat]\nIOReadBandwidthMax = \"/var/tmp 10M\"\nIODeviceLatencyTargetSec = \"/var/tmp 10ms\"\n",
@@ -744,15 +683,11 @@ fn device_paths_resolve_to_the_disk_and_io_latency_on_v1_warns() {
 /// at all is changed: no slice made, no record left.
 #[test]
 fn iocost_is_shown_and_refused_where_the_kernel_lacks_it() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
-        return;
-    }
-    let t = TestRoot::new();
-    let plan = t.plan(
+    let Some((_suite, t, p)) = crate::suite::planned(
         "[slice.w]\nIOWeight = 25\n\n[iocost]\ndevices = [\"/var/tmp\"]\nrlat = \"5ms\"\nmodel = \"auto\"\n",
-    );
-    let p = plan.to_str().unwrap();
+    ) else {
+        return;
+    };
     let disk = bulkhead::host::resolve_device_path("/var/tmp").unwrap().dev;
     let o = t.run(&["-c", p, "plan", "show"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -795,11 +730,9 @@ fn iocost_is_shown_and_refused_where_the_kernel_lacks_it() {
 
 #[test]
 fn a_missing_plan_file_is_the_same_error_for_every_command() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t)) = crate::suite::rooted() else {
         return;
-    }
-    let t = TestRoot::new();
+    };
     let missing = t.plan_dir.join("no-such-plan.toml");
     let m = missing.to_str().unwrap();
     for args in [

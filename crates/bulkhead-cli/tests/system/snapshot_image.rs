@@ -5,6 +5,7 @@
 //! machine's state.
 
 use crate::common;
+use bulkhead_testkit::assert_has;
 
 use crate::common::rootfs::busybox_root;
 use bulkhead::snapshot::{self, Choice, Method, Snapshot};
@@ -509,7 +510,7 @@ fn btrfs_snapshot_of_an_imported_image() {
     busybox_root(&plain);
     let s = snapshot::create(&plain, Choice::Auto).unwrap();
     assert_eq!(s.method, Method::Reflink);
-    assert!(s.why.contains("not a subvolume"), "{}", s.why);
+    assert_has(&s.why, "not a subvolume");
     discard_and_check(s);
     let e = snapshot::create(&plain, Choice::Only(Method::Btrfs)).unwrap_err();
     assert_eq!(e.exit_code(), 2);
@@ -583,7 +584,7 @@ fn a_read_only_image_keeps_snapshots_ready_and_never_serves_old_content() {
     let first = wait_pool(&store.mnt, |p| p.len() == snapshot::POOL_SIZE);
     // The next start takes one of them (a rename), and it is a full, private, writable copy.
     let s = snapshot::create(&image, Choice::Auto).unwrap();
-    assert!(s.why.contains("made ahead of time"), "{}", s.why);
+    assert_has(&s.why, "made ahead of time");
     check_isolated(&s);
     check_registry(&s);
     discard_and_check(s);
@@ -606,7 +607,7 @@ fn a_read_only_image_keeps_snapshots_ready_and_never_serves_old_content() {
         p.len() == snapshot::POOL_SIZE && p.iter().all(|n| !first.contains(n))
     });
     let s = snapshot::create(&image, Choice::Auto).unwrap();
-    assert!(s.why.contains("made ahead of time"), "{}", s.why);
+    assert_has(&s.why, "made ahead of time");
     assert!(s.root.join("etc/changed").exists(), "{now:?}");
     discard_and_check(s);
     // A writable image has no pool.
@@ -829,11 +830,10 @@ fn stale_entries_are_cleaned() {
     std::fs::create_dir(&victim).unwrap();
     let forged = snapshot::state_root().join(format!("{dead}-999999"));
     std::fs::create_dir_all(&forged).unwrap();
-    std::fs::write(
+    bulkhead_testkit::write(
         forged.join("snapshot"),
         victim.as_os_str().as_encoded_bytes(),
-    )
-    .unwrap();
+    );
     // An overlay entry of a dead process, with a tmpfs still mounted in it.
     let mounted = snapshot::state_root().join(format!("{dead}-999998"));
     std::fs::create_dir_all(&mounted).unwrap();
@@ -1118,11 +1118,7 @@ fn image_bad_input_leaves_nothing() {
     check_nothing(&s);
     let o = create("100M");
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        common::stderr(&o).contains("mkfs.btrfs needs at least 109M"),
-        "{}",
-        common::stderr(&o)
-    );
+    assert_has(&common::stderr(&o), "mkfs.btrfs needs at least 109M");
     check_nothing(&s);
     let o = create("lots");
     assert_eq!(o.status.code(), Some(2));
@@ -1273,11 +1269,7 @@ fn import_without_a_store_makes_plain_directories() {
     assert!(common::stdout(&o).contains("no image store is recorded"));
     let o = cli(&["image", "import", src.to_str().unwrap(), "plain"]);
     assert!(o.status.success(), "{}", common::stderr(&o));
-    assert!(
-        common::stdout(&o).contains("(directory,"),
-        "{}",
-        common::stdout(&o)
-    );
+    assert_has(&common::stdout(&o), "(directory,");
     let v: serde_json::Value =
         serde_json::from_str(&common::stdout(&cli(&["image", "list", "--json"]))).unwrap();
     assert_eq!(v[0]["name"], "plain");

@@ -3,7 +3,8 @@
 //! root under /var/tmp and removes it.
 
 use crate::common::rootfs::busybox_root;
-use crate::common::{prerequisites, stderr, stdout, wait_for, TestRoot};
+use crate::common::{stderr, stdout, wait_for};
+use bulkhead_testkit::assert_has;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -121,10 +122,9 @@ fn ok(o: &Output) -> String {
 
 #[test]
 fn pid1_private_network_and_hostname() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let r = Root::new();
     let out = ok(&spawn(
         &r,
@@ -160,10 +160,9 @@ fn pid1_private_network_and_hostname() {
 
 #[test]
 fn writes_never_reach_rootfs() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let r = Root::new();
     let before = mounts();
     let out = ok(&spawn(
@@ -179,7 +178,7 @@ fn writes_never_reach_rootfs() {
     // Without --ephemeral the root is read-only.
     let o = spawn(&r, &[], "touch /etc/x");
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("Read-only"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "Read-only");
     assert!(!r.0.join("etc/x").exists());
     // --writable writes through.
     ok(&spawn(&r, &["--writable"], "touch /etc/x"));
@@ -189,10 +188,9 @@ fn writes_never_reach_rootfs() {
 
 #[test]
 fn hardening_fds_proc_sys_caps() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let r = Root::new();
     // An fd inherited from the caller (not close-on-exec) must not reach the command.
     let f = std::fs::File::open("/etc/hostname").unwrap();
@@ -246,10 +244,9 @@ fn hardening_fds_proc_sys_caps() {
 
 #[test]
 fn exit_codes_signals_and_missing_commands() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let r = Root::new();
     assert_eq!(spawn(&r, &[], "exit 7").status.code(), Some(7));
     assert_eq!(spawn(&r, &[], "kill -TERM $$").status.code(), Some(143));
@@ -283,10 +280,9 @@ fn exit_codes_signals_and_missing_commands() {
 /// into the terminal ends `sleep 600` with 130 (long before it would end on its own).
 #[test]
 fn ctrl_c_on_the_terminal_stops_the_sandbox() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let r = Root::new();
     let cmd = format!(
         "{} spawn -D {} -- sleep 600",
@@ -321,10 +317,9 @@ fn ctrl_c_on_the_terminal_stops_the_sandbox() {
 
 #[test]
 fn timeout_kills_the_whole_sandbox() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let r = Root::new();
     let t = Instant::now();
     // A grandchild that ignores SIGTERM, in the background: the timeout must take it too.
@@ -335,7 +330,7 @@ fn timeout_kills_the_whole_sandbox() {
         "trap '' TERM; sleep 4141.5 & sleep 4242.5",
     );
     assert_eq!(o.status.code(), Some(124), "{}", stderr(&o));
-    assert!(stderr(&o).contains("--timeout"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "--timeout");
     assert!(t.elapsed() < Duration::from_secs(60));
     // The kernel ends the sandbox's processes as its PID 1 goes: gone soon, not at once.
     wait_for("the sandbox's sleeps gone", || {
@@ -345,10 +340,9 @@ fn timeout_kills_the_whole_sandbox() {
 
 #[test]
 fn user_ids_cwd_env_binds_tmpfs() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let r = Root::new();
     let data = Dir::new(format!("{}-data", r.path()));
     std::fs::write(data.join("hello"), "from the host\n").unwrap();
@@ -378,10 +372,9 @@ fn user_ids_cwd_env_binds_tmpfs() {
 
 #[test]
 fn bad_input_is_refused_and_leaves_nothing() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let r = Root::new();
     let before = mounts();
     let cases: Vec<(Vec<String>, &str)> = vec![
@@ -494,10 +487,9 @@ fn bad_input_is_refused_and_leaves_nothing() {
 
 #[test]
 fn fifty_parallel_sandboxes_leave_nothing() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let r = Root::new();
     let before = mounts();
     let children: Vec<_> = (0..50)
@@ -530,10 +522,9 @@ fn fifty_parallel_sandboxes_leave_nothing() {
 
 #[test]
 fn kill_9_leaves_nothing_after_the_next_start() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let r = Root::new();
     let mut child = bulkhead()
         // A full copy: state on the host (an overlay has none: its tmpfs lives in the
@@ -579,11 +570,9 @@ fn kill_9_leaves_nothing_after_the_next_start() {
 
 #[test]
 fn spawn_in_a_slice_with_its_own_cgroup_namespace() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t)) = crate::suite::rooted() else {
         return;
-    }
-    let t = TestRoot::new();
+    };
     let plan = t.plan("[slice.db-helper]\nCPUWeight = 10\nTasksMax = 50\n");
     let o = t
         .cmd()
@@ -636,15 +625,14 @@ fn spawn_in_a_slice_with_its_own_cgroup_namespace() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(125));
-    assert!(stderr(&o).contains("db-nope"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "db-nope");
 }
 
 #[test]
 fn private_users_root_inside_is_not_root_outside() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let r = Root::new();
     let data = Dir::new(format!("{}-userns", r.path()));
     let bind = format!("{}:/out", data.display());
@@ -668,17 +656,16 @@ fn private_users_root_inside_is_not_root_outside() {
     assert_eq!(std::fs::metadata(data.join("made")).unwrap().uid(), 300000);
     let o = spawn(&r, &["--private-users=0"], "true");
     assert_eq!(o.status.code(), Some(125));
-    assert!(stderr(&o).contains("must start above 0"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "must start above 0");
 }
 
 /// A caller with inheritable and ambient capabilities (what runc's CVE-2022-29162 was
 /// about) does not hand them to the sandbox: both sets are empty inside.
 #[test]
 fn inherited_capabilities_do_not_reach_the_sandbox() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     if !Path::new("/usr/sbin/capsh").exists() && !Path::new("/sbin/capsh").exists() {
         bulkhead_testkit::prereq::missing("capsh (libcap2-bin; scripts/setup installs it)");
         return;
@@ -714,21 +701,16 @@ fn inherited_capabilities_do_not_reach_the_sandbox() {
         ])
         .output()
         .unwrap();
-    assert!(
-        stdout(&o).contains("CapAmb:\t0000000000002000"),
-        "{}",
-        stdout(&o)
-    );
+    assert_has(&stdout(&o), "CapAmb:\t0000000000002000");
 }
 
 /// Every tmpfs has a size: --tmp-size, --shm-size and --overlay-size set them (the plan's
 /// tmp_size, shm_size, overlay_size), writing past one fails inside, and --dry-run shows them.
 #[test]
 fn tmpfs_sizes_are_set_and_enforced() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let r = Root::new();
     let fill = "for f in /tmp/a /dev/shm/b /c; do dd if=/dev/zero of=$f bs=1M count=6 2>/dev/null; echo $f=$?; rm -f $f; done; \
                 dd if=/dev/zero of=/dev/shm/d bs=1M count=2 2>/dev/null; echo small=$?";
@@ -797,7 +779,7 @@ fn tmpfs_sizes_are_set_and_enforced() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("at least 1M"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "at least 1M");
 }
 
 /// Issue 29 item 4: a PID 1 that writes to /dev/console reaches the user (systemd reopens
@@ -805,10 +787,9 @@ fn tmpfs_sizes_are_set_and_enforced() {
 /// once and writes nothing there is named with its exit code, never left silent.
 #[test]
 fn a_pid1_reaches_the_user_through_dev_console() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let root = Root::new();
     let o = spawn(
         &root,

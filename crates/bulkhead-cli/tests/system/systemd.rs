@@ -4,6 +4,7 @@
 //! (units, properties, exit codes, files); enforcement is the cgroupfs tests' job.
 
 use crate::common;
+use bulkhead_testkit::assert_has;
 
 use crate::common::container::{err, out, Container};
 
@@ -87,14 +88,10 @@ fn transient_slices_idempotent_rolled_back_and_refused() {
         "{}",
         out(&o)
     );
-    assert!(out(&o).contains("db-helper.slice"), "{}", out(&o));
+    assert_has(&out(&o), "db-helper.slice");
     let o = c.bulkhead(&["apply"]);
     assert!(o.status.success());
-    assert!(
-        out(&o).contains("nothing to change: 3 slice(s)"),
-        "{}",
-        out(&o)
-    );
+    assert_has(&out(&o), "nothing to change: 3 slice(s)");
     check_under_systemd(&c);
 
     // A slice systemd cannot start (a site's drop-in asserts a file that is not there; the
@@ -129,11 +126,7 @@ fn transient_slices_idempotent_rolled_back_and_refused() {
     c.write("/tmp/system.toml", "[slice.system]\nCPUWeight = 50\n");
     let o = c.bulkhead(&["-c", "/tmp/system.toml", "apply"]);
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
-    assert!(
-        err(&o).contains("slice 'system' exists in systemd as system.slice"),
-        "{}",
-        err(&o)
-    );
+    assert_has(&err(&o), "slice 'system' exists in systemd as system.slice");
     assert_eq!(c.show("system.slice", "CPUWeight"), "[not set]");
     c.write("/etc/systemd/system/theirs.slice", "[Slice]\nCPUWeight=7\n");
     c.sh("systemctl daemon-reload && systemctl start theirs.slice");
@@ -145,11 +138,7 @@ fn transient_slices_idempotent_rolled_back_and_refused() {
         }
         let o = c.bulkhead(&args);
         assert_eq!(o.status.code(), Some(2), "{}", err(&o));
-        assert!(
-            err(&o).contains("loaded from /etc/systemd/system/theirs.slice"),
-            "{}",
-            err(&o)
-        );
+        assert_has(&err(&o), "loaded from /etc/systemd/system/theirs.slice");
     }
     assert_eq!(c.show("theirs.slice", "CPUWeight"), "7");
 
@@ -158,25 +147,17 @@ fn transient_slices_idempotent_rolled_back_and_refused() {
         "setpriv --reuid=65534 --regid=65534 --clear-groups bulkhead -c /tmp/changed.toml apply",
     );
     assert_eq!(o.status.code(), Some(4), "{}", err(&o));
-    assert!(
-        err(&o).contains("bulkhead apply must run as root"),
-        "{}",
-        err(&o)
-    );
+    assert_has(&err(&o), "bulkhead apply must run as root");
     let o = c.sh(
         "setpriv --reuid=65534 --regid=65534 --clear-groups bulkhead run --slice db-helper true",
     );
     assert_eq!(o.status.code(), Some(125), "{}", err(&o));
-    assert!(
-        err(&o).contains("bulkhead run must run as root"),
-        "{}",
-        err(&o)
-    );
+    assert_has(&err(&o), "bulkhead run must run as root");
     // Reading needs no root over D-Bus: nobody sees the slices, verified by their records.
     let o =
         c.sh("setpriv --reuid=65534 --regid=65534 --clear-groups bulkhead status --interval 0.1");
     assert!(o.status.success(), "{}", err(&o));
-    assert!(out(&o).contains("db-helper.slice"), "{}", out(&o));
+    assert_has(&out(&o), "db-helper.slice");
     assert!(!out(&o).contains("no slices"), "{}", out(&o));
     assert!(!out(&o).contains("not verified"), "{}", out(&o));
 
@@ -185,12 +166,8 @@ fn transient_slices_idempotent_rolled_back_and_refused() {
     c.sh("systemctl stop dbus.socket dbus.service");
     let o = c.bulkhead(&["--backend", "systemd", "destroy"]);
     assert_eq!(o.status.code(), Some(1), "{}", err(&o));
-    assert!(
-        err(&o).contains("cannot reach systemd over D-Bus"),
-        "{}",
-        err(&o)
-    );
-    assert!(err(&o).contains("systemctl start dbus"), "{}", err(&o));
+    assert_has(&err(&o), "cannot reach systemd over D-Bus");
+    assert_has(&err(&o), "systemctl start dbus");
     let o = c.bulkhead(&["status"]);
     assert!(out(&o).starts_with("backend: cgroupfs"), "{}", out(&o));
     assert_eq!(c.show("db-helper.slice", "ActiveState"), "active");
@@ -240,7 +217,7 @@ fn run_and_move_through_systemd() {
         "{text}"
     );
     assert!(text.contains(".service\n"), "{text}");
-    assert!(err(&o).contains("oops"), "{}", err(&o));
+    assert_has(&err(&o), "oops");
 
     // Standard input is the caller's; a literal $ stays literal; signals give 128+N.
     let o = c.sh("echo piped | bulkhead run --slice db-helper -- sh -c 'cat; echo \"$0\"' '$HOME'");
@@ -270,7 +247,7 @@ fn run_and_move_through_systemd() {
     assert_eq!(o.status.code(), Some(127));
     let o = c.bulkhead(&["run", "--slice", "nope", "--", "true"]);
     assert_eq!(o.status.code(), Some(125));
-    assert!(err(&o).contains("unknown slice 'nope'"), "{}", err(&o));
+    assert_has(&err(&o), "unknown slice 'nope'");
     // Nothing stays behind after the runs.
     assert!(
         units(&c, "bulkhead-run-*").trim().is_empty(),
@@ -328,25 +305,16 @@ fn run_and_move_through_systemd() {
     }
     let o = c.bulkhead(&["move", "--slice", "db-helper", "1", "99999999"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(
-        err(&o).contains("could not move 1: systemd refused AttachProcessesToUnit"),
-        "{}",
-        err(&o)
+    assert_has(
+        &err(&o),
+        "could not move 1: systemd refused AttachProcessesToUnit",
     );
-    assert!(
-        err(&o).contains("could not move 99999999: no such process"),
-        "{}",
-        err(&o)
-    );
+    assert_has(&err(&o), "could not move 99999999: no such process");
 
     // destroy refuses while processes are in the slices, then --kill stops them.
     let o = c.bulkhead(&["destroy"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        err(&o).contains("slices still have processes"),
-        "{}",
-        err(&o)
-    );
+    assert_has(&err(&o), "slices still have processes");
     let o = c.bulkhead(&["destroy", "--kill"]);
     assert!(o.status.success(), "{}", err(&o));
     assert!(
@@ -366,12 +334,8 @@ fn persistent_units_survive_a_reload() {
     let _suite = crate::suite::shared();
     let Some(c) = Container::boot() else { return };
     let o = c.bulkhead(&["apply", "--persist", "--dry-run"]);
-    assert!(
-        out(&o).contains("write /etc/systemd/system/db-helper.slice:"),
-        "{}",
-        out(&o)
-    );
-    assert!(out(&o).contains("dbus Reload()"), "{}", out(&o));
+    assert_has(&out(&o), "write /etc/systemd/system/db-helper.slice:");
+    assert_has(&out(&o), "dbus Reload()");
     assert!(!c.path("/etc/systemd/system/db-helper.slice").exists());
 
     let o = c.bulkhead(&["-q", "apply", "--persist"]);
@@ -403,15 +367,11 @@ fn persistent_units_survive_a_reload() {
         );
     }
     let o = c.bulkhead(&["apply", "--persist"]);
-    assert!(out(&o).contains("nothing to change"), "{}", out(&o));
+    assert_has(&out(&o), "nothing to change");
     // Transient and persistent do not mix.
     let o = c.bulkhead(&["apply"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        err(&o).contains("made persistent by an earlier `apply --persist`"),
-        "{}",
-        err(&o)
-    );
+    assert_has(&err(&o), "made persistent by an earlier `apply --persist`");
 
     // A changed plan rewrites the file and systemd takes the new value.
     c.write(
@@ -500,7 +460,7 @@ MemoryLow = "1G"
                 t.contains("# MemoryHigh is left out: systemd 219 does not know it"),
                 "{t}"
             );
-            assert!(err(&o).contains("AllowedCPUs is left out"), "{}", err(&o));
+            assert_has(&err(&o), "AllowedCPUs is left out");
         }
         // import(export(plan)) resolves to the same plan.
         let back = format!("{dir}/back.toml");
@@ -537,42 +497,26 @@ fn without_systemd() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
-    assert!(
-        err(&o).contains("cannot reach systemd over D-Bus"),
-        "{}",
-        err(&o)
-    );
+    assert_has(&err(&o), "cannot reach systemd over D-Bus");
     let o = std::process::Command::new(&bin)
         .args(["apply", "--persist", "--dry-run"])
         .env("BULKHEAD_CGROUP_ROOT", "/")
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        err(&o).contains("--persist needs the systemd backend"),
-        "{}",
-        err(&o)
-    );
+    assert_has(&err(&o), "--persist needs the systemd backend");
     let o = std::process::Command::new(&bin)
         .args(["run", "--scope", "--slice", "db-helper", "--", "true"])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(125));
-    assert!(
-        err(&o).contains("--scope needs the systemd backend"),
-        "{}",
-        err(&o)
-    );
+    assert_has(&err(&o), "--scope needs the systemd backend");
     let o = std::process::Command::new(&bin)
         .args(["--backend", "systemd", "--cgroup-root", "/x", "status"])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        err(&o).contains("cannot be used with the systemd backend"),
-        "{}",
-        err(&o)
-    );
+    assert_has(&err(&o), "cannot be used with the systemd backend");
 }
 
 const GUARD_PLAN: &str = r#"
@@ -608,7 +552,7 @@ fn guard_acts_through_runtime_properties() {
     assert!(o.status.success(), "{}", err(&o));
     let o = b(&["guard", "--dry-run"]);
     assert!(o.status.success(), "{}", err(&o));
-    assert!(out(&o).contains("SetUnitProperties"), "{}", out(&o));
+    assert_has(&out(&o), "SetUnitProperties");
 
     // Two busy loops in each slice, as services systemd starts; then the guard.
     let spin = "while :; do :; done & while :; do :; done";
@@ -686,7 +630,7 @@ fn run_with_listen_fds_through_systemd() {
     assert!(o.status.success(), "{}", err(&o));
     let o = c.sh("exec 3</dev/null; bulkhead run --listen-fds 1 --slice db-helper -- true");
     assert_eq!(o.status.code(), Some(125), "{}", err(&o));
-    assert!(err(&o).contains("add --scope"), "{}", err(&o));
+    assert_has(&err(&o), "add --scope");
     let o = c.sh(
         "exec 3</dev/null; bulkhead run --scope --listen-fds 1 --slice db-helper -- \
          sh -c 'echo $LISTEN_FDS $LISTEN_PID $$; test -e /proc/self/fd/3 && echo fd3'",
@@ -707,11 +651,7 @@ fn escaped_unit_names_agree_with_systemd() {
     let Some(c) = Container::boot() else { return };
     let o = c.sh("bulkhead import /lib/systemd/system/*.slice");
     assert!(o.status.success(), "{}", err(&o));
-    assert!(
-        out(&o).contains("[slice.'system-systemd\\x2dcryptsetup']"),
-        "{}",
-        out(&o)
-    );
+    assert_has(&out(&o), "[slice.'system-systemd\\x2dcryptsetup']");
     // systemd-escape agrees on how the level is written.
     let o = c.cmd(&["systemd-escape", "pg-backup"]).output().unwrap();
     assert_eq!(out(&o).trim(), "pg\\x2dbackup");
@@ -738,11 +678,7 @@ fn escaped_unit_names_agree_with_systemd() {
         "/proc/self/cgroup",
     ]);
     assert!(o.status.success(), "{}", err(&o));
-    assert!(
-        out(&o).contains("/db.slice/db-pg\\x2dbackup.slice/"),
-        "{}",
-        out(&o)
-    );
+    assert_has(&out(&o), "/db.slice/db-pg\\x2dbackup.slice/");
     let o = c.bulkhead(&["-c", "/root/escaped.toml", "destroy"]);
     assert!(o.status.success(), "{}", err(&o));
 }
@@ -817,11 +753,7 @@ fn spawn_in_a_slice_through_a_delegated_scope() {
             err(&o)
         );
     }
-    assert!(
-        err(&o).contains("slice db-helper: systemd backend"),
-        "{}",
-        err(&o)
-    );
+    assert_has(&err(&o), "slice db-helper: systemd backend");
 }
 
 /// `check` and `status`'s planned limits with the systemd backend, after an apply: the slices

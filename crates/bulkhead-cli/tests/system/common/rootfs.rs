@@ -41,16 +41,11 @@ pub fn busybox_root(dir: &Path) -> PathBuf {
     std::os::unix::fs::symlink("bin", dir.join("sbin")).unwrap();
     std::fs::create_dir_all(dir.join("usr")).unwrap();
     std::os::unix::fs::symlink("../bin", dir.join("usr/bin")).unwrap();
-    std::fs::write(
-        dir.join("etc/passwd"),
-        "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
-    )
-    .unwrap();
-    std::fs::write(
+    bulkhead_testkit::write(dir.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n");
+    bulkhead_testkit::write(
         dir.join("etc/group"),
         "root:x:0:\napp:x:1000:\nnogroup:x:65534:\n",
-    )
-    .unwrap();
+    );
     std::fs::write(dir.join("etc/hostname"), "busybox\n").unwrap();
     dir.to_path_buf()
 }

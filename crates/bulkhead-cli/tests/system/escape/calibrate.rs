@@ -7,6 +7,7 @@
 
 use super::sandbox::{LoopDev, Scratch};
 use crate::common::{prerequisites, stderr, stdout};
+use bulkhead_testkit::assert_has;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -120,7 +121,7 @@ fn calibrate_follows_no_symlink_of_another_user() {
         "calibrate in root's directory: {}",
         stderr(&o)
     );
-    assert!(stdout(&o).contains("rbps"), "{}", stdout(&o));
+    assert_has(&stdout(&o), "rbps");
     let left: Vec<_> = std::fs::read_dir(&secret).unwrap().collect();
     assert!(left.is_empty(), "the scratch file stayed: {left:?}");
     say(

@@ -159,10 +159,9 @@ fn idle_connections_renewed_by_a_local_user_do_not_black_out_the_scrapes() {
 /// deadline, not held for the whole exchange's (the review held a slot for 10 s).
 #[test]
 fn a_request_head_sent_byte_by_byte_is_cut_off_at_the_head_deadline() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let e = Exporter::start(1);
     let mut c = TcpStream::connect(e.addr).unwrap();
     c.set_nonblocking(true).unwrap();
@@ -199,10 +198,9 @@ fn a_request_head_sent_byte_by_byte_is_cut_off_at_the_head_deadline() {
 /// a second, a request costs a copy, not a render.
 #[test]
 fn a_flood_of_scrapes_costs_a_copy_per_request_not_a_render() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let e = Exporter::start(50);
     assert!(scrape(e.addr).is_some(), "the exporter does not answer");
     let served = Arc::new(AtomicU64::new(0));

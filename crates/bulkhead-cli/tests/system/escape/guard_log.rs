@@ -4,7 +4,6 @@
 //! login but root's).
 
 use crate::common::serve::{as_nobody, Scratch};
-use crate::common::{prerequisites, TestRoot};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -12,11 +11,9 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn a_log_path_swapped_for_a_symlink_is_not_followed() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t)) = crate::suite::rooted() else {
         return;
-    }
-    let t = TestRoot::new();
+    };
     let plan = t.plan(
         r#"
 [slice.db-server]

@@ -7,7 +7,7 @@
 //! makes the three calls with the `libc` crate and prints what they returned.
 
 use super::sandbox::Scratch;
-use crate::common::{prerequisites, stderr, stdout};
+use crate::common::{stderr, stdout};
 use bulkhead_testkit::prereq::missing;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::process::Stdio;
@@ -95,11 +95,10 @@ fn root_for_the_probe(s: &Scratch) -> (String, Vec<String>) {
     );
     let init = s.root.join("bin/init");
     let _ = std::fs::remove_file(&init);
-    std::fs::write(
+    bulkhead_testkit::write(
         &init,
         format!("#!/bin/sh\nexport {PROBE_ENV}=io_uring\n{argv}\nexit 0\n"),
-    )
-    .unwrap();
+    );
     std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755)).unwrap();
     let binds = vec![
         "--bind-ro".into(),
@@ -123,10 +122,9 @@ fn probe_line(out: &str) -> &str {
 
 #[test]
 fn io_uring_is_refused_in_sandboxes_and_booted_containers() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     if !std::path::Path::new("/usr/lib64").is_dir() {
         missing("/usr/lib64 (the probe binds the host's libraries in)");
         return;

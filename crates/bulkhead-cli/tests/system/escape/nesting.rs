@@ -13,7 +13,6 @@
 
 use super::sandbox::Scratch;
 use crate::boot::{text, Booted};
-use crate::common::prerequisites;
 use bulkhead_sys::bootcg::{self, Kind};
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
@@ -246,10 +245,9 @@ fn warned_about(out: &str, top: &Path) -> Vec<String> {
 
 #[test]
 fn a_booted_container_nests_cgroups_within_its_limits_and_the_cleanup_removes_them() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let a = Attack::new("nesting");
     let mut b = a.boot(&[]);
     let tops = Tops::of(b.0.id());
@@ -318,10 +316,9 @@ fn a_booted_container_nests_cgroups_within_its_limits_and_the_cleanup_removes_th
 /// same cgroup) removes the tree.
 #[test]
 fn a_cgroup_the_cleanup_cannot_remove_is_named_and_the_next_boot_removes_it() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let a = Attack::new("nesting-left");
     let mut b = a.boot(&[]);
     let tops = Tops::of(b.0.id());

@@ -10,7 +10,7 @@
 //!
 //! `BULKHEAD_AGENT_UNDER_TEST` runs an older plugin (the build before the fix fails both).
 
-use crate::common::{prerequisites, serve::PY};
+use crate::common::serve::PY;
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -50,16 +50,14 @@ impl Node {
     fn new(tag: &str) -> Node {
         let dir = bulkhead_testkit::fs::TempDir::new(&format!("nri-{tag}"));
         let d = dir.path();
-        std::fs::write(
+        bulkhead_testkit::write(
             d.join("state.json"),
             r#"{"plan": "db", "generation": 1, "created": []}"#,
-        )
-        .unwrap();
-        std::fs::write(
+        );
+        bulkhead_testkit::write(
             d.join("plan.toml"),
             "[slice.db-server]\nCPUWeight = 1000\n[slice.db-helper]\nCPUWeight = \"idle\"\n",
-        )
-        .unwrap();
+        );
         let stub = d.join("stub");
         std::fs::write(&stub, format!("#!{PY}\n{STUB}")).unwrap();
         std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -132,10 +130,9 @@ fn adjusts(answer: &Value) -> bool {
 
 #[test]
 fn a_pod_cannot_take_the_servers_slice_unless_the_operator_lists_it() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let Some(agent) = agent() else { return };
     let node = Node::new("slice");
     // The operator allowed one directive in one namespace, and listed no slice.
@@ -175,10 +172,9 @@ fn a_pod_cannot_take_the_servers_slice_unless_the_operator_lists_it() {
 
 #[test]
 fn containers_created_and_removed_do_not_fill_the_plugins_table() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let Some(agent) = agent() else { return };
     let node = Node::new("pending");
     let mut args = vec!["--allow", "CPUWeight", "--slice", "db-helper"];

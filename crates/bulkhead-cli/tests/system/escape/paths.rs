@@ -240,10 +240,9 @@ fn a_bind_source_swapped_for_a_symlink_reaches_no_device_and_no_root_file() {
 /// plan was written: the start refuses it (the target never runs with root's files).
 #[test]
 fn a_targets_bind_source_swapped_for_a_symlink_is_refused_at_start() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let s = Scratch::new("targetbind");
     let rootonly = s.dir.join("rootonly");
     root_only_dir(&rootonly, "ROOT-ONLY-SECRET\n");

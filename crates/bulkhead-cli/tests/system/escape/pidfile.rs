@@ -5,9 +5,10 @@
 //! writing another user's PID into its own pidfile, or by putting at the pidfile's name a
 //! symlink or a hard link to root's pidfile (which names root's process and is owned by root).
 
-use crate::common::{prerequisites, stderr, stdout};
+use crate::common::{stderr, stdout};
 use crate::place::{applied, in_slice, tree};
 use bulkhead::plan::EMBEDDED_DEFAULT;
+use bulkhead_testkit::assert_has;
 use std::path::Path;
 
 /// `place --once` by the bulkhead under test (an older build with BULKHEAD_UNDER_TEST, to
@@ -35,10 +36,9 @@ fn plan_text(pidfile: &Path) -> String {
 /// file's owner: a pidfile another user can write does not get root to move root's processes.
 #[test]
 fn a_pidfile_names_only_its_owners_processes() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let dir = bulkhead_testkit::fs::TempDir::new("place-pidfile");
     let pidfile = dir.path().join("svc.pid");
     let Some((t, plan)) = applied(&EMBEDDED_DEFAULT.replace(
@@ -58,21 +58,13 @@ fn a_pidfile_names_only_its_owners_processes() {
     std::os::unix::fs::chown(&pidfile, Some(65534), Some(65534)).unwrap();
     let o = place_once(&t, p);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("may name only its owner's processes"),
-        "{}",
-        stderr(&o)
-    );
+    assert_has(&stderr(&o), "may name only its owner's processes");
     assert!(!in_slice(pid, &t, "db.slice/db-server.slice"));
     // Root's pidfile may name it: the process moves, with its tree.
     std::os::unix::fs::chown(&pidfile, Some(0), Some(0)).unwrap();
     let o = place_once(&t, p);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(
-        stdout(&o).contains("(service svc.service)"),
-        "{}",
-        stdout(&o)
-    );
+    assert_has(&stdout(&o), "(service svc.service)");
     assert!(in_slice(pid, &t, "db.slice/db-server.slice"));
     drop(victim);
     let o = t.run(&["-c", p, "destroy", "--kill"]);
@@ -166,7 +158,7 @@ fn a_stale_pidfile_names_no_one() {
         !in_slice(pid, &t, "db.slice/db-server.slice"),
         "the process that took the stale pidfile's PID was moved into db-server.slice"
     );
-    assert!(stderr(&o).contains("stale"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "stale");
     drop(newcomer);
     let o = t.run(&["-c", p, "destroy", "--kill"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -208,7 +200,7 @@ fn a_pidfile_in_a_shared_directory_is_refused() {
         !in_slice(pid, &t, "db.slice/db-server.slice"),
         "a planted pidfile moved the user's process into db-server.slice"
     );
-    assert!(stderr(&o).contains("others can write"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "others can write");
     let mut mine = mine;
     let _ = mine.kill();
     let _ = mine.wait();

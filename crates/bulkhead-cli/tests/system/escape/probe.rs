@@ -179,19 +179,22 @@ fn a_service_dripping_its_answer_shows_as_harm_within_seconds() {
         g.status()
     );
     std::fs::write(&flag, "").unwrap();
+    // The probe's figure is a sawtooth (the round trip in flight, up to its 500 ms deadline):
+    // the slowest seen so far counts, not the one sample that also shows the harm (on a busy
+    // host a sample can fall between two round trips).
+    let mut slowest = 0.0f64;
     let seen = within(Duration::from_secs(30), || {
         let st = g.status();
-        st["harm"]["fast"]["probe"].as_f64().unwrap_or(0.0) > 1.0
-            && st["signals"]["probe_ms"].as_f64().unwrap_or(0.0) >= 300.0
+        slowest = slowest.max(st["signals"]["probe_ms"].as_f64().unwrap_or(0.0));
+        st["harm"]["fast"]["probe"].as_f64().unwrap_or(0.0) > 1.0 && slowest >= 300.0
     });
     let st = g.status();
     println!(
-        "escape[probe]: tried answering PING one byte every 0.4 s from the protected slice -> {} (probe_ms {}, fast probe harm {})",
+        "escape[probe]: tried answering PING one byte every 0.4 s from the protected slice -> {} (slowest probe_ms {slowest:.0}, fast probe harm {})",
         match seen {
             Some(d) => format!("the guard saw it after {:.1} s", d.as_secs_f64()),
             None => "the guard saw nothing in 30 s".into(),
         },
-        st["signals"]["probe_ms"],
         st["harm"]["fast"]["probe"]
     );
     assert!(seen.is_some(), "no probe harm within 30 s: {st}");

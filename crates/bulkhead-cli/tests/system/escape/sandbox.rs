@@ -3,7 +3,8 @@
 //! removal of its snapshot) and the hosts' mount propagation types.
 
 use crate::common::rootfs::busybox_root;
-use crate::common::{prerequisites, stderr, stdout};
+use crate::common::{stderr, stdout};
+use bulkhead_testkit::assert_has;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -121,10 +122,9 @@ impl Drop for LoopDev {
 /// is nodev, and the sandbox cannot make nodes (no CAP_MKNOD).
 #[test]
 fn device_nodes_from_an_image_reach_no_host_device() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let s = Scratch::new("dev");
     let disk = LoopDev::new(&s.dir);
     let (major, minor) = disk.rdev();
@@ -188,10 +188,9 @@ fn device_nodes_from_an_image_reach_no_host_device() {
 /// directory is 0700.
 #[test]
 fn setuid_binaries_in_snapshots_and_images_are_out_of_host_users_reach() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let s = Scratch::new("suid");
     let ready = s.dir.join("ready");
     let started = Instant::now();
@@ -280,10 +279,9 @@ fn setuid_binaries_in_snapshots_and_images_are_out_of_host_users_reach() {
 /// never by a path that is resolved again.
 #[test]
 fn removing_a_tree_never_follows_a_swapped_symlink() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let s = Scratch::new("race");
     let victim = s.dir.join("victim");
     let files = 5000;
@@ -328,10 +326,9 @@ fn removing_a_tree_never_follows_a_swapped_symlink() {
 /// symlink to a FIFO does not hang spawn, one to a host file is resolved inside the root.
 #[test]
 fn host_reads_of_image_files_stay_in_the_image() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let s = Scratch::new("reads");
     // A host file the image points at.
     let host = s.dir.join("host-passwd");
@@ -341,7 +338,7 @@ fn host_reads_of_image_files_stay_in_the_image() {
     symlink(&host, &passwd).unwrap();
     let o = spawn(s.root(), &["--uid", "hostonly"], "id -u");
     assert_ne!(stdout(&o).trim(), "4242", "the host's file was read");
-    assert!(stderr(&o).contains("no such user"), "{}", stderr(&o));
+    assert_has(&stderr(&o), "no such user");
     say(
         "an image etc/passwd symlinked to a host file",
         "resolved inside the root: no such user",
@@ -370,11 +367,7 @@ fn host_reads_of_image_files_stay_in_the_image() {
         "spawn hung on a FIFO"
     );
     assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("a FIFO, not a regular file"),
-        "{}",
-        stderr(&o)
-    );
+    assert_has(&stderr(&o), "a FIFO, not a regular file");
     say(
         "an image etc/passwd that is a FIFO",
         &format!(
@@ -398,10 +391,9 @@ fn host_reads_of_image_files_stay_in_the_image() {
 /// its own session, and the filter refuses TIOCSTI and TIOCLINUX.
 #[test]
 fn sandboxes_cannot_type_into_the_callers_terminal() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let python = Path::new("/usr/bin/python3");
     if !python.exists() {
         bulkhead_testkit::prereq::missing("python3 is missing (scripts/setup installs it)");
@@ -441,10 +433,9 @@ fn sandboxes_cannot_type_into_the_callers_terminal() {
 /// whether the root's mount is shared, a slave or private there.
 #[test]
 fn private_users_mounts_never_reach_the_host_namespace() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let s = Scratch::new("prop");
     for prop in ["shared", "slave", "private"] {
         for opts in [
@@ -500,10 +491,9 @@ fn private_users_mounts_never_reach_the_host_namespace() {
 /// by a lease that goes when the sandbox ends.
 #[test]
 fn two_live_sandboxes_never_share_a_user_range() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let s = Scratch::new("userns");
     let leases = |pid: u32| -> Vec<String> {
         std::fs::read_dir("/run/bulkhead/userns")
@@ -575,10 +565,9 @@ fn two_live_sandboxes_never_share_a_user_range() {
 /// unreadable (the init is not dumpable).
 #[test]
 fn pid1_shows_no_host_command_line_or_environment() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
+    };
     let s = Scratch::new("pid1");
     let secret = "bulkhead-host-secret-7f3a";
     let probe = "od -An -v -c /proc/1/cmdline | tr -d ' \\n'; echo; \

@@ -4,9 +4,9 @@
 use crate::common::prerequisites;
 use crate::common::serve::{
     as_nobody, bulkhead, connect_from, cpu_time, python_ok, serve_cmd, status, status_once_written,
-    wait_for, want_fds, Scratch, Serve, PY,
+    wait_for, want_fds, Serve, PY,
 };
-use bulkhead_testkit::free_port;
+use crate::common::served::{arr, q, Served};
 use std::io::{Read, Write};
 use std::net::{TcpStream, UdpSocket};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -62,13 +62,11 @@ fn read_all(mut c: TcpStream, timeout: Duration) -> String {
 /// host's socket.
 #[test]
 fn a_unix_backend_symlink_made_in_the_sandbox_does_not_reach_a_host_socket() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
-    let s = Scratch::new("escape");
-    let name = s.name("symlink");
-    let port = free_port();
+    };
+    let mut f = Served::new("escape", "symlink");
+    let s = &f.s;
     // The host's socket, in a directory only root may enter.
     let private = s.dir.join("private");
     std::fs::create_dir(&private).unwrap();
@@ -80,28 +78,19 @@ fn a_unix_backend_symlink_made_in_the_sandbox_does_not_reach_a_host_socket() {
     let inner = s.dir.join("inner");
     std::fs::create_dir(&inner).unwrap();
     let own = answer_on(&inner.join("app.sock"), "SANDBOX-OWN\n");
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["127.0.0.1:{port}"]
-backend = "unix:/run/app.sock"
-start_timeout = "60s"
-stop_timeout = "500ms"
-[socket.{name}.target]
-rootfs = "{root}"
-bind = ["{inner}:{private}"]
-command = ["/bin/sh", "-c", "mkdir -p /run && ln -s {host_sock} /run/app.sock && exec sleep 600"]
-"#,
-            root = s.root().display(),
-            inner = inner.display(),
-            private = private.display(),
-            host_sock = host_sock.display(),
-        ),
+    let script = format!(
+        "mkdir -p /run && ln -s {} /run/app.sock && exec sleep 600",
+        host_sock.display()
     );
-    let serve = Serve::start(&plan, s.dir.join("serve.log"));
-    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let bind = format!("{}:{}", inner.display(), private.display());
+    f.set("backend", q("unix:/run/app.sock"))
+        .set("start_timeout", q("60s"))
+        .set("stop_timeout", q("500ms"))
+        .sandboxed()
+        .target("bind", arr(&[bind]))
+        .command(&["/bin/sh", "-c", &script]);
+    let serve = f.start();
+    let c = TcpStream::connect(("127.0.0.1", f.port)).unwrap();
     let out = read_all(c, Duration::from_secs(60));
     host.store(true, Ordering::Relaxed);
     own.store(true, Ordering::Relaxed);
@@ -126,31 +115,22 @@ fn a_socket_directory_writable_by_others_cannot_turn_chown_onto_a_host_file() {
     if !prerequisites() || !python_ok() {
         return;
     }
-    let s = Scratch::new("escape");
-    let name = s.name("swap");
-    let shared = s.dir.join("shared");
+    let mut f = Served::new("escape", "swap");
+    let shared = f.s.dir.join("shared");
     std::fs::create_dir(&shared).unwrap();
     // Writable by everyone, without the sticky bit.
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let victim = s.dir.join("victim");
+    let victim = f.s.dir.join("victim");
     std::fs::write(&victim, "root only\n").unwrap();
     std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
     let sock = shared.join("app.sock");
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["unix:{sock}"]
-mode = "pass"
-socket_mode = "0666"
-socket_user = "nobody"
-[socket.{name}.target]
-command = ["/bin/true"]
-"#,
-            sock = sock.display()
-        ),
-    );
+    f.set("listen", arr(&[format!("unix:{}", sock.display())]))
+        .unset("backend")
+        .set("mode", q("pass"))
+        .set("socket_mode", q("0666"))
+        .set("socket_user", q("nobody"))
+        .command(&["/bin/true"]);
+    let (s, plan) = (&f.s, f.plan());
     // The attacker: whenever the path is a socket, put a symlink to the victim in its place.
     let script = s.write(
         "swap.py",
@@ -231,17 +211,18 @@ fn a_local_user_cannot_declare_a_target_ready() {
     if !prerequisites() || !python_ok() {
         return;
     }
-    let s = Scratch::new("escape");
-    let name = s.name("ready");
-    let (port, backend) = (free_port(), free_port());
+    let mut f = Served::new("escape", "ready");
+    let (port, backend) = (f.port, f.backend);
     // Comes up only once the test says so (the file `go`, made when serve has refused the
     // attacker's forged READY=1: the forgeries surely came while it was not ready), then
     // listens and says READY=1 itself.
-    let go = s.dir.join("go");
-    let script = s.write(
-        "slow.py",
-        &format!(
-            r#"
+    let go = f.s.dir.join("go");
+    f.set("ready", q("notify"))
+        .set("start_timeout", q("300s"))
+        .python(
+            "slow.py",
+            &format!(
+                r#"
 import os, socket, time
 while not os.path.exists("{go}"):
     time.sleep(0.01)
@@ -251,24 +232,10 @@ socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"READY=1", os.environ["
 while True:
     c, _ = l.accept(); c.sendall(b"served by the ready target\n"); c.close()
 "#,
-            go = go.display()
-        ),
-    );
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["127.0.0.1:{port}"]
-backend = "127.0.0.1:{backend}"
-ready = "notify"
-start_timeout = "300s"
-[socket.{name}.target]
-command = ["{PY}", "{script}"]
-"#,
-            script = script.display()
-        ),
-    );
+                go = go.display()
+            ),
+        );
+    let (s, name) = (&f.s, &f.name);
     let notify = format!("/run/bulkhead/sockets/{name}.notify/notify");
     let attack = s.write(
         "forge.py",
@@ -286,7 +253,7 @@ while not os.path.exists(stop) and time.time() < end:
 print(sent)
 "#,
     );
-    let serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let serve = f.start();
     let stop = s.dir.join("stop");
     let attacker = as_nobody(PY)
         .arg(&attack)
@@ -299,7 +266,7 @@ print(sent)
     // meanwhile; then the target comes up, and the client is served.
     let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
     wait_for("refusals counted while the target starts", || {
-        status_once_written(&name)["limits"]["notify_refused"].as_u64() > Some(0)
+        status_once_written(name)["limits"]["notify_refused"].as_u64() > Some(0)
     });
     std::fs::write(&go, "").unwrap();
     let out = read_all(c, Duration::from_secs(60));
@@ -325,32 +292,23 @@ print(sent)
 /// notify socket's bind mount.
 #[test]
 fn a_sandbox_cannot_write_into_the_hosts_run_through_its_notify_socket() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
-    let s = Scratch::new("escape");
-    let name = s.name("notifyrun");
-    let port = free_port();
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["127.0.0.1:{port}"]
-backend = "127.0.0.1:8000"
-ready = "notify"
-start_timeout = "60s"
-stop_timeout = "500ms"
-[socket.{name}.target]
-rootfs = "{root}"
-command = ["/bin/sh", "-c", "touch /run/bulkhead/notify/planted 2>/dev/null; echo touch-exit=$? >&2; exec sleep 600"]
-"#,
-            root = s.root().display()
-        ),
-    );
-    let serve = Serve::start(&plan, s.dir.join("serve.log"));
-    let _c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    };
+    let mut f = Served::new("escape", "notifyrun");
+    f.set("backend", q("127.0.0.1:8000"))
+        .set("ready", q("notify"))
+        .set("start_timeout", q("60s"))
+        .set("stop_timeout", q("500ms"))
+        .sandboxed()
+        .command(&[
+            "/bin/sh",
+            "-c",
+            "touch /run/bulkhead/notify/planted 2>/dev/null; echo touch-exit=$? >&2; exec sleep 600",
+        ]);
+    let name = &f.name;
+    let serve = f.start();
+    let _c = TcpStream::connect(("127.0.0.1", f.port)).unwrap();
     // The log shows the command line too: look for what the shell printed.
     let said = |v: &str| serve.log().contains(&format!("touch-exit={v}"));
     wait_for("the target's script", || said("0") || said("1"));
@@ -373,10 +331,12 @@ command = ["/bin/sh", "-c", "touch /run/bulkhead/notify/planted 2>/dev/null; ech
     );
 }
 
-/// A backend for the limit tests: answers "pong LINE" to the first line of every
-/// connection, holds idle connections as long as they stay open.
-fn pong_backend(s: &Scratch, backend: u16) -> std::path::PathBuf {
-    s.write(
+/// The limit tests' socket: its backend answers "pong LINE" to the first line of every
+/// connection and holds idle connections as long as they stay open; it never idles out.
+fn pong(base: &str) -> Served {
+    let mut f = Served::new("escape", base);
+    let backend = f.backend;
+    f.set("idle_timeout", q("infinity")).python(
         "pong.py",
         &format!(
             r#"
@@ -394,7 +354,8 @@ async def main():
 asyncio.run(main())
 "#
         ),
-    )
+    );
+    f
 }
 
 /// Send `msg` from 127.0.0.2 and read the answer, or an empty string after `timeout`.
@@ -416,38 +377,22 @@ fn a_thousand_idle_connections_from_one_client_do_not_lock_out_another() {
     if !prerequisites() || !python_ok() || !want_fds(4096) {
         return;
     }
-    let s = Scratch::new("escape");
-    let name = s.name("idle");
-    let (port, backend) = (free_port(), free_port());
-    let script = pong_backend(&s, backend);
     // Every limit at its default.
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["127.0.0.1:{port}"]
-backend = "127.0.0.1:{backend}"
-idle_timeout = "infinity"
-[socket.{name}.target]
-command = ["{PY}", "{script}"]
-"#,
-            script = script.display()
-        ),
-    );
-    let serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let f = pong("idle");
+    let (name, port) = (&f.name, f.port);
+    let serve = f.start();
     let mut idle = Vec::new();
     for _ in 0..1100 {
         idle.push(TcpStream::connect(("127.0.0.1", port)).unwrap());
     }
-    wait_for("the target", || status(&name)["state"] == "ready");
+    wait_for("the target", || status(name)["state"] == "ready");
     // The other client comes once serve has taken the first client's share (not after a
     // pause in which it may not have got that far).
     wait_for("the first client at its share", || {
-        status_once_written(&name)["limits"]["per_source"].as_u64() > Some(0)
+        status_once_written(name)["limits"]["per_source"].as_u64() > Some(0)
     });
     let out = other_client(port, b"ping\n", Duration::from_secs(60));
-    let st = status(&name);
+    let st = status(name);
     println!(
         "escape[sockets]: tried 1100 idle connections from 127.0.0.1, then one from 127.0.0.2 -> {} (active {}, refused per source {})",
         if out == "pong ping\n" {
@@ -477,26 +422,10 @@ fn half_sent_proxy_headers_cost_no_cpu_and_are_timed_out() {
     if !prerequisites() || !python_ok() || !want_fds(4096) {
         return;
     }
-    let s = Scratch::new("escape");
-    let name = s.name("slowloris");
-    let (port, backend) = (free_port(), free_port());
-    let script = pong_backend(&s, backend);
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["127.0.0.1:{port}"]
-backend = "127.0.0.1:{backend}"
-accept_proxy_protocol = true
-idle_timeout = "infinity"
-[socket.{name}.target]
-command = ["{PY}", "{script}"]
-"#,
-            script = script.display()
-        ),
-    );
-    let serve = Serve::start(&plan, s.dir.join("serve.log"));
+    let mut f = pong("slowloris");
+    f.set("accept_proxy_protocol", "true");
+    let (name, port) = (&f.name, f.port);
+    let serve = f.start();
     let base = sockets_of(serve.pid());
     let mut slow = Vec::new();
     for _ in 0..400 {
@@ -507,7 +436,7 @@ command = ["{PY}", "{script}"]
     // The window opens once serve has taken all 400 (so it measures the wait, not the
     // accepts): it holds its share of them, and closed the rest at once (counted).
     wait_for("serve has taken the 400 connections", || {
-        let closed = status_once_written(&name)["limits"]["per_source"]
+        let closed = status_once_written(name)["limits"]["per_source"]
             .as_u64()
             .unwrap_or(0) as usize;
         sockets_of(serve.pid()).saturating_sub(base) + closed >= 400
@@ -538,7 +467,7 @@ command = ["{PY}", "{script}"]
     assert_eq!(out, "pong ping\n", "{}", serve.log());
     assert!(closed, "a half-sent header was not timed out");
     wait_for("timeouts counted", || {
-        status(&name)["limits"]["proxy_header_timeouts"].as_u64() > Some(0)
+        status(name)["limits"]["proxy_header_timeouts"].as_u64() > Some(0)
     });
 }
 
@@ -550,13 +479,16 @@ fn udp_from_1500_source_ports_does_not_drop_a_fresh_client() {
     if !prerequisites() || !python_ok() || !want_fds(4096) {
         return;
     }
-    let s = Scratch::new("escape");
-    let name = s.name("udpflood");
-    let (port, backend) = (free_port(), free_port());
-    let script = s.write(
-        "echo.py",
-        &format!(
-            r#"
+    let mut f = Served::new("escape", "udpflood");
+    let (port, backend) = (f.port, f.backend);
+    f.set("listen", arr(&[format!("udp:127.0.0.1:{port}")]))
+        .set("backend", q(format!("udp:127.0.0.1:{backend}")))
+        .set("ready", q("notify"))
+        .set("idle_timeout", q("infinity"))
+        .python(
+            "echo.py",
+            &format!(
+                r#"
 import os, socket
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 u.bind(("127.0.0.1", {backend}))
@@ -565,23 +497,9 @@ while True:
     d, a = u.recvfrom(65536)
     u.sendto(d.upper(), a)
 "#
-        ),
-    );
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[socket.{name}]
-listen = ["udp:127.0.0.1:{port}"]
-backend = "udp:127.0.0.1:{backend}"
-ready = "notify"
-idle_timeout = "infinity"
-[socket.{name}.target]
-command = ["{PY}", "{script}"]
-"#,
-            script = script.display()
-        ),
-    );
+            ),
+        );
+    let (name, plan) = (&f.name, f.plan());
     let mut cmd = std::process::Command::new("sh");
     cmd.args(["-c", "ulimit -S -n 1024 && exec \"$@\"", "sh"])
         .arg(crate::common::bin())
@@ -591,7 +509,7 @@ command = ["{PY}", "{script}"]
         .env_remove("BULKHEAD_CONFIG")
         .env_remove("BULKHEAD_CGROUP_ROOT")
         .env_remove("NOTIFY_SOCKET");
-    let serve = Serve::start_cmd(cmd, s.dir.join("serve.log"));
+    let serve = Serve::start_cmd(cmd, f.log());
     let mut flood = Vec::new();
     for i in 0..1500 {
         let u = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -605,7 +523,7 @@ command = ["{PY}", "{script}"]
     // The fresh client comes once the flood has pushed flows out (serve has worked through
     // it), not after a pause; it asks again while no answer comes (a datagram may be lost).
     wait_for("evictions counted", || {
-        status_once_written(&name)["limits"]["udp_flows_evicted"].as_u64() > Some(0)
+        status_once_written(name)["limits"]["udp_flows_evicted"].as_u64() > Some(0)
     });
     let fresh = UdpSocket::bind("127.0.0.2:0").unwrap();
     fresh

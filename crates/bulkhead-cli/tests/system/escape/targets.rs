@@ -2,85 +2,35 @@
 //! connection starts a sandbox of its own: the sandbox must run within a slice's limits, its
 //! tmpfs mounts must have a size, and a socket must not start more sandboxes than its cap.
 
-use crate::common::serve::{bulkhead, connect_from, status, Scratch, Serve};
-use crate::common::{prerequisites, stderr, TestRoot};
+use crate::common::serve::{bulkhead, connect_from};
+use crate::common::served::{arr, q, Served};
+use crate::common::{stderr, TestRoot};
 use bulkhead_testkit::free_port;
 use std::io::Read;
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// The plan applied under a cgroup root of the test's own, and `serve` of the binary under
-/// test started there.
-struct Served {
-    serve: Serve,
-    _t: TestRoot,
-}
-
-fn in_root(t: &TestRoot, plan: &Path, args: &[&str]) -> Command {
-    let mut c = bulkhead();
-    c.env("BULKHEAD_CGROUP_ROOT", &t.cgroup)
-        .arg("-c")
-        .arg(plan)
-        .args(args);
-    c
-}
-
-fn serve(s: &Scratch, plan: &Path) -> Served {
-    let t = TestRoot::new();
-    let o = in_root(&t, plan, &["apply", "-q"]).output().unwrap();
-    assert!(o.status.success(), "apply: {}", stderr(&o));
-    let serve = Serve::start_cmd(in_root(&t, plan, &["serve"]), s.dir.join("serve.log"));
-    Served { serve, _t: t }
-}
 
 /// Item 6: a per-connection sandbox without a slice ran in serve's own cgroup with no limit
 /// on its tasks or memory; the plan must be refused, naming the socket and the key.
 #[test]
 fn a_per_connection_sandbox_without_a_limiting_slice_is_refused_at_plan_load() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
-    let s = Scratch::new("escape");
-    let name = s.name("noslice");
-    let port = free_port();
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[slice.loose]
-CPUWeight = 50
-
-[socket.{name}]
-listen = ["127.0.0.1:{port}"]
-mode = "per-connection"
-[socket.{name}.target]
-rootfs = "{root}"
-command = ["/bin/sh", "-c", "echo hi"]
-"#,
-            root = s.root().display()
-        ),
-    );
-    let o = bulkhead()
-        .arg("-c")
-        .arg(&plan)
-        .args(["serve", "--dry-run"])
-        .output()
-        .unwrap();
-    // The same with a slice that limits nothing.
-    let loose = s.write(
-        "loose.toml",
-        &std::fs::read_to_string(&plan)
+    };
+    let mut f = Served::new("escape", "noslice");
+    f.per_connection().command(&["/bin/sh", "-c", "echo hi"]);
+    let dry_run = |f: &Served| {
+        bulkhead()
+            .arg("-c")
+            .arg(f.plan())
+            .args(["serve", "--dry-run"])
+            .output()
             .unwrap()
-            .replace("command =", "slice = \"loose\"\ncommand ="),
-    );
-    let o2 = bulkhead()
-        .arg("-c")
-        .arg(&loose)
-        .args(["serve", "--dry-run"])
-        .output()
-        .unwrap();
+    };
+    let o = dry_run(&f);
+    // The same with a slice that limits nothing.
+    f.slice("loose", "CPUWeight = 50");
+    let o2 = dry_run(&f);
+    let name = &f.name;
     let (e, e2) = (stderr(&o), stderr(&o2));
     println!(
         "escape[targets]: tried a per-connection sandbox without a slice -> exit {:?}: {}; with a slice without limits -> exit {:?}: {}",
@@ -106,38 +56,20 @@ command = ["/bin/sh", "-c", "echo hi"]
 /// each). Writing past the default sizes (64M, 256M, 1G) must fail with ENOSPC inside.
 #[test]
 fn a_per_connection_sandbox_cannot_write_past_its_tmpfs_sizes() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
-    let s = Scratch::new("escape");
-    let name = s.name("fill");
-    let port = free_port();
+    };
+    let mut f = Served::new("escape", "fill");
     // Each file is removed after it is written: the slice's memory is not what stops it.
     let script = "w() { msg=$(dd if=/dev/zero of=$1 bs=1M count=$2 2>&1); echo \"$1 rc=$? $(echo $msg | grep -o 'No space left on device')\"; rm -f $1; }; \
                   w /dev/shm/fill 80; w /tmp/fill 300; w /fill 1100";
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[slice.fill]
-TasksMax = 64
-MemoryMax = "6G"
-
-[socket.{name}]
-listen = ["127.0.0.1:{port}"]
-mode = "per-connection"
-[socket.{name}.target]
-rootfs = "{root}"
-snapshot = "overlay"
-slice = "fill"
-command = ["/bin/sh", "-c", '''{script}''']
-"#,
-            root = s.root().display()
-        ),
-    );
-    let sv = serve(&s, &plan);
-    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    f.per_connection()
+        .target("snapshot", q("overlay"))
+        .slice("fill", "TasksMax = 64\nMemoryMax = \"6G\"")
+        .command(&["/bin/sh", "-c", script]);
+    let t = TestRoot::new();
+    let serve = f.start_in(&t);
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", f.port)).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     let mut out = String::new();
     let _ = c.read_to_string(&mut out);
@@ -149,7 +81,7 @@ command = ["/bin/sh", "-c", '''{script}''']
         let line = out
             .lines()
             .find(|l| l.starts_with(&format!("{path} ")))
-            .unwrap_or_else(|| panic!("no line for {path}: {out:?}\n{}", sv.serve.log()));
+            .unwrap_or_else(|| panic!("no line for {path}: {out:?}\n{}", serve.log()));
         assert!(
             line.contains("No space left on device"),
             "{path} was written past its size: {line}"
@@ -179,35 +111,22 @@ fn sandboxes_of(serve: u32) -> usize {
 /// socket with two addresses and max_connections = 2 runs 2 sandboxes, not 4.
 #[test]
 fn a_socket_with_two_listeners_runs_no_more_sandboxes_than_its_cap() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
-    }
-    let s = Scratch::new("escape");
-    let name = s.name("cap");
-    let (p1, p2) = (free_port(), free_port());
-    let plan = s.write(
-        "plan.toml",
-        &format!(
-            r#"
-[slice.capped]
-TasksMax = 256
-MemoryMax = "2G"
-
-[socket.{name}]
-listen = ["127.0.0.1:{p1}", "127.0.0.1:{p2}"]
-mode = "per-connection"
-max_connections = 2
-stop_timeout = "500ms"
-[socket.{name}.target]
-rootfs = "{root}"
-slice = "capped"
-command = ["/bin/sh", "-c", "echo up; exec sleep 600"]
-"#,
-            root = s.root().display()
-        ),
-    );
-    let sv = serve(&s, &plan);
+    };
+    let mut f = Served::new("escape", "cap");
+    let (p1, p2) = (f.port, free_port());
+    f.set(
+        "listen",
+        arr(&[format!("127.0.0.1:{p1}"), format!("127.0.0.1:{p2}")]),
+    )
+    .per_connection()
+    .set("max_connections", "2")
+    .set("stop_timeout", q("500ms"))
+    .slice("capped", "TasksMax = 256\nMemoryMax = \"2G\"")
+    .command(&["/bin/sh", "-c", "echo up; exec sleep 600"]);
+    let t = TestRoot::new();
+    let serve = f.start_in(&t);
     // Three clients on each address, each from an address of its own.
     let mut clients = Vec::new();
     for (i, port) in [p1, p1, p1, p2, p2, p2].into_iter().enumerate() {
@@ -221,17 +140,17 @@ command = ["/bin/sh", "-c", "echo up; exec sleep 600"]
     while first.is_none_or(|f: Instant| f.elapsed() < Duration::from_secs(8))
         && t0.elapsed() < Duration::from_secs(60)
     {
-        most = most.max(sandboxes_of(sv.serve.pid()));
+        most = most.max(sandboxes_of(serve.pid()));
         if most > 0 && first.is_none() {
             first = Some(Instant::now());
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let active = status(&name)["connections_active"].as_u64().unwrap_or(0);
+    let active = f.status()["connections_active"].as_u64().unwrap_or(0);
     println!(
         "escape[targets]: tried 6 clients on a socket with two addresses and max_connections = 2 -> at most {most} live sandboxes, {active} connections active"
     );
-    assert!(most >= 1, "no sandbox started\n{}", sv.serve.log());
+    assert!(most >= 1, "no sandbox started\n{}", serve.log());
     assert!(most <= 2, "{most} sandboxes ran at once");
     assert!(active <= 2, "{active} connections were served at once");
     drop(clients);

@@ -6,7 +6,7 @@
 //! - #13: `place` printed a user's command line raw: a newline in argv forged
 //!   `bulkhead: error: ...` lines in root's terminal and logs. Control characters are escaped.
 
-use crate::common::{prerequisites, stderr, stdout, TestRoot};
+use crate::common::{stderr, stdout, TestRoot};
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output, Stdio};
 
@@ -28,11 +28,9 @@ fn bulkhead(t: &TestRoot, args: &[&str]) -> Output {
 
 #[test]
 fn a_plan_others_can_write_is_refused_by_every_root_command() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
+    let Some((_suite, t)) = crate::suite::rooted() else {
         return;
-    }
-    let t = TestRoot::new();
+    };
     let marker =
         std::path::PathBuf::from(format!("/var/tmp/bh-trust-pwned-{}", std::process::id()));
     let _ = std::fs::remove_file(&marker);
@@ -83,16 +81,12 @@ fn a_plan_others_can_write_is_refused_by_every_root_command() {
 
 #[test]
 fn a_users_command_line_forges_no_line_of_roots_output() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() {
-        return;
-    }
-    let t = TestRoot::new();
-    let plan = t.plan(
+    let Some((_suite, t, p)) = crate::suite::planned(
         "[slice.db]\n[slice.db-helper]\nCPUWeight = 10\n\
          [place.forged]\nslice = \"db-helper\"\nuser = \"nobody\"\ncmdline = \"bh-forge*\"\n",
-    );
-    let p = plan.to_str().unwrap();
+    ) else {
+        return;
+    };
     let o = bulkhead(&t, &["-c", p, "apply"]);
     assert!(o.status.success(), "apply: {}", stderr(&o));
     // nobody's process: argv[0] carries a newline and a line that looks like bulkhead's own.

@@ -154,11 +154,10 @@ fn exported_units_are_loaded_and_enforced_by_systemd() {
     // Written, not applied: systemd alone makes the slice from the exported files.
     let plan = h.tmp().join("export.toml");
     let name = format!("{}e", h.parent);
-    std::fs::write(
+    bulkhead_testkit::write(
         &plan,
         format!("[slice.{name}]\nCPUWeight = 222\nTasksMax = 33\n"),
-    )
-    .unwrap();
+    );
     let dir = "/run/systemd/system";
     let o = Command::new(crate::common::bin())
         .args(["-c", plan.to_str().unwrap(), "export", "systemd", dir])

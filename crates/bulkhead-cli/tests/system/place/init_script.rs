@@ -7,6 +7,7 @@
 use super::{in_slice, marker, renamed_sleeper};
 use crate::common::{prerequisites, stdout, wait_for, TestRoot};
 use bulkhead::plan::EMBEDDED_DEFAULT;
+use bulkhead_testkit::assert_has;
 use std::process::{Command, Output};
 
 const SCRIPT: &str = concat!(
@@ -72,11 +73,7 @@ fn the_init_script_applies_runs_reloads_and_stops_place() {
         .parse()
         .unwrap();
     let o = script(&t, p, dir.path(), "status");
-    assert!(
-        stdout(&o).contains(&format!("running (PID {pid})")),
-        "{}",
-        stdout(&o)
-    );
+    assert_has(&stdout(&o), &format!("running (PID {pid})"));
     let first = renamed_sleeper(&a, false);
     wait_for("the rule's process in db-helper", || {
         in_slice(first.id() as i32, &t, helper)
@@ -116,11 +113,7 @@ fn the_init_script_applies_runs_reloads_and_stops_place() {
     // (Its parent is PID 1 since start-stop-daemon left it: reaped there.)
     wait_for("place to end", || !bulkhead_sys::process::alive(pid as u32));
     let o = t.run(&["-c", p, "check"]);
-    assert!(
-        stdout(&o).contains("bulkhead place is not running (no state file)"),
-        "{}",
-        stdout(&o)
-    );
+    assert_has(&stdout(&o), "bulkhead place is not running (no state file)");
     assert!(o.status.code().unwrap_or(0) >= 1, "{}", stdout(&o));
     drop((first, second));
     let _ = t.run(&["-c", p, "destroy", "--kill"]);
