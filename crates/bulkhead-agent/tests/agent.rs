@@ -142,6 +142,23 @@ fn is(e: &PlanReport, t: &str, status: &str) -> bool {
     cond(e, t).is_some_and(|c| c.status == status)
 }
 
+/// Waits up to `secs` (saying `what` if it never comes) until `plan`'s report on `node` has
+/// the condition `(type, status)`, and returns that report.
+async fn reported(
+    reports: &Api<BulkheadNode>,
+    node: &str,
+    plan: &str,
+    (t, status): (&str, &str),
+    (what, secs): (&str, u64),
+) -> PlanReport {
+    wait(what, secs, move || async move {
+        entry(reports, plan, node)
+            .await
+            .filter(|e| is(e, t, status))
+    })
+    .await
+}
+
 async fn labels(nodes: &Api<Node>, node: &str) -> std::collections::BTreeMap<String, String> {
     nodes
         .get(node)
@@ -875,22 +892,26 @@ async fn two_plans(w: &World) {
     }))
     .unwrap();
     plans.create(&PostParams::default(), &other).await.unwrap();
-    let e = wait("Degraded on the second plan", 30, move || async move {
-        entry(reports, "other", node)
-            .await
-            .filter(|e| is(e, "Degraded", "True"))
-    })
+    let e = reported(
+        reports,
+        node,
+        "other",
+        ("Degraded", "True"),
+        ("Degraded on the second plan", 30),
+    )
     .await;
     assert!(
         cond(&e, "Degraded").unwrap().message.contains("redis"),
         "{e:?}"
     );
     assert!(is(&e, "Applied", "False"));
-    let e = wait("Degraded on the first plan", 30, move || async move {
-        entry(reports, "redis", node)
-            .await
-            .filter(|e| is(e, "Degraded", "True"))
-    })
+    let e = reported(
+        reports,
+        node,
+        "redis",
+        ("Degraded", "True"),
+        ("Degraded on the first plan", 30),
+    )
     .await;
     assert!(
         cond(&e, "Degraded").unwrap().message.contains("other"),
@@ -902,14 +923,12 @@ async fn two_plans(w: &World) {
         .delete("other", &DeleteParams::default())
         .await
         .unwrap();
-    wait(
-        "Degraded back to False once the other plan is gone",
-        30,
-        move || async move {
-            entry(reports, "redis", node)
-                .await
-                .filter(|e| is(e, "Degraded", "False"))
-        },
+    reported(
+        reports,
+        node,
+        "redis",
+        ("Degraded", "False"),
+        ("Degraded back to False once the other plan is gone", 30),
     )
     .await;
 }

@@ -97,6 +97,18 @@ impl TestRoot {
         self.cmd().args(args).output().expect("run bulkhead")
     }
 
+    /// [`TestRoot::run`] that must succeed (its stderr shown when not).
+    #[track_caller]
+    pub fn ok(&self, args: &[&str]) -> Output {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "bulkhead {args:?}: {}",
+            crate::stderr(&o)
+        );
+        o
+    }
+
     /// `bulkhead -c PLAN destroy --kill -q`, which must succeed (a test's clean end).
     pub fn destroy(&self, plan: &str) {
         let o = self.run(&["-c", plan, "destroy", "--kill", "-q"]);

@@ -26,5 +26,5 @@ pub use bins::bulkhead;
 pub use cgroup::TestRoot;
 pub use fs::{read, write, TempDir};
 pub use net::free_port;
-pub use output::{assert_has, stderr, stdout};
+pub use output::{assert_has, first_line, ok, stderr, stdout};
 pub use prereq::{ci, require};

@@ -4,7 +4,6 @@
 use crate::common;
 use bulkhead_testkit::assert_has;
 
-use crate::common::prerequisites;
 use crate::common::serve::{bulkhead, python_ok, status, wait_for, Serve};
 use crate::common::served::{arr, q, Served};
 use bulkhead_testkit::free_port;
@@ -242,10 +241,9 @@ fn a_crashed_target_is_restarted_by_the_next_connection() {
 
 #[test]
 fn pass_mode_hands_over_the_listening_socket() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() || !python_ok() {
+    let Some(_suite) = crate::suite::cgroups_and(python_ok()) else {
         return;
-    }
+    };
     let mut f = Served::new("activate", "pass");
     // A systemd-style socket-activated server: checks LISTEN_PID and serves on fd 3.
     f.unset("backend").set("mode", q("pass")).python(
@@ -332,10 +330,9 @@ fn per_connection_mode_gives_each_client_its_own_sandbox() {
 
 #[test]
 fn half_close_and_proxy_protocol_pass_through() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() || !python_ok() {
+    let Some(_suite) = crate::suite::cgroups_and(python_ok()) else {
         return;
-    }
+    };
     let mut f = Served::new("activate", "half");
     let backend = f.backend;
     // Reads the PROXY line, then everything until EOF, then answers: only possible when the
@@ -396,10 +393,9 @@ while True:
 
 #[test]
 fn udp_with_notify_readiness() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() || !python_ok() {
+    let Some(_suite) = crate::suite::cgroups_and(python_ok()) else {
         return;
-    }
+    };
     let mut f = Served::new("activate", "udp");
     let (port, backend) = (f.port, f.backend);
     // Sleeps before READY=1: datagrams sent meanwhile must be held, not lost.

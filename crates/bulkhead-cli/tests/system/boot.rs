@@ -234,12 +234,11 @@ fn boots_to_multi_user_and_stops_cleanly_on_sigterm() {
 
 /// `spawn --boot -D root -x -n` with `more`: its output, which must be a success.
 fn dry_run(root: &str, more: &[&str]) -> String {
-    let o = Command::new(bin())
-        .args(["spawn", "--boot", "-D", root, "-x", "-n"])
-        .args(more)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = bulkhead_testkit::ok(
+        Command::new(bin())
+            .args(["spawn", "--boot", "-D", root, "-x", "-n"])
+            .args(more),
+    );
     stdout(&o)
 }
 

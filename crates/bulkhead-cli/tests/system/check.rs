@@ -113,8 +113,7 @@ fn check_protected_drift_moved_out_exporter_and_non_root() {
         .unwrap()
         .contains("slice 'db' is in the plan but does not exist"));
 
-    let o = t.run(&["-c", p, "apply", "-q"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "apply", "-q"]);
 
     // A database server in the server slice: protected, exit 0.
     let bin = t.plan_dir.join("scylla");
@@ -131,12 +130,7 @@ fn check_protected_drift_moved_out_exporter_and_non_root() {
     let (code, v) = check(&t, p);
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(v["state"], "protected");
-    let placed = v["placements"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["what"] == "database server scylla")
-        .unwrap_or_else(|| panic!("{v:#}"));
+    let placed = crate::common::entry(&v["placements"], "what", "database server scylla");
     assert_eq!(placed["inside"], serde_json::json!([pid]));
     // The plan sets no I/O weight or cap: said about the server's disk, and accepted in the
     // plan (issue 41 #4), so it does not lower the verdict.
@@ -191,21 +185,10 @@ fn check_protected_drift_moved_out_exporter_and_non_root() {
         "{v:#}"
     );
     // `status` shows the plan's value beside the kernel's, in JSON and in the table.
-    let o = t.run(&["-c", p, "status", "--json", "--interval", "0.1"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.ok(&["-c", p, "status", "--json", "--interval", "0.1"]);
     let st = json(&o);
-    let limits = st["limits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["slice"] == "db-server")
-        .unwrap_or_else(|| panic!("{st:#}"));
-    let cpu = limits["directives"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["directive"] == "CPUWeight=1000")
-        .unwrap_or_else(|| panic!("{limits:#}"));
+    let limits = crate::common::entry(&st["limits"], "slice", "db-server");
+    let cpu = crate::common::entry(&limits["directives"], "directive", "CPUWeight=1000");
     assert_eq!(cpu["kernel"], value, "{cpu:#}");
     assert_ne!(cpu["planned"], value, "{cpu:#}");
     assert!(cpu["file"].as_str().unwrap().ends_with(file), "{cpu:#}");
@@ -218,8 +201,7 @@ fn check_protected_drift_moved_out_exporter_and_non_root() {
         "{table}"
     );
 
-    let o = t.run(&["-c", p, "apply", "-q"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "apply", "-q"]);
     assert_eq!(check(&t, p).0, 0);
     let o = t.run(&["-c", p, "status", "--interval", "0.1"]);
     assert!(!stdout(&o).contains("differs"), "{}", stdout(&o));
@@ -245,8 +227,7 @@ fn check_protected_drift_moved_out_exporter_and_non_root() {
     );
 
     // Moved out of the server slice: not protected, exit 2, the process named.
-    let o = t.run(&["-c", p, "move", "--slice", "db-helper", &pid.to_string()]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "move", "--slice", "db-helper", &pid.to_string()]);
     let (code, v) = check(&t, p);
     assert_eq!(code, 2, "{v:#}");
     assert_eq!(v["state"], "not_protected");

@@ -414,12 +414,7 @@ fn reserve_a_small_pool_and_give_it_back() {
     assert_eq!(read(&pool_file(2048)), (before + 8).to_string());
     assert!(m.state.exists(), "the original is recorded");
     let st = json(&m.run(&["hugepages", "status", "--json"]));
-    let pool = st["pools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["size"] == TWO_M)
-        .unwrap();
+    let pool = crate::common::entry(&st["pools"], "size", TWO_M);
     assert_eq!(pool["total"], before + 8);
     assert!(pool["free"].as_u64().unwrap() >= 8);
     assert!(!st["saved"]["files"].as_object().unwrap().is_empty());
@@ -452,13 +447,11 @@ fn hugetlb_memory_shows_in_usage_and_slice_counters_and_the_limit_holds() {
         before + 16
     ));
     let p = plan.to_str().unwrap();
-    let o = t
-        .cmd()
-        .env("BULKHEAD_HUGEPAGES_STATE", &m.state)
-        .args(["-c", p, "apply"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    bulkhead_testkit::ok(
+        t.cmd()
+            .env("BULKHEAD_HUGEPAGES_STATE", &m.state)
+            .args(["-c", p, "apply"]),
+    );
     let mount_suffix = h.mount.file_name().unwrap().to_string_lossy().into_owned();
     let slice_dir = t.dir(&mount_suffix, "db.slice/db-server.slice");
     let (cur, max, rsvd_max) = match h.version {
@@ -497,13 +490,7 @@ fn hugetlb_memory_shows_in_usage_and_slice_counters_and_the_limit_holds() {
             .ends_with("db.slice/db-server.slice"),
         "{u}"
     );
-    let c2 = u["cgroup_counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["size"] == TWO_M)
-        .unwrap()
-        .clone();
+    let c2 = crate::common::entry(&u["cgroup_counters"], "size", TWO_M).clone();
     assert_eq!(c2["current"], 4u64 << 20, "{u}");
     assert_eq!(c2["max"], 8u64 << 20, "{u}");
     let o = m.run(&["hugepages", "usage", &pid.to_string()]);
@@ -515,12 +502,7 @@ fn hugetlb_memory_shows_in_usage_and_slice_counters_and_the_limit_holds() {
             .output()
             .unwrap(),
     );
-    let s = st["slices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["slice"] == "db-server")
-        .unwrap_or_else(|| panic!("db-server not in {st}"));
+    let s = crate::common::entry(&st["slices"], "slice", "db-server");
     assert_eq!(s["hugetlb"][0]["current"], 4u64 << 20, "{s}");
     assert!(
         st["top"]
@@ -550,8 +532,7 @@ fn hugetlb_memory_shows_in_usage_and_slice_counters_and_the_limit_holds() {
 
     let (st_a, _) = a.finish();
     assert!(st_a.success());
-    let o = t.run(&["-c", p, "destroy", "--kill"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "destroy", "--kill"]);
     m.ok(&["hugepages", "reset"]);
     drop(t);
     m.assert_unchanged();
@@ -935,12 +916,7 @@ fn bench_tlb_runs_every_backing_and_gives_the_pools_back() {
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(r["rounds_done"], 2);
     let cov = |name: &str| -> f64 {
-        let b = r["backings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|b| b["name"] == name)
-            .unwrap();
+        let b = crate::common::entry(&r["backings"], "name", name);
         assert!(b["skipped"].is_null(), "{b}");
         b["huge_coverage"][0].as_f64().unwrap()
     };
@@ -977,8 +953,7 @@ fn a_failing_slice_write_takes_the_pool_back() {
     let m = Machine::take();
     let t = TestRoot::new();
     let plan = t.plan("[slice.db-server]\nCPUWeight = 100\n");
-    let o = t.run(&["-c", plan.to_str().unwrap(), "apply"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", plan.to_str().unwrap(), "apply"]);
     // 64M of anonymous memory in the slice, which a MemoryMax of 8M cannot take away
     // (no swap here): the memory write fails after the pool was set.
     let mut run = t.cmd();
@@ -1015,8 +990,7 @@ fn a_failing_slice_write_takes_the_pool_back() {
     );
     assert!(!m.state.exists(), "the record must be as it was (none)");
     drop(h);
-    let o = t.run(&["-c", plan.to_str().unwrap(), "destroy", "--kill"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", plan.to_str().unwrap(), "destroy", "--kill"]);
     drop(t);
     m.assert_unchanged();
 }

@@ -114,6 +114,23 @@ pub mod suite {
         crate::common::prerequisites().then_some(g)
     }
 
+    /// [`cgroups`] when `more` holds too (the test's other prerequisites, said by their own
+    /// checks: python3, file descriptors).
+    pub fn cgroups_and(more: bool) -> Option<Guard> {
+        cgroups().filter(|_| more)
+    }
+
+    /// [`cgroups_and`] and a scratch directory `/var/tmp/bulkhead-PREFIX-...` of the test's own.
+    pub fn scratch(prefix: &str, more: bool) -> Option<(Guard, crate::common::serve::Scratch)> {
+        cgroups_and(more).map(|g| (g, crate::common::serve::Scratch::new(prefix)))
+    }
+
+    /// [`alone`], when there are cgroups to test in.
+    pub fn cgroups_alone() -> Option<Guard> {
+        let g = alone();
+        crate::common::prerequisites().then_some(g)
+    }
+
     /// [`cgroups`] and a scratch cgroup root of the test's own.
     pub fn rooted() -> Option<(Guard, crate::common::TestRoot)> {
         cgroups().map(|g| (g, crate::common::TestRoot::new()))
@@ -129,8 +146,7 @@ pub mod suite {
 
     /// [`rooted`], with nothing else of this binary running (see [`alone`]).
     pub fn rooted_alone() -> Option<(Guard, crate::common::TestRoot)> {
-        let g = alone();
-        crate::common::prerequisites().then(|| (g, crate::common::TestRoot::new()))
+        cgroups_alone().map(|g| (g, crate::common::TestRoot::new()))
     }
 
     /// A check that measures the machine: nothing else of this binary runs meanwhile.

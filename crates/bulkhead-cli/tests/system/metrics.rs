@@ -7,7 +7,6 @@ use bulkhead_testkit::assert_has;
 use bulkhead_testkit::prereq::missing;
 
 use crate::common::{prerequisites, stderr, stdout, TestRoot};
-use bulkhead::plan::EMBEDDED_DEFAULT;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -168,13 +167,10 @@ fn http(addr: SocketAddr, request: &[u8]) -> String {
 
 #[test]
 fn status_prometheus_and_exporter_match_the_cgroup_files() {
-    let Some((_suite, t)) = crate::suite::rooted() else {
+    let Some((_suite, t, p)) = crate::suite::planned(&crate::common::default_weighted(100)) else {
         return;
     };
-    // A weight, not the default's idle: the busy loop must get CPU on a busy CI machine.
-    let plan = t.plan(&EMBEDDED_DEFAULT.replace("CPUWeight = \"idle\"\n", "CPUWeight = 100\n"));
-    let p = plan.to_str().unwrap();
-    assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
+    t.ok(&["-c", p, "apply", "-q"]);
     let busy = Killed(t.sh_in("db-helper", "while :; do :; done").spawn().unwrap());
     // In the slice (`run` joins it, then execs the shell) and past the CPU time `check`
     // expects of it.

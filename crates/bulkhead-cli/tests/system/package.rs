@@ -57,8 +57,7 @@ fn example_plan_is_valid() {
     let Some((_suite, t, p)) = crate::suite::planned(EXAMPLE) else {
         return;
     };
-    let o = t.run(&["-c", p, "plan", "show"]);
-    assert!(o.status.success(), "plan show: {}", err(&o));
+    let o = t.ok(&["-c", p, "plan", "show"]);
     assert_has(&out(&o), "[slice.db-helper]");
     // What apply would do on this machine (cgroupfs under the test root): valid, no write.
     let o = t.run(&[
@@ -81,8 +80,7 @@ fn example_plan_is_valid() {
     assert!(t.cgroups().is_empty(), "a dry run created cgroups");
     // The commented socket example, uncommented, is a socket serve takes.
     let plan = t.plan(&example_with_socket());
-    let o = t.run(&["-c", plan.to_str().unwrap(), "serve", "--dry-run"]);
-    assert!(o.status.success(), "serve --dry-run: {}", err(&o));
+    let o = t.ok(&["-c", plan.to_str().unwrap(), "serve", "--dry-run"]);
     let text = format!("{}{}", out(&o), err(&o));
     assert!(text.contains("127.0.0.1:16379"), "{text}");
 }

@@ -169,8 +169,7 @@ pub(crate) fn applied(text: &str) -> Option<(TestRoot, std::path::PathBuf)> {
     }
     let t = TestRoot::new();
     let plan = t.plan(text);
-    let o = t.run(&["-c", plan.to_str().unwrap(), "apply", "-q"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", plan.to_str().unwrap(), "apply", "-q"]);
     Some((t, plan))
 }
 
@@ -189,8 +188,7 @@ fn move_tree_takes_every_descendant_and_a_single_move_says_who_stays() {
     let pid_s = pid.to_string();
 
     // A single move takes the one process and says which descendants stay where.
-    let o = t.run(&["-c", p, "move", "--slice", "db-helper", &pid_s]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.ok(&["-c", p, "move", "--slice", "db-helper", &pid_s]);
     let err = stderr(&o);
     assert!(
         err.contains(&format!("3 descendant(s) of {pid} stay in")) && err.contains("add --tree"),
@@ -202,7 +200,7 @@ fn move_tree_takes_every_descendant_and_a_single_move_says_who_stays() {
         .all(|&k| !in_slice(k, &t, "db.slice/db-helper.slice")));
 
     // The dry run lists the tree and moves nothing.
-    let o = t.run(&[
+    let o = t.ok(&[
         "-c",
         p,
         "move",
@@ -212,7 +210,6 @@ fn move_tree_takes_every_descendant_and_a_single_move_says_who_stays() {
         "db-server",
         &pid_s,
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     assert_has(
         &stdout(&o),
         &format!("would move {pid} and 3 descendant(s)"),
@@ -220,7 +217,7 @@ fn move_tree_takes_every_descendant_and_a_single_move_says_who_stays() {
     assert!(!in_slice(pid as i32, &t, "db.slice/db-server.slice"));
 
     // --tree moves all four, threads included, and --json lists them.
-    let o = t.run(&[
+    let o = t.ok(&[
         "-c",
         p,
         "move",
@@ -230,7 +227,6 @@ fn move_tree_takes_every_descendant_and_a_single_move_says_who_stays() {
         "db-server",
         &pid_s,
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let moved: Vec<i64> = v["results"][0]["tree"]
         .as_array()
@@ -245,8 +241,7 @@ fn move_tree_takes_every_descendant_and_a_single_move_says_who_stays() {
     }
     assert!(v["results"][0].get("already").is_none(), "{v}");
     // Again: they are there already, and it says so (issue 41 #6).
-    let o = t.run(&["-c", p, "move", "--tree", "--slice", "db-server", &pid_s]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.ok(&["-c", p, "move", "--tree", "--slice", "db-server", &pid_s]);
     assert!(
         stdout(&o).contains(&format!(
             "{pid} and 3 descendant(s) are already in db-server.slice"
@@ -268,8 +263,7 @@ fn move_tree_takes_every_descendant_and_a_single_move_says_who_stays() {
         stdout(&o)
     );
     drop(root);
-    let o = t.run(&["-c", p, "destroy", "--kill"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "destroy", "--kill"]);
 }
 
 #[test]
@@ -313,8 +307,7 @@ fn move_tree_catches_a_tree_that_forks_while_it_moves() {
         assert_has(&stderr(&o), "still forking");
     }
     drop(root);
-    let o = t.run(&["-c", p, "destroy", "--kill"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "destroy", "--kill"]);
 }
 
 /// A marker no other process on the machine has in its command line.
@@ -356,8 +349,7 @@ fn rules_place_once_dry_run_and_as_processes_start() {
         bulkhead_sys::procs::read(pid).is_some_and(|p| p.cmdline.starts_with(&m))
     });
     // Dry run: says it, moves nothing.
-    let o = t.run(&["-c", p, "place", "--dry-run"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.ok(&["-c", p, "place", "--dry-run"]);
     let out = stdout(&o);
     assert!(
         out.contains(&format!(
@@ -368,8 +360,7 @@ fn rules_place_once_dry_run_and_as_processes_start() {
     assert!(out.contains("dry run: 1 process(es) would move"), "{out}");
     assert!(!in_slice(pid, &t, helper));
     // --once moves it.
-    let o = t.run(&["-c", p, "place", "--once", "--json"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.ok(&["-c", p, "place", "--once", "--json"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["pid"], pid);
     assert_eq!(v["moved"], true);
@@ -433,8 +424,7 @@ fn rules_place_once_dry_run_and_as_processes_start() {
     let o = t.run(&["-c", none.to_str().unwrap(), "place", "--once"]);
     assert_eq!(o.status.code(), Some(2));
     assert_has(&stderr(&o), "[place.NAME]");
-    let o = t.run(&["-c", p, "destroy", "--kill"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "destroy", "--kill"]);
 }
 
 /// Issue 41: `kill -HUP` of a running `place` reads the plan again: a new rule acts, `place`
@@ -603,8 +593,7 @@ fn postgres_backup(cluster_name: bool) {
     };
     let plan = backup_plan(&t, &pg);
     let p = plan.to_str().unwrap();
-    let o = t.run(&["-c", p, "apply", "--backend", "cgroupfs"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.ok(&["-c", p, "apply", "--backend", "cgroupfs"]);
     assert_has(
         &stderr(&o),
         "postgresql@15-main.service is placed by `bulkhead place`",
@@ -618,7 +607,7 @@ fn postgres_backup(cluster_name: bool) {
         children.len() >= 4,
         "checkpointer, background writer, walwriter, autovacuum launcher...: {children:?}"
     );
-    let o = t.run(&[
+    let o = t.ok(&[
         "-c",
         p,
         "move",
@@ -628,7 +617,6 @@ fn postgres_backup(cluster_name: bool) {
         "db-server",
         &pm.to_string(),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stdout(&o).contains(&format!(
             "would move {pm} and {} descendant(s)",
@@ -758,8 +746,7 @@ fn postgres_backup(cluster_name: bool) {
     after_place_stops(&t, p, pm);
     placed_lines(&o, pm, backend, dump_pid);
     drop(pg);
-    let o = t.run(&["-c", p, "destroy", "--kill"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "destroy", "--kill"]);
 }
 
 /// The default plan's slices with the cluster as db-server's service (by its pidfile: no

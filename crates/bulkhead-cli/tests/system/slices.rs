@@ -18,15 +18,13 @@ fn apply_reapply_dry_run_destroy() {
     };
 
     // Dry run: prints writes, creates nothing.
-    let o = t.run(&["-c", p, "apply", "--dry-run"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.ok(&["-c", p, "apply", "--dry-run"]);
     let out = stdout(&o);
     assert!(out.contains("mkdir "), "{out}");
     assert!(out.contains("dry run:"), "{out}");
     assert!(t.cgroups().is_empty(), "dry run created {:?}", t.cgroups());
 
-    let o = t.run(&["-c", p, "apply"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.ok(&["-c", p, "apply"]);
     assert_has(&stdout(&o), "applied: 3 slice(s)");
     if v1(&t, "cpu") {
         // The default helper is idle (CPUWeight="idle"): cpu.idle, and the kernel's idle
@@ -52,8 +50,7 @@ fn apply_reapply_dry_run_destroy() {
     let first_notes = t.run(&["-c", p, "apply", "--dry-run"]);
     let notes = stderr(&first_notes).lines().count();
     // Idempotent: a second apply writes nothing and says so, and its notes in one line.
-    let o = t.run(&["-c", p, "apply"]);
-    assert!(o.status.success());
+    let o = t.ok(&["-c", p, "apply"]);
     assert_has(
         &stdout(&o),
         "nothing to change: 3 slice(s) already match the plan",
@@ -68,22 +65,19 @@ fn apply_reapply_dry_run_destroy() {
 
     // A changed value is the only write.
     let plan2 = t.plan(&EMBEDDED_DEFAULT.replace("CPUWeight = 1000\n", "CPUWeight = 500\n"));
-    let o = t.run(&["-c", plan2.to_str().unwrap(), "apply", "--json"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.ok(&["-c", plan2.to_str().unwrap(), "apply", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let ops = v["changes"].as_array().unwrap();
     assert_eq!(ops.len(), 1, "{ops:?}");
     assert_eq!(ops[0]["why"], "CPUWeight=500");
 
     // destroy: a summary; each removal only with -v (issue 41 #6).
-    let o = t.run(&["-c", p, "destroy"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.ok(&["-c", p, "destroy"]);
     assert!(t.cgroups().is_empty(), "left behind: {:?}", t.cgroups());
     assert_has(&stdout(&o), "removed: 3 slice(s)");
     assert!(!stdout(&o).contains(&t.cgroup), "{}", stdout(&o));
-    assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
-    let o = t.run(&["-c", p, "destroy", "-v"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "apply", "-q"]);
+    let o = t.ok(&["-c", p, "destroy", "-v"]);
     assert_has(&stdout(&o), &t.cgroup);
     assert!(t.cgroups().is_empty(), "left behind: {:?}", t.cgroups());
 }
@@ -93,9 +87,9 @@ fn run_lands_in_every_hierarchy_and_passes_exit_codes() {
     let Some((_suite, t, p)) = crate::suite::planned(EMBEDDED_DEFAULT) else {
         return;
     };
-    assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
+    t.ok(&["-c", p, "apply", "-q"]);
 
-    let o = t.run(&[
+    let o = t.ok(&[
         "-c",
         p,
         "run",
@@ -106,7 +100,6 @@ fn run_lands_in_every_hierarchy_and_passes_exit_codes() {
         "-c",
         "cat /proc/self/cgroup",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     let cg = stdout(&o);
     let want = format!("{}/db.slice/db-helper.slice", t.cgroup);
     for ctrl in ["cpu", "cpuacct", "memory", "blkio", "pids"] {
@@ -178,7 +171,7 @@ fn run_lands_in_every_hierarchy_and_passes_exit_codes() {
         &envf,
         "# comment\nFROM_FILE=\"yes\"\nexport OVERRIDDEN=file\n",
     );
-    let o = t.run(&[
+    let o = t.ok(&[
         "run",
         "--slice",
         "db-helper",
@@ -197,7 +190,6 @@ fn run_lands_in_every_hierarchy_and_passes_exit_codes() {
         "-c",
         "echo $(id -u):$(id -g):$(pwd):$FROM_FILE:$OVERRIDDEN",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o).trim(), "65534:65534:/tmp:yes:flag");
 
     t.destroy(p);
@@ -208,7 +200,7 @@ fn move_whole_processes_and_report_failures() {
     let Some((_suite, t, p)) = crate::suite::planned(EMBEDDED_DEFAULT) else {
         return;
     };
-    assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
+    t.ok(&["-c", p, "apply", "-q"]);
     // A process with several threads: all of them must move.
     let mut child = Command::new("sh")
         .args(["-c", "sleep 30 & sleep 30 & wait"])
@@ -263,8 +255,7 @@ fn move_whole_processes_and_report_failures() {
     // A second process in the helper slice, to move out again.
     let mut out = Command::new("sleep").arg("30").spawn().unwrap();
     let out_pid = out.id().to_string();
-    let o = t.run(&["-c", p, "move", "--slice", "db-helper", &out_pid]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "move", "--slice", "db-helper", &out_pid]);
 
     // destroy refuses while processes are inside, with a hint that works (issue 28).
     let o = t.run(&["-c", p, "destroy"]);
@@ -279,8 +270,7 @@ fn move_whole_processes_and_report_failures() {
         "refused destroy must remove nothing"
     );
     // `move --slice /` puts a process back at the cgroup root, in every hierarchy.
-    let o = t.run(&["-c", p, "move", "--slice", "/", &out_pid]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.ok(&["-c", p, "move", "--slice", "/", &out_pid]);
     assert_has(&stdout(&o), "to the cgroup root");
     let cg = std::fs::read_to_string(format!("/proc/{out_pid}/cgroup")).unwrap();
     assert!(!cg.contains("db.slice"), "{cg}");
@@ -289,8 +279,7 @@ fn move_whole_processes_and_report_failures() {
         "{cg}"
     );
     // ... and --kill kills the ones still inside, not the one moved out.
-    let o = t.run(&["-c", p, "destroy", "--kill"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "destroy", "--kill"]);
     let _ = child.wait();
     assert_eq!(out.try_wait().unwrap(), None, "the moved-out process lives");
     let _ = out.kill();
@@ -314,10 +303,10 @@ fn a_failed_write_midway_is_rolled_back() {
     }
     let t = TestRoot::new();
     // The default plan with a helper weight (not idle), so the rollback of a weight shows.
-    let weighted = EMBEDDED_DEFAULT.replace("CPUWeight = \"idle\"\n", "CPUWeight = 10\n");
+    let weighted = crate::common::default_weighted(10);
     let plan = t.plan(&weighted);
     let p = plan.to_str().unwrap();
-    assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
+    t.ok(&["-c", p, "apply", "-q"]);
     // ~64 MiB of anonymous memory in the helper slice (there is no swap to push it to).
     let mut hog = t
         .sh_in(
@@ -327,14 +316,7 @@ fn a_failed_write_midway_is_rolled_back() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    {
-        use std::io::BufRead;
-        let mut line = String::new();
-        std::io::BufReader::new(hog.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready");
-    }
+    assert_eq!(bulkhead_testkit::first_line(&mut hog).trim(), "ready");
     let shares = t.dir("cpu", "db.slice/db-helper.slice/cpu.shares");
     assert_eq!(read(&shares), "102");
     // CPUWeight changes first (cpu hierarchy), then MemoryMax below usage fails (EBUSY).
@@ -385,21 +367,17 @@ fn foreign_cgroups_are_never_adopted_or_deleted() {
 
 #[test]
 fn status_reports_usage_and_pressure() {
-    let Some((_suite, t)) = crate::suite::rooted() else {
+    let Some((_suite, t, p)) = crate::suite::planned(&crate::common::default_weighted(100)) else {
         return;
     };
-    // A weight, not the default's idle: the busy loop must get CPU on a busy CI machine.
-    let plan = t.plan(&EMBEDDED_DEFAULT.replace("CPUWeight = \"idle\"\n", "CPUWeight = 100\n"));
-    let p = plan.to_str().unwrap();
-    assert!(t.run(&["-c", p, "apply", "-q"]).status.success());
+    t.ok(&["-c", p, "apply", "-q"]);
     let mut busy = t.sh_in("db-helper", "while :; do :; done").spawn().unwrap();
     // `run` joins the slice, then execs the shell: once it is `sh`, it is in the slice.
     let comm = format!("/proc/{}/comm", busy.id());
     crate::common::wait_for("the busy loop in the slice", || {
         std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sh")
     });
-    let o = t.run(&["status", "--json", "--interval", "0.5"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.ok(&["status", "--json", "--interval", "0.5"]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let slices = v["slices"].as_array().unwrap();
     let helper = slices
@@ -452,8 +430,7 @@ fn hugetlb_limit_on_this_hosts_unified_mount() {
     }
     let plan = t.plan("[slice.db-server]\nHugetlbMax = { \"2M\" = \"64M\" }\n");
     let p = plan.to_str().unwrap();
-    let o = t.run(&["-c", p, "apply"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.ok(&["-c", p, "apply"]);
     assert!(
         stderr(&o).contains("'db' is not in the plan"),
         "implicit parent is said: {}",
@@ -463,7 +440,7 @@ fn hugetlb_limit_on_this_hosts_unified_mount() {
     assert_eq!(read(&f), (64u64 << 20).to_string());
     let o = t.run(&["-c", p, "apply"]);
     assert_has(&stdout(&o), "nothing to change");
-    assert!(t.run(&["-c", p, "destroy"]).status.success());
+    t.ok(&["-c", p, "destroy"]);
     assert!(t.cgroups().is_empty());
 }
 
@@ -537,16 +514,14 @@ fn import_scylla_slices_and_apply_them() {
     bulkhead_testkit::write(d.join("scylla-server.slice"), "[Unit]\nDescription=Slice used to run Scylla. Maximum priority for IO and CPU\nBefore=slices.target\n\n[Slice]\nMemoryAccounting=true\nIOAccounting=true\nCPUAccounting=true\nMemorySwapMax=1\nCPUShares=1000\nCPUWeight=1000\n");
     bulkhead_testkit::write(d.join("scylla-helper.slice"), "[Unit]\nDescription=Slice used to run companion programs to Scylla. Memory, CPU and IO restricted\nBefore=slices.target\n\n[Slice]\nMemoryAccounting=true\nIOAccounting=true\nCPUAccounting=true\n\nCPUWeight=10\nIOWeight=10\n\nMemoryHigh=4%\nMemoryLimit=5%\nCPUShares=10\nBlockIOWeight=10\n");
     let out = d.join("imported.toml");
-    let o = t.run(&[
+    t.ok(&[
         "import",
         d.join("scylla-server.slice").to_str().unwrap(),
         d.join("scylla-helper.slice").to_str().unwrap(),
         "-o",
         out.to_str().unwrap(),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let o = t.run(&["-c", out.to_str().unwrap(), "apply"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", out.to_str().unwrap(), "apply"]);
     if v1(&t, "cpu") {
         assert_eq!(
             read(&t.dir("cpu", "scylla.slice/scylla-server.slice/cpu.shares")),
@@ -573,8 +548,7 @@ fn status_counts_io_bytes() {
     // accounting for that disk (and on v2 io.stat counts anyway).
     let plan = t.plan("[slice.db-helper]\nIOWriteBandwidthMax = \"/var/tmp 10G\"\n");
     let p = plan.to_str().unwrap();
-    let o = t.run(&["-c", p, "apply"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "apply"]);
     let file = format!("/var/tmp/bulkhead-io-test-{}", std::process::id());
     let o = t.run(&[
         "run",
@@ -593,19 +567,13 @@ fn status_counts_io_bytes() {
     assert!(o.status.success(), "{}", stderr(&o));
     let o = t.run(&["status", "--json", "--interval", "0.1"]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    let helper = v["slices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "db-helper")
-        .unwrap()
-        .clone();
+    let helper = crate::common::entry(&v["slices"], "name", "db-helper").clone();
     let written = helper["io_write_bytes"].as_u64().unwrap_or(0);
     assert!(
         written >= 8 << 20,
         "8 MiB of direct writes are counted, got {written}: {helper}"
     );
-    assert!(t.run(&["-c", p, "destroy", "-q"]).status.success());
+    t.ok(&["-c", p, "destroy", "-q"]);
 }
 
 /// Device arguments as systemd takes them, on this machine's real disk: a path on a file
@@ -623,8 +591,7 @@ fn device_paths_resolve_to_the_disk_and_io_latency_on_v1_warns() {
     );
     let p = plan.to_str().unwrap();
 
-    let o = t.run(&["-c", p, "plan", "show"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.ok(&["-c", p, "plan", "show"]);
     let out = stdout(&o);
     assert!(
         out.contains("IODeviceLatencyTargetSec = [\"/var/tmp 10ms\"]"),
@@ -635,8 +602,7 @@ fn device_paths_resolve_to_the_disk_and_io_latency_on_v1_warns() {
         "{out}"
     );
 
-    let o = t.run(&["-c", p, "apply"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.ok(&["-c", p, "apply"]);
     let err = stderr(&o);
     if v1(&t, "blkio") {
         assert!(
@@ -674,8 +640,7 @@ fn device_paths_resolve_to_the_disk_and_io_latency_on_v1_warns() {
         assert!(!t.dir("blkio", "lat2.slice").exists());
     }
 
-    let o = t.run(&["-c", p, "destroy"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "destroy"]);
 }
 
 /// `[iocost]` is shown by `plan show`; where the cgroup2 root has no io.cost (this hybrid
@@ -689,8 +654,7 @@ fn iocost_is_shown_and_refused_where_the_kernel_lacks_it() {
         return;
     };
     let disk = bulkhead::host::resolve_device_path("/var/tmp").unwrap().dev;
-    let o = t.run(&["-c", p, "plan", "show"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = t.ok(&["-c", p, "plan", "show"]);
     let out = stdout(&o);
     assert!(
         out.contains(&format!(

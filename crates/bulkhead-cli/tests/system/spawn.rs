@@ -574,12 +574,7 @@ fn spawn_in_a_slice_with_its_own_cgroup_namespace() {
         return;
     };
     let plan = t.plan("[slice.db-helper]\nCPUWeight = 10\nTasksMax = 50\n");
-    let o = t
-        .cmd()
-        .args(["-c", plan.to_str().unwrap(), "apply"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    bulkhead_testkit::ok(t.cmd().args(["-c", plan.to_str().unwrap(), "apply"]));
     let r = Root::new();
     let mut c = t.cmd();
     c.args([

@@ -17,3 +17,23 @@ pub use bulkhead_testkit::prereq::cgroups as prerequisites;
 pub use bulkhead_testkit::{read, stderr, stdout, TestRoot};
 /// Wait for a condition, with a deadline (never a fixed pause).
 pub use serve::wait_for;
+
+/// The entry of a JSON list whose `key` is `want` (a test fails, showing the list, when there
+/// is none).
+#[track_caller]
+pub fn entry<'a, T>(list: &'a serde_json::Value, key: &str, want: T) -> &'a serde_json::Value
+where
+    T: std::fmt::Debug,
+    serde_json::Value: PartialEq<T>,
+{
+    list.as_array()
+        .and_then(|l| l.iter().find(|e| e[key] == want))
+        .unwrap_or_else(|| panic!("no entry with {key} = {want:?} in {list:#}"))
+}
+
+/// The embedded default plan with the helper slice at CPU weight `weight` instead of idle
+/// (a busy loop there must get CPU on a busy CI machine; a weight's rollback shows).
+pub fn default_weighted(weight: u32) -> String {
+    bulkhead::plan::EMBEDDED_DEFAULT
+        .replace("CPUWeight = \"idle\"\n", &format!("CPUWeight = {weight}\n"))
+}

@@ -6,7 +6,7 @@
 //! unnamed O_TMPFILE in the directory the descriptor holds.
 
 use super::sandbox::{LoopDev, Scratch};
-use crate::common::{prerequisites, stderr, stdout};
+use crate::common::{stderr, stdout};
 use bulkhead_testkit::assert_has;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
@@ -49,32 +49,21 @@ fn head(disk: &LoopDev) -> Vec<u8> {
 fn nobodys_symlink(dir: &Path, name: &str, to: &Path) -> std::path::PathBuf {
     let link = dir.join(name);
     std::os::unix::fs::symlink(to, &link).unwrap();
-    let o = Command::new("chown")
-        .args(["-h", "65534:65534"])
-        .arg(&link)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "chown: {}", stderr(&o));
+    bulkhead_testkit::ok(Command::new("chown").args(["-h", "65534:65534"]).arg(&link));
     link
 }
 
 #[test]
 fn calibrate_follows_no_symlink_of_another_user() {
-    let _suite = crate::suite::alone();
-    if !prerequisites() {
+    let Some(_suite) = crate::suite::cgroups_alone() else {
         return;
-    }
+    };
     let s = Scratch::new("calibrate");
     let attackers = s.dir.join("nobody");
     std::fs::create_dir_all(&attackers).unwrap();
     // nobody's own directory (not sticky: the kernel's protected_symlinks does not apply).
     std::fs::set_permissions(&attackers, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let o = Command::new("chown")
-        .args(["65534:65534"])
-        .arg(&attackers)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "chown: {}", stderr(&o));
+    bulkhead_testkit::ok(Command::new("chown").args(["65534:65534"]).arg(&attackers));
 
     // 1. nobody's symlink to a disk, calibrated with --destroy-data.
     let disk = LoopDev::sized(&s.dir, 64 << 20);

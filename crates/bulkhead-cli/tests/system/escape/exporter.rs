@@ -2,8 +2,8 @@
 //! `bulkhead exporter`: idle connections renewed as they close (a monitoring blackout on
 //! demand), a request head sent one byte at a time, and a flood of scrapes.
 
-use crate::common::serve::{as_nobody, cpu_time, python_ok, Scratch, PY};
-use crate::common::{prerequisites, TestRoot};
+use crate::common::serve::{as_nobody, cpu_time, python_ok, PY};
+use crate::common::TestRoot;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -117,11 +117,9 @@ print(opened)
 /// take the scrapes of another user (the review saw 18 of 20 fail).
 #[test]
 fn idle_connections_renewed_by_a_local_user_do_not_black_out_the_scrapes() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() || !python_ok() {
+    let Some((_suite, s)) = crate::suite::scratch("escape", python_ok()) else {
         return;
-    }
-    let s = Scratch::new("escape");
+    };
     let script = s.write("idle.py", IDLE);
     let e = Exporter::start(5);
     assert!(scrape(e.addr).is_some(), "the exporter does not answer");

@@ -3,6 +3,7 @@
 //! file the link points at (an empty file is enough to do harm: `/etc/nologin` stops every
 //! login but root's).
 
+use super::guarded::Guarded;
 use crate::common::serve::{as_nobody, Scratch};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -11,34 +12,11 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn a_log_path_swapped_for_a_symlink_is_not_followed() {
-    let Some((_suite, t)) = crate::suite::rooted() else {
+    let Some(_suite) = crate::suite::cgroups() else {
         return;
     };
-    let plan = t.plan(
-        r#"
-[slice.db-server]
-CPUWeight = 100
-[slice.db-helper]
-CPUWeight = 100
-
-[guard]
-protect = "db-server"
-sideloads = ["db-helper"]
-period = "100ms"
-calibration = "1s"
-"#,
-    );
-    let state = t.plan_dir.join("guard-state");
-    let cmd = || {
-        let mut c = Command::new(crate::common::bin());
-        c.env("BULKHEAD_CGROUP_ROOT", &t.cgroup)
-            .env("BULKHEAD_GUARD_DIR", &state)
-            .env_remove("BULKHEAD_CONFIG")
-            .arg("-c")
-            .arg(&plan);
-        c
-    };
-    assert!(cmd().arg("apply").status().unwrap().success());
+    let g = Guarded::new("calibration = \"1s\"\n");
+    let cmd = || g.cmd();
 
     // Root's own directory (0700) where the attacker wants a file to appear.
     let s = Scratch::new("escape");

@@ -194,12 +194,7 @@ impl Impostors {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        use std::io::BufRead;
-        std::io::BufReader::new(group.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "started");
+        assert_eq!(bulkhead_testkit::first_line(&mut group).trim(), "started");
         Impostors { group, dir }
     }
 }

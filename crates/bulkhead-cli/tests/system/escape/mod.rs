@@ -5,6 +5,7 @@
 mod calibrate;
 mod exporter;
 mod guard_log;
+mod guarded;
 mod identity;
 mod input;
 mod io_uring;

@@ -7,7 +7,7 @@
 use super::sandbox::{LoopDev, Scratch};
 use crate::common::rootfs::busybox_root;
 use crate::common::serve::{python_ok, PY};
-use crate::common::{prerequisites, stderr, stdout};
+use crate::common::{stderr, stdout};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -26,12 +26,11 @@ fn bulkhead() -> Command {
 }
 
 fn chown_nobody(p: &Path) {
-    let o = Command::new("chown")
-        .args(["-R", "-h", &format!("{NOBODY}:{NOBODY}")])
-        .arg(p)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "chown: {}", stderr(&o));
+    bulkhead_testkit::ok(
+        Command::new("chown")
+            .args(["-R", "-h", &format!("{NOBODY}:{NOBODY}")])
+            .arg(p),
+    );
 }
 
 /// A directory of the attacker's (owned by nobody, 0755) under the scratch directory.
@@ -181,11 +180,9 @@ fn spawn(args: &[&str], script: &str) -> Output {
 /// very file: never the device, never root's directory.
 #[test]
 fn a_bind_source_swapped_for_a_symlink_reaches_no_device_and_no_root_file() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() || !python_ok() {
+    let Some((_suite, s)) = super::sandbox::scratch("bindswap", python_ok()) else {
         return;
-    }
-    let s = Scratch::new("bindswap");
+    };
     let disk = LoopDev::new(&s.dir);
     let rootonly = s.dir.join("rootonly");
     root_only_dir(&rootonly, "ROOT-ONLY-SECRET\n");
@@ -240,10 +237,9 @@ fn a_bind_source_swapped_for_a_symlink_reaches_no_device_and_no_root_file() {
 /// plan was written: the start refuses it (the target never runs with root's files).
 #[test]
 fn a_targets_bind_source_swapped_for_a_symlink_is_refused_at_start() {
-    let Some(_suite) = crate::suite::cgroups() else {
+    let Some((_suite, s)) = super::sandbox::scratch("targetbind", true) else {
         return;
     };
-    let s = Scratch::new("targetbind");
     let rootonly = s.dir.join("rootonly");
     root_only_dir(&rootonly, "ROOT-ONLY-SECRET\n");
     let home = attackers_dir(&s, "home");
@@ -251,20 +247,19 @@ fn a_targets_bind_source_swapped_for_a_symlink_is_refused_at_start() {
     let out = s.dir.join("out");
     std::fs::create_dir(&out).unwrap();
     // The attacker's swap, done before the start.
-    let o = Command::new("setpriv")
-        .args([
-            &format!("--reuid={NOBODY}"),
-            &format!("--regid={NOBODY}"),
-            "--clear-groups",
-            "--",
-            "ln",
-            "-s",
-        ])
-        .arg(&rootonly)
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    bulkhead_testkit::ok(
+        Command::new("setpriv")
+            .args([
+                &format!("--reuid={NOBODY}"),
+                &format!("--regid={NOBODY}"),
+                "--clear-groups",
+                "--",
+                "ln",
+                "-s",
+            ])
+            .arg(&rootonly)
+            .arg(&data),
+    );
     let port = bulkhead_testkit::free_port();
     let backend = bulkhead_testkit::free_port();
     let name = format!("tb{}", std::process::id());
@@ -334,11 +329,9 @@ command = ["/bin/sh", "-c", "cat /data/secret > /out/result 2>&1; touch /data/pl
 /// it.
 #[test]
 fn a_rootfs_renamed_and_swapped_for_a_symlink_to_slash_is_never_the_root() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() || !python_ok() {
+    let Some((_suite, s)) = super::sandbox::scratch("rootswap", python_ok()) else {
         return;
-    }
-    let s = Scratch::new("rootswap");
+    };
     let marker = HostMarker::new();
     let home = attackers_dir(&s, "home");
     let root = home.join("root");
@@ -432,11 +425,9 @@ os.symlink(fake, holder)
 /// to the holder it made and checked.
 #[test]
 fn a_snapshot_holder_swapped_mid_copy_changes_nothing_outside_it() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() || !python_ok() {
+    let Some((_suite, s)) = super::sandbox::scratch("holderswap", python_ok()) else {
         return;
-    }
-    let s = Scratch::new("holderswap");
+    };
     let w = s.dir.join("w");
     std::fs::create_dir_all(w.join("victim")).unwrap();
     std::fs::set_permissions(w.join("victim"), std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -527,11 +518,9 @@ fn a_snapshot_holder_swapped_mid_copy_changes_nothing_outside_it() {
 /// copied as a link, root's file never.
 #[test]
 fn a_source_directory_swapped_for_a_symlink_is_never_followed_by_a_copy() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() || !python_ok() {
+    let Some((_suite, s)) = super::sandbox::scratch("copyswap", python_ok()) else {
         return;
-    }
-    let s = Scratch::new("copyswap");
+    };
     let rootonly = s.dir.join("rootonly");
     root_only_dir(&rootonly, "ROOT-ONLY-SECRET\n");
     let images = s.dir.join("images");

@@ -67,8 +67,7 @@ fn a_pidfile_names_only_its_owners_processes() {
     assert_has(&stdout(&o), "(service svc.service)");
     assert!(in_slice(pid, &t, "db.slice/db-server.slice"));
     drop(victim);
-    let o = t.run(&["-c", p, "destroy", "--kill"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "destroy", "--kill"]);
 }
 
 /// The service's user owns the directory of the pidfile and puts there, at the pidfile's
@@ -125,8 +124,7 @@ fn another_name_for_roots_pidfile_is_refused() {
         );
     }
     drop(victim);
-    let o = t.run(&["-c", p, "destroy", "--kill"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "destroy", "--kill"]);
 }
 
 /// Issue 40 #3, a stale pidfile: root's pidfile was written for a process that has exited;
@@ -160,8 +158,7 @@ fn a_stale_pidfile_names_no_one() {
     );
     assert_has(&stderr(&o), "stale");
     drop(newcomer);
-    let o = t.run(&["-c", p, "destroy", "--kill"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "destroy", "--kill"]);
 }
 
 /// Issue 40 #3, a planted pidfile: in a directory others can write in (sticky, shared) a
@@ -204,6 +201,5 @@ fn a_pidfile_in_a_shared_directory_is_refused() {
     let mut mine = mine;
     let _ = mine.kill();
     let _ = mine.wait();
-    let o = t.run(&["-c", p, "destroy", "--kill"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    t.ok(&["-c", p, "destroy", "--kill"]);
 }

@@ -1,11 +1,10 @@
 //! Escape tests: the guard's probe (issue 25, item 7). A service that drips its answer a byte
 //! at a time, and a program that is not the protected service answering on its port.
 
-use crate::common::serve::{as_nobody, python_ok, Scratch, PY};
-use crate::common::{prerequisites, stderr, TestRoot};
+use super::guarded::Guarded;
+use crate::common::serve::{as_nobody, python_ok, PY};
 use bulkhead_testkit::free_port;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// A Redis stand-in: +PONG to every PING, until the file `drip` exists; from then on the
@@ -30,95 +29,6 @@ while True:
     c, _ = l.accept()
     threading.Thread(target=serve, args=(c,), daemon=True).start()
 "#;
-
-/// Slices applied under a test root, a guard of the binary under test with its own state
-/// directory; stopped and released on drop.
-struct Guarded {
-    t: TestRoot,
-    plan: PathBuf,
-    state: PathBuf,
-    guard: Option<Child>,
-    procs: Vec<Child>,
-}
-
-impl Guarded {
-    fn new(port: u16) -> Guarded {
-        let t = TestRoot::new();
-        let plan = t.plan(&format!(
-            r#"
-[slice.db-server]
-CPUWeight = 100
-[slice.db-helper]
-CPUWeight = 100
-
-[guard]
-protect = "db-server"
-sideloads = ["db-helper"]
-period = "100ms"
-calibration = "2s"
-probe = "redis:127.0.0.1:{port}"
-"#
-        ));
-        let state = t.plan_dir.join("guard-state");
-        let g = Guarded {
-            t,
-            plan,
-            state,
-            guard: None,
-            procs: vec![],
-        };
-        let o = g.cmd().arg("apply").output().unwrap();
-        assert!(o.status.success(), "apply: {}", stderr(&o));
-        g
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = Command::new(crate::common::bin());
-        c.env("BULKHEAD_CGROUP_ROOT", &self.t.cgroup)
-            .env("BULKHEAD_GUARD_DIR", &self.state)
-            .env_remove("BULKHEAD_CONFIG")
-            .arg("-c")
-            .arg(&self.plan);
-        c
-    }
-
-    fn start_guard(&mut self) {
-        let c = self
-            .cmd()
-            .arg("guard")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.guard = Some(c);
-    }
-
-    fn status(&self) -> serde_json::Value {
-        std::fs::read_to_string(self.state.join("status.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Guarded {
-    fn drop(&mut self) {
-        if let Some(mut g) = self.guard.take() {
-            let _ = bulkhead::sys::process::kill(g.id() as i32, libc::SIGTERM);
-            let t0 = Instant::now();
-            while g.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(10) {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = g.kill();
-            let _ = g.wait();
-        }
-        for p in &mut self.procs {
-            let _ = p.kill();
-            let _ = p.wait();
-        }
-        let _ = self.cmd().args(["guard", "--release", "-q"]).output();
-    }
-}
 
 fn wait_listening(port: u16) {
     let t0 = Instant::now();
@@ -148,15 +58,15 @@ fn within(limit: Duration, mut ok: impl FnMut() -> bool) -> Option<Duration> {
 /// read, so it never would). How soon is printed; the check allows a busy host 30 s.
 #[test]
 fn a_service_dripping_its_answer_shows_as_harm_within_seconds() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() || !python_ok() {
+    let Some((_suite, s)) = crate::suite::scratch("escape", python_ok()) else {
         return;
-    }
-    let s = Scratch::new("escape");
+    };
     let script = s.write("drip.py", SERVER);
     let flag = s.dir.join("drip");
     let port = free_port();
-    let mut g = Guarded::new(port);
+    let mut g = Guarded::new(&format!(
+        "calibration = \"2s\"\nprobe = \"redis:127.0.0.1:{port}\"\n"
+    ));
     let server = g
         .cmd()
         .args(["run", "--slice", "db-server", "--", PY])
@@ -204,14 +114,14 @@ fn a_service_dripping_its_answer_shows_as_harm_within_seconds() {
 /// the probed port must not count as the service: the probe fails and says why.
 #[test]
 fn a_program_outside_the_protected_slice_on_the_probed_port_is_not_believed() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() || !python_ok() {
+    let Some((_suite, s)) = crate::suite::scratch("escape", python_ok()) else {
         return;
-    }
-    let s = Scratch::new("escape");
+    };
     let script = s.write("impostor.py", SERVER);
     let port = free_port();
-    let mut g = Guarded::new(port);
+    let mut g = Guarded::new(&format!(
+        "calibration = \"2s\"\nprobe = \"redis:127.0.0.1:{port}\"\n"
+    ));
     let impostor = as_nobody(PY)
         .arg(&script)
         .arg(port.to_string())

@@ -49,6 +49,11 @@ impl Drop for Scratch {
     }
 }
 
+/// A test's start: [`crate::suite::cgroups_and`] and a scratch directory with a busybox root.
+pub(crate) fn scratch(tag: &str, more: bool) -> Option<(crate::suite::Guard, Scratch)> {
+    crate::suite::cgroups_and(more).map(|g| (g, Scratch::new(tag)))
+}
+
 fn bulkhead() -> Command {
     bulkhead_testkit::bins::bulkhead_cmd()
 }
@@ -90,12 +95,7 @@ impl LoopDev {
         let mut data = b"HOSTDISK-SECRET\n".to_vec();
         data.resize(bytes, 0);
         std::fs::write(&file, data).unwrap();
-        let o = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "losetup: {}", stderr(&o));
+        let o = bulkhead_testkit::ok(Command::new("losetup").args(["-f", "--show"]).arg(&file));
         LoopDev {
             dev: stdout(&o).trim().to_string(),
             file,
@@ -122,10 +122,9 @@ impl Drop for LoopDev {
 /// is nodev, and the sandbox cannot make nodes (no CAP_MKNOD).
 #[test]
 fn device_nodes_from_an_image_reach_no_host_device() {
-    let Some(_suite) = crate::suite::cgroups() else {
+    let Some((_suite, s)) = scratch("dev", true) else {
         return;
     };
-    let s = Scratch::new("dev");
     let disk = LoopDev::new(&s.dir);
     let (major, minor) = disk.rdev();
     // The hostile image: a node of the host's loop device, at its top and in a directory
@@ -134,12 +133,11 @@ fn device_nodes_from_an_image_reach_no_host_device() {
     let bound = s.dir.join("bound");
     std::fs::create_dir_all(&bound).unwrap();
     for n in [node.clone(), bound.join("hostdisk")] {
-        let o = Command::new("mknod")
-            .arg(&n)
-            .args(["b", &major.to_string(), &minor.to_string()])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "mknod: {}", stderr(&o));
+        bulkhead_testkit::ok(Command::new("mknod").arg(&n).args([
+            "b",
+            &major.to_string(),
+            &minor.to_string(),
+        ]));
     }
     let bind = format!("{}:/var/tmp", bound.display());
     let read = "head -c 15 /hostdisk 2>&1; head -c 15 /var/tmp/hostdisk 2>&1; mknod /tmp/d b 7 0 2>&1; echo; echo end";
@@ -188,10 +186,9 @@ fn device_nodes_from_an_image_reach_no_host_device() {
 /// directory is 0700.
 #[test]
 fn setuid_binaries_in_snapshots_and_images_are_out_of_host_users_reach() {
-    let Some(_suite) = crate::suite::cgroups() else {
+    let Some((_suite, s)) = scratch("suid", true) else {
         return;
     };
-    let s = Scratch::new("suid");
     let ready = s.dir.join("ready");
     let started = Instant::now();
     let mut child = bulkhead()
@@ -254,13 +251,12 @@ fn setuid_binaries_in_snapshots_and_images_are_out_of_host_users_reach() {
 
     // The images directory: 0700 after an import.
     let images = s.dir.join("images");
-    let o = bulkhead()
-        .env("BULKHEAD_IMAGES_DIR", &images)
-        .env("BULKHEAD_STORE_RECORD", s.dir.join("store.toml"))
-        .args(["image", "import", s.root(), "evil"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    bulkhead_testkit::ok(
+        bulkhead()
+            .env("BULKHEAD_IMAGES_DIR", &images)
+            .env("BULKHEAD_STORE_RECORD", s.dir.join("store.toml"))
+            .args(["image", "import", s.root(), "evil"]),
+    );
     let md = std::fs::metadata(&images).unwrap();
     assert_eq!(md.mode() & 0o777, 0o700, "{}", images.display());
     let o = as_nobody(&format!(
@@ -279,10 +275,9 @@ fn setuid_binaries_in_snapshots_and_images_are_out_of_host_users_reach() {
 /// never by a path that is resolved again.
 #[test]
 fn removing_a_tree_never_follows_a_swapped_symlink() {
-    let Some(_suite) = crate::suite::cgroups() else {
+    let Some((_suite, s)) = scratch("race", true) else {
         return;
     };
-    let s = Scratch::new("race");
     let victim = s.dir.join("victim");
     let files = 5000;
     std::fs::create_dir_all(&victim).unwrap();
@@ -326,10 +321,9 @@ fn removing_a_tree_never_follows_a_swapped_symlink() {
 /// symlink to a FIFO does not hang spawn, one to a host file is resolved inside the root.
 #[test]
 fn host_reads_of_image_files_stay_in_the_image() {
-    let Some(_suite) = crate::suite::cgroups() else {
+    let Some((_suite, s)) = scratch("reads", true) else {
         return;
     };
-    let s = Scratch::new("reads");
     // A host file the image points at.
     let host = s.dir.join("host-passwd");
     std::fs::write(&host, "hostonly:x:4242:4242::/:/bin/sh\n").unwrap();
@@ -433,10 +427,9 @@ fn sandboxes_cannot_type_into_the_callers_terminal() {
 /// whether the root's mount is shared, a slave or private there.
 #[test]
 fn private_users_mounts_never_reach_the_host_namespace() {
-    let Some(_suite) = crate::suite::cgroups() else {
+    let Some((_suite, s)) = scratch("prop", true) else {
         return;
     };
-    let s = Scratch::new("prop");
     for prop in ["shared", "slave", "private"] {
         for opts in [
             "--private-users auto",
@@ -491,10 +484,9 @@ fn private_users_mounts_never_reach_the_host_namespace() {
 /// by a lease that goes when the sandbox ends.
 #[test]
 fn two_live_sandboxes_never_share_a_user_range() {
-    let Some(_suite) = crate::suite::cgroups() else {
+    let Some((_suite, s)) = scratch("userns", true) else {
         return;
     };
-    let s = Scratch::new("userns");
     let leases = |pid: u32| -> Vec<String> {
         std::fs::read_dir("/run/bulkhead/userns")
             .map(|rd| {
@@ -522,18 +514,7 @@ fn two_live_sandboxes_never_share_a_user_range() {
         })
         .collect();
     // Both maps printed: both sandboxes run, each with its range (and its lease).
-    let maps: Vec<String> = kids
-        .iter_mut()
-        .map(|k| {
-            let mut line = String::new();
-            std::io::BufRead::read_line(
-                &mut std::io::BufReader::new(k.stdout.as_mut().unwrap()),
-                &mut line,
-            )
-            .unwrap();
-            line
-        })
-        .collect();
+    let maps: Vec<String> = kids.iter_mut().map(bulkhead_testkit::first_line).collect();
     let pids: Vec<u32> = kids.iter().map(|k| k.id()).collect();
     let held: Vec<Vec<String>> = pids.iter().map(|p| leases(*p)).collect();
     for mut k in kids {
@@ -565,10 +546,9 @@ fn two_live_sandboxes_never_share_a_user_range() {
 /// unreadable (the init is not dumpable).
 #[test]
 fn pid1_shows_no_host_command_line_or_environment() {
-    let Some(_suite) = crate::suite::cgroups() else {
+    let Some((_suite, s)) = scratch("pid1", true) else {
         return;
     };
-    let s = Scratch::new("pid1");
     let secret = "bulkhead-host-secret-7f3a";
     let probe = "od -An -v -c /proc/1/cmdline | tr -d ' \\n'; echo; \
                  echo comm=$(cat /proc/1/comm); \

@@ -1,7 +1,6 @@
 //! Escape tests: sockets. A sandboxed target, a local user and network clients against
 //! `bulkhead serve` (issue 14, items 9 to 12).
 
-use crate::common::prerequisites;
 use crate::common::serve::{
     as_nobody, bulkhead, connect_from, cpu_time, python_ok, serve_cmd, status, status_once_written,
     wait_for, want_fds, Serve, PY,
@@ -111,10 +110,9 @@ fn a_unix_backend_symlink_made_in_the_sandbox_does_not_reach_a_host_socket() {
 /// for a symlink to a root-only file while `serve` sets the socket's owner and mode.
 #[test]
 fn a_socket_directory_writable_by_others_cannot_turn_chown_onto_a_host_file() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() || !python_ok() {
+    let Some(_suite) = crate::suite::cgroups_and(python_ok()) else {
         return;
-    }
+    };
     let mut f = Served::new("escape", "swap");
     let shared = f.s.dir.join("shared");
     std::fs::create_dir(&shared).unwrap();
@@ -207,10 +205,9 @@ while time.time() < end:
 /// ready: `serve` must not believe it.
 #[test]
 fn a_local_user_cannot_declare_a_target_ready() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() || !python_ok() {
+    let Some(_suite) = crate::suite::cgroups_and(python_ok()) else {
         return;
-    }
+    };
     let mut f = Served::new("escape", "ready");
     let (port, backend) = (f.port, f.backend);
     // Comes up only once the test says so (the file `go`, made when serve has refused the
@@ -373,10 +370,9 @@ fn other_client(port: u16, msg: &[u8], timeout: Duration) -> String {
 /// client must still be served.
 #[test]
 fn a_thousand_idle_connections_from_one_client_do_not_lock_out_another() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() || !python_ok() || !want_fds(4096) {
+    let Some(_suite) = crate::suite::cgroups_and(python_ok() && want_fds(4096)) else {
         return;
-    }
+    };
     // Every limit at its default.
     let f = pong("idle");
     let (name, port) = (&f.name, f.port);
@@ -418,10 +414,9 @@ fn a_thousand_idle_connections_from_one_client_do_not_lock_out_another() {
 /// on them, and another client must still be served.
 #[test]
 fn half_sent_proxy_headers_cost_no_cpu_and_are_timed_out() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() || !python_ok() || !want_fds(4096) {
+    let Some(_suite) = crate::suite::cgroups_and(python_ok() && want_fds(4096)) else {
         return;
-    }
+    };
     let mut f = pong("slowloris");
     f.set("accept_proxy_protocol", "true");
     let (name, port) = (&f.name, f.port);
@@ -475,10 +470,9 @@ fn half_sent_proxy_headers_cost_no_cpu_and_are_timed_out() {
 /// common 1024); a fresh client must still get its answers.
 #[test]
 fn udp_from_1500_source_ports_does_not_drop_a_fresh_client() {
-    let _suite = crate::suite::shared();
-    if !prerequisites() || !python_ok() || !want_fds(4096) {
+    let Some(_suite) = crate::suite::cgroups_and(python_ok() && want_fds(4096)) else {
         return;
-    }
+    };
     let mut f = Served::new("escape", "udpflood");
     let (port, backend) = (f.port, f.backend);
     f.set("listen", arr(&[format!("udp:127.0.0.1:{port}")]))

@@ -103,14 +103,7 @@ fn a_users_command_line_forges_no_line_of_roots_output() {
         .spawn()
         .unwrap();
     let pid = forger.id();
-    {
-        use std::io::BufRead;
-        let mut line = String::new();
-        std::io::BufReader::new(forger.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready");
-    }
+    assert_eq!(bulkhead_testkit::first_line(&mut forger).trim(), "ready");
     // The exec is done once /proc shows the new command line.
     crate::common::wait_for("the forger's exec", || {
         std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"bh-forge"))

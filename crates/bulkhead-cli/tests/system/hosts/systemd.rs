@@ -159,11 +159,13 @@ fn exported_units_are_loaded_and_enforced_by_systemd() {
         format!("[slice.{name}]\nCPUWeight = 222\nTasksMax = 33\n"),
     );
     let dir = "/run/systemd/system";
-    let o = Command::new(crate::common::bin())
-        .args(["-c", plan.to_str().unwrap(), "export", "systemd", dir])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    bulkhead_testkit::ok(Command::new(crate::common::bin()).args([
+        "-c",
+        plan.to_str().unwrap(),
+        "export",
+        "systemd",
+        dir,
+    ]));
     let unit = format!("{name}.slice");
     let file = std::path::Path::new(dir).join(&unit);
     systemctl(&["daemon-reload"]);
