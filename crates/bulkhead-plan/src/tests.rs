@@ -32,7 +32,13 @@ fn default_plan_resolves_with_floors() {
     let plan = Plan::parse(EMBEDDED_DEFAULT, None).unwrap();
     let r = plan.resolve(&host()).unwrap();
     let names: Vec<_> = r.slices.iter().map(|s| s.name().to_string()).collect();
-    assert_eq!(names, ["db", "db-helper", "db-server"]);
+    assert_eq!(names, ["db", "db-helper", "db-monitor", "db-server"]);
+    // Monitoring agents: a weight, not idle (issue 43), capped at half a CPU and 512M.
+    let monitor = r.slice(&SliceName::parse("db-monitor").unwrap()).unwrap();
+    assert_eq!(monitor.cpu_weight, Some(CpuWeight::Weight(100)));
+    let quota = monitor.cpu_max.unwrap();
+    assert_eq!(quota.quota_us * 2, quota.period_us, "{quota:?}");
+    assert_eq!(monitor.memory_max, Some(Limit::Bytes(512 << 20)));
     let helper = r.slice(&SliceName::parse("db-helper").unwrap()).unwrap();
     // 4% of 24G = 983M is below the 1200M floor.
     assert_eq!(helper.memory_high, Some(Limit::Bytes(1200 << 20)));

@@ -46,10 +46,10 @@ fn check(t: &TestRoot, plan: &str) -> (i32, serde_json::Value) {
     (o.status.code().unwrap_or(-1), json(&o))
 }
 
-/// Wait until `run` (PID `run`) runs the copy (its comm is `scylla`) inside the server
-/// slice: itself where it joins and execs, its child where it clones into the slice (pure
+/// Wait until `run` (PID `run`) runs the copy (its comm is `comm`) inside the slice at
+/// `slice`: itself where it joins and execs, its child where it clones into the slice (pure
 /// v2). Returns the copy's PID.
-fn wait_placed(run: u32) -> u32 {
+fn wait_placed(run: u32, comm: &str, slice: &str) -> u32 {
     let t0 = Instant::now();
     loop {
         let children =
@@ -57,9 +57,9 @@ fn wait_placed(run: u32) -> u32 {
         for pid in
             std::iter::once(run).chain(children.split_whitespace().filter_map(|c| c.parse().ok()))
         {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let pid_comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
             let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-            if comm.trim() == "scylla" && cg.contains(SERVER) {
+            if pid_comm.trim() == comm && cg.contains(slice) {
                 return pid;
             }
         }
@@ -126,7 +126,7 @@ fn check_protected_drift_moved_out_exporter_and_non_root() {
             .spawn()
             .unwrap(),
     );
-    let pid = wait_placed(server.0.id());
+    let pid = wait_placed(server.0.id(), "scylla", SERVER);
     let (code, v) = check(&t, p);
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(v["state"], "protected");
@@ -288,4 +288,88 @@ fn a_slice_bulkhead_did_not_create_is_not_protection() {
             .contains("rename the slice"),
         "{v:#}"
     );
+}
+
+/// Issue 43: a monitoring agent (root runs a root-owned copy of `sleep` named
+/// `node_exporter`) in an idle-class helper slice is a warning that says why and where it
+/// belongs; in a monitoring slice with a CPU weight (the default plan's db-monitor) it is
+/// placed as planned, with no warning.
+#[test]
+fn a_monitoring_agent_in_an_idle_slice_is_a_warning_and_in_db_monitor_is_placed() {
+    // Alone: `check` judges every process of the host.
+    let Some((_suite, t)) = crate::suite::rooted_alone() else {
+        return;
+    };
+    let idle = "[slice.db-server]\nCPUWeight = 1000\n[slice.db-helper]\nCPUWeight = \"idle\"\n";
+    let plan = t.plan(idle);
+    let p = plan.to_str().unwrap();
+    t.ok(&["-c", p, "apply", "-q"]);
+    let bin = t.plan_dir.join("node_exporter");
+    std::fs::copy("/bin/sleep", &bin).unwrap();
+    let agent = Killed(
+        t.cmd()
+            .args(["-c", p, "run", "--slice", "db-helper", "--"])
+            .arg(&bin)
+            .arg("300")
+            .spawn()
+            .unwrap(),
+    );
+    let pid = wait_placed(agent.0.id(), "node_exporter", "db.slice/db-helper.slice");
+    let about_agent = |v: &serde_json::Value| -> Vec<(String, String)> {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["message"].as_str().unwrap().contains("node_exporter"))
+            .map(|f| {
+                let m = f["message"].as_str().unwrap().to_string();
+                (f["level"].as_str().unwrap().to_string(), m)
+            })
+            .collect()
+    };
+    let (_, v) = check(&t, p);
+    let found = about_agent(&v);
+    assert!(
+        found
+            .iter()
+            .any(|(level, m)| level == "warning"
+                && m.contains("in db-helper, whose CPUWeight is idle")),
+        "{found:#?}"
+    );
+    let warning = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["message"]
+                .as_str()
+                .unwrap()
+                .contains("whose CPUWeight is idle")
+        })
+        .unwrap();
+    assert!(
+        warning["hint"].as_str().unwrap().contains("db-monitor"),
+        "{warning}"
+    );
+    assert_ne!(v["state"], "protected", "{v:#}");
+
+    // The same agent, moved into a monitoring slice with a weight: as planned.
+    let monitored = t.plan(&format!(
+        "{idle}[slice.db-monitor]\nCPUWeight = 100\nCPUQuota = \"50%\"\nMemoryMax = \"512M\"\n"
+    ));
+    let p = monitored.to_str().unwrap();
+    t.ok(&["-c", p, "apply", "-q"]);
+    t.ok(&["-c", p, "move", "--slice", "db-monitor", &pid.to_string()]);
+    let (_, v) = check(&t, p);
+    let found = about_agent(&v);
+    assert_eq!(
+        found,
+        [(
+            "ok".to_string(),
+            "monitoring agent node_exporter: 1 process(es) in db-monitor".to_string()
+        )],
+        "{v:#}"
+    );
+    drop(agent);
+    t.destroy(p);
 }

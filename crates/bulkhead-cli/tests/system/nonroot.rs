@@ -55,7 +55,7 @@ fn without_root_reads_say_what_they_could_not_verify_and_changes_say_root() {
     );
     let o = as_nobody(&t, &["-c", p, "status", "--json", "--interval", "0.1"]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert_eq!(v["slices"].as_array().map(Vec::len), Some(3), "{v}");
+    assert_eq!(v["slices"].as_array().map(Vec::len), Some(4), "{v}");
     assert!(v["unverified"].as_str().is_some(), "{v}");
     // Root sees the marks: no note.
     let o = t.run(&["-c", p, "status", "--json", "--interval", "0.1"]);
@@ -118,7 +118,7 @@ fn without_root_reads_say_what_they_could_not_verify_and_changes_say_root() {
 
     // Nothing changed: root still finds the plan applied, and removes it.
     let o = t.run(&["-c", p, "apply"]);
-    assert_has(&stdout(&o), "nothing to change: 3 slice(s)");
+    assert_has(&stdout(&o), "nothing to change: 4 slice(s)");
     t.ok(&["-c", p, "destroy"]);
     assert!(t.cgroups().is_empty(), "left behind: {:?}", t.cgroups());
 }

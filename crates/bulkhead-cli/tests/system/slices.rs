@@ -25,7 +25,7 @@ fn apply_reapply_dry_run_destroy() {
     assert!(t.cgroups().is_empty(), "dry run created {:?}", t.cgroups());
 
     let o = t.ok(&["-c", p, "apply"]);
-    assert_has(&stdout(&o), "applied: 3 slice(s)");
+    assert_has(&stdout(&o), "applied: 4 slice(s)");
     if v1(&t, "cpu") {
         // The default helper is idle (CPUWeight="idle"): cpu.idle, and the kernel's idle
         // weight in cpu.shares.
@@ -53,7 +53,7 @@ fn apply_reapply_dry_run_destroy() {
     let o = t.ok(&["-c", p, "apply"]);
     assert_has(
         &stdout(&o),
-        "nothing to change: 3 slice(s) already match the plan",
+        "nothing to change: 4 slice(s) already match the plan",
     );
     if notes > 1 {
         assert_eq!(stderr(&o).lines().count(), 2, "{}", stderr(&o));
@@ -74,7 +74,7 @@ fn apply_reapply_dry_run_destroy() {
     // destroy: a summary; each removal only with -v (issue 41 #6).
     let o = t.ok(&["-c", p, "destroy"]);
     assert!(t.cgroups().is_empty(), "left behind: {:?}", t.cgroups());
-    assert_has(&stdout(&o), "removed: 3 slice(s)");
+    assert_has(&stdout(&o), "removed: 4 slice(s)");
     assert!(!stdout(&o).contains(&t.cgroup), "{}", stdout(&o));
     t.ok(&["-c", p, "apply", "-q"]);
     let o = t.ok(&["-c", p, "destroy", "-v"]);

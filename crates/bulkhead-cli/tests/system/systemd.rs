@@ -91,7 +91,7 @@ fn transient_slices_idempotent_rolled_back_and_refused() {
     assert_has(&out(&o), "db-helper.slice");
     let o = c.bulkhead(&["apply"]);
     assert!(o.status.success());
-    assert_has(&out(&o), "nothing to change: 3 slice(s)");
+    assert_has(&out(&o), "nothing to change: 4 slice(s)");
     check_under_systemd(&c);
 
     // A slice systemd cannot start (a site's drop-in asserts a file that is not there; the

@@ -11,7 +11,7 @@ use crate::check::verdict::{Area, Finding, Level};
 pub use crate::check::verdict::{Area as CheckArea, Level as CheckLevel, State};
 pub use crate::check::Report;
 use bulkhead_cgroups::{iocost, Chosen, ChosenOp, Placement};
-use bulkhead_plan::{Plan, ResolvedPlan, SliceName};
+use bulkhead_plan::{CpuWeight, Plan, ResolvedPlan, SliceName};
 use bulkhead_sys::host::{self as hostfacts, DevNum, Host};
 use bulkhead_sys::procs;
 use bulkhead_sys::units::Limit;
@@ -113,8 +113,13 @@ pub fn check(cx: &Context) -> Report {
     let want = |p: &procs::Proc| placement::known_name(&p.comm);
     let scan = crate::place::claims::scan(&plan, &rules, &want, Instant::now() + SCAN_FOR);
     findings.extend(scan_findings(&scan));
+    let io_workers = scan
+        .procs
+        .iter()
+        .filter(|p| p.comm == "postgres" && crate::check::backends::is_io_worker(&p.cmdline))
+        .count();
     let procs: Vec<placement::ProcEntry> = scan.procs.into_iter().map(Into::into).collect();
-    findings.extend(idle_backend_rules(&plan, &scan.claims, &procs));
+    findings.extend(backend_rules(&plan, &scan.claims, &procs, io_workers));
     let unread = scan.unread;
     let claims: Vec<Claim> = scan
         .claims
@@ -136,10 +141,18 @@ pub fn check(cx: &Context) -> Report {
         .server
         .iter()
         .chain(&roles.helper)
+        .chain(&roles.monitor)
         .chain(claims.iter().flat_map(|c| &c.slices));
     let dirs = slice_dirs(&chosen, named);
     let placements = placement::expected(&procs, &claims, &roles, &dirs, by);
     findings.extend(placement::findings(&placements));
+    let idle: Vec<String> = resolved
+        .slices
+        .iter()
+        .filter(|s| s.cpu_weight == Some(CpuWeight::Idle))
+        .map(|s| s.name().to_string())
+        .collect();
+    findings.extend(crate::check::monitor::starved(&placements, &idle));
     findings.extend(crate::check::placer::finding(
         &placer(cx, &plan),
         place_needed(&plan, &chosen).as_deref(),
@@ -162,11 +175,13 @@ pub fn check(cx: &Context) -> Report {
     )
 }
 
-/// The plan's rules for PostgreSQL's backends that claim nothing while a dump runs.
-fn idle_backend_rules(
+/// The plan's rules for PostgreSQL's backends: idle while a dump runs, or placing backends
+/// whose reads PostgreSQL 18's I/O workers do in the server's slice.
+fn backend_rules(
     plan: &Plan,
     claims: &[crate::place::claims::Claimed],
     procs: &[placement::ProcEntry],
+    io_workers: usize,
 ) -> Vec<Finding> {
     use crate::check::backends::{self, BackendRule};
     let rules: Vec<BackendRule<'_>> = plan
@@ -187,7 +202,9 @@ fn idle_backend_rules(
         .filter(|p| backends::DUMPS.contains(&p.comm.as_str()))
         .map(|p| (p.comm.clone(), p.pid))
         .collect();
-    backends::findings(&rules, &dumps)
+    let mut out = backends::findings(&rules, &dumps);
+    out.extend(backends::reads_in_workers(&rules, io_workers));
+    out
 }
 
 /// What only a running `place` does for this plan (its rules; its services with pidfiles

@@ -1,5 +1,6 @@
 //! `bulkhead check`'s judgments: one verdict a monitor can alert on, from findings about
-//! placement ([`placement`]: known database servers and helpers against the plan's slices),
+//! placement ([`placement`]: known database servers, helpers and monitoring agents against the
+//! plan's slices; [`monitor`]: agents starved in an idle-class slice),
 //! drift and directives without effect ([`drift`]: what `apply --dry-run` computes), and the
 //! host as the database wants it ([`host`]: I/O scheduler or io.cost, swap, THP). Pure: the
 //! front door (`actions::check`) reads the system and hands the facts in; [`verdict`] turns
@@ -8,6 +9,7 @@
 pub mod backends;
 pub mod drift;
 pub mod host;
+pub mod monitor;
 pub mod placement;
 pub mod placer;
 pub mod verdict;

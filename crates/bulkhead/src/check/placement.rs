@@ -38,9 +38,13 @@ impl From<bulkhead_sys::procs::Proc> for ProcEntry {
     }
 }
 
-/// Whether a process has a known server's or helper's name.
+/// Whether a process has a known server's, helper's or monitoring agent's name.
 pub fn known_name(comm: &str) -> bool {
-    SERVERS.iter().chain(HELPERS).any(|n| comm == comm_of(n))
+    SERVERS
+        .iter()
+        .chain(HELPERS)
+        .chain(MONITORS)
+        .any(|n| comm == comm_of(n))
 }
 
 /// Database servers by executable name: they belong in the server slice(s).
@@ -75,11 +79,27 @@ pub const HELPERS: &[&str] = &[
     "restic",
     "borg",
     "rsync",
+];
+
+/// Agents that watch the database and must answer on time (a scrape that waits seconds is a
+/// false InstanceDown alert): they belong in the monitoring slice(s), else the helper slices.
+pub const MONITORS: &[&str] = &[
     "node_exporter",
     "postgres_exporter",
     "redis_exporter",
     "mysqld_exporter",
     "mongodb_exporter",
+    "process-exporter",
+    "telegraf",
+    "vmagent",
+    "grafana-agent",
+    "alloy",
+    "otelcol",
+    "otelcol-contrib",
+    "pmm-agent",
+    "collectd",
+    "zabbix_agentd",
+    "zabbix_agent2",
 ];
 
 /// Which slices a kind of process belongs in.
@@ -88,25 +108,23 @@ pub const HELPERS: &[&str] = &[
 pub enum Role {
     Server,
     Helper,
+    Monitor,
 }
 
-/// The plan's server and helper slices.
+/// The plan's server, helper and monitoring slices.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Roles {
     pub server: Vec<SliceName>,
     pub helper: Vec<SliceName>,
+    /// The slices whose name ends in `monitor` (db-monitor); none in plans made before it.
+    pub monitor: Vec<SliceName>,
 }
 
 impl Roles {
     /// `[guard]`'s protect and sideloads when the plan has that section; otherwise the
-    /// slices whose name ends in `server` and in `helper` (db-server, db-helper).
+    /// slices whose name ends in `server` and in `helper` (db-server, db-helper). The
+    /// monitoring slices are those whose name ends in `monitor` either way.
     pub fn of(plan: &Plan) -> Roles {
-        if let Some(g) = &plan.guard {
-            return Roles {
-                server: vec![g.protect.clone()],
-                helper: g.sideloads.clone(),
-            };
-        }
         let named = |suffix: &str| {
             plan.slices
                 .keys()
@@ -114,16 +132,28 @@ impl Roles {
                 .cloned()
                 .collect()
         };
+        let monitor = named("monitor");
+        if let Some(g) = &plan.guard {
+            return Roles {
+                server: vec![g.protect.clone()],
+                helper: g.sideloads.clone(),
+                monitor,
+            };
+        }
         Roles {
             server: named("server"),
             helper: named("helper"),
+            monitor,
         }
     }
 
-    fn of_role(&self, r: Role) -> &[SliceName] {
+    /// The slices a role belongs in: monitoring agents in the helper slices where the plan
+    /// has no monitoring slice (as before there was one).
+    pub fn of_role(&self, r: Role) -> &[SliceName] {
         match r {
             Role::Server => &self.server,
-            Role::Helper => &self.helper,
+            Role::Monitor if !self.monitor.is_empty() => &self.monitor,
+            Role::Helper | Role::Monitor => &self.helper,
         }
     }
 }
@@ -214,7 +244,8 @@ pub fn expected(
     let known = SERVERS
         .iter()
         .map(|n| (*n, Role::Server))
-        .chain(HELPERS.iter().map(|n| (*n, Role::Helper)));
+        .chain(HELPERS.iter().map(|n| (*n, Role::Helper)))
+        .chain(MONITORS.iter().map(|n| (*n, Role::Monitor)));
     for (name, role) in known {
         // A name counts only where the kernel vouches for it: root or a system user runs it
         // from a root-owned executable (issue 40 #8: any user can name a process `postgres`,
@@ -230,6 +261,7 @@ pub fn expected(
         let what = match role {
             Role::Server => format!("database server {name}"),
             Role::Helper => format!("helper {name}"),
+            Role::Monitor => format!("monitoring agent {name}"),
         };
         out.push(judge(what, role, roles.of_role(role), &hits, slices, by));
     }
@@ -293,7 +325,7 @@ pub fn findings(items: &[Expected]) -> Vec<Finding> {
         if e.slices.is_empty() {
             let (role, key) = match e.role {
                 Role::Server => ("server", "protect"),
-                Role::Helper => ("helper", "sideloads"),
+                Role::Helper | Role::Monitor => ("helper", "sideloads"),
             };
             out.push(
                 Finding::new(
@@ -322,7 +354,7 @@ pub fn findings(items: &[Expected]) -> Vec<Finding> {
         }
         let level = match e.role {
             Role::Server => Level::Critical,
-            Role::Helper => Level::Warning,
+            Role::Helper | Role::Monitor => Level::Warning,
         };
         out.push(
             Finding::new(
@@ -416,6 +448,7 @@ mod tests {
         let roles = Roles {
             server: vec![name("db-server")],
             helper: vec![name("db-helper")],
+            monitor: vec![],
         };
         (layout, roles, slices)
     }
@@ -485,7 +518,7 @@ mod tests {
                 ("helper pg_dump".to_string(), Level::Ok),
                 ("helper rsync outside db-helper".to_string(), Level::Warning),
                 (
-                    "helper postgres_exporter outside db-helper".to_string(),
+                    "monitoring agent postgres_exporter outside db-helper".to_string(),
                     Level::Warning
                 ),
             ]
@@ -549,6 +582,46 @@ mod tests {
                 .starts_with("rule backup-role outside db-helper"),
             "{}",
             f[0].message
+        );
+    }
+
+    /// Issue 43: a plan with a monitoring slice expects its agents there (not in the helper
+    /// slice); a plan without one, in the helper slices as before.
+    #[test]
+    fn monitoring_agents_belong_in_the_monitoring_slice_where_the_plan_has_one() {
+        let (layout, mut roles, mut slices) = setup();
+        let h = "/t/db.slice/db-helper.slice";
+        let m = "/t/db.slice/db-monitor.slice";
+        let agents = [
+            proc(40, "node_exporter", h, h),
+            proc(41, "node_exporter", m, m),
+        ];
+        let f = found(&agents, &[], &roles, &slices, &layout);
+        assert_eq!(f[0].level, Level::Warning, "{f:?}");
+        assert!(f[0]
+            .message
+            .starts_with("monitoring agent node_exporter outside db-helper: 1"));
+        let monitor = SliceName::parse("db-monitor").unwrap();
+        roles.monitor = vec![monitor.clone()];
+        let dirs = slices[1]
+            .dirs
+            .iter()
+            .map(|(h, _)| (h.clone(), m.to_string()));
+        slices.push(SliceDirs {
+            name: monitor,
+            dirs: dirs.collect(),
+        });
+        let f = found(&agents, &[], &roles, &slices, &layout);
+        assert!(
+            f[0].message.starts_with(
+                "monitoring agent node_exporter outside db-monitor: 1 process(es) (40"
+            ),
+            "{f:?}"
+        );
+        let p = Plan::parse(bulkhead_plan::EMBEDDED_DEFAULT, None).unwrap();
+        assert_eq!(
+            Roles::of(&p).monitor,
+            [SliceName::parse("db-monitor").unwrap()]
         );
     }
 
