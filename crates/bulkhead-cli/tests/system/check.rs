@@ -68,6 +68,23 @@ fn wait_placed(run: u32, comm: &str, slice: &str) -> u32 {
     }
 }
 
+/// Root runs a root-owned copy of `sleep` named `name` in `slice` (db-server, db-helper):
+/// the running copy, and its PID once it is in the slice.
+fn run_named(t: &TestRoot, plan: &str, name: &str, slice: &str) -> (Killed, u32) {
+    let bin = t.plan_dir.join(name);
+    std::fs::copy("/bin/sleep", &bin).unwrap();
+    let child = Killed(
+        t.cmd()
+            .args(["-c", plan, "run", "--slice", slice, "--"])
+            .arg(&bin)
+            .arg("300")
+            .spawn()
+            .unwrap(),
+    );
+    let pid = wait_placed(child.0.id(), name, &format!("db.slice/{slice}.slice"));
+    (child, pid)
+}
+
 pub(crate) fn scrape(t: &TestRoot, plan: &str) -> String {
     let mut child = t
         .cmd()
@@ -116,17 +133,7 @@ fn check_protected_drift_moved_out_exporter_and_non_root() {
     t.ok(&["-c", p, "apply", "-q"]);
 
     // A database server in the server slice: protected, exit 0.
-    let bin = t.plan_dir.join("scylla");
-    std::fs::copy("/bin/sleep", &bin).unwrap();
-    let server = Killed(
-        t.cmd()
-            .args(["-c", p, "run", "--slice", "db-server", "--"])
-            .arg(&bin)
-            .arg("300")
-            .spawn()
-            .unwrap(),
-    );
-    let pid = wait_placed(server.0.id(), "scylla", SERVER);
+    let (server, pid) = run_named(&t, p, "scylla", "db-server");
     let (code, v) = check(&t, p);
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(v["state"], "protected");
@@ -304,17 +311,7 @@ fn a_monitoring_agent_in_an_idle_slice_is_a_warning_and_in_db_monitor_is_placed(
     let plan = t.plan(idle);
     let p = plan.to_str().unwrap();
     t.ok(&["-c", p, "apply", "-q"]);
-    let bin = t.plan_dir.join("node_exporter");
-    std::fs::copy("/bin/sleep", &bin).unwrap();
-    let agent = Killed(
-        t.cmd()
-            .args(["-c", p, "run", "--slice", "db-helper", "--"])
-            .arg(&bin)
-            .arg("300")
-            .spawn()
-            .unwrap(),
-    );
-    let pid = wait_placed(agent.0.id(), "node_exporter", "db.slice/db-helper.slice");
+    let (agent, pid) = run_named(&t, p, "node_exporter", "db-helper");
     let about_agent = |v: &serde_json::Value| -> Vec<(String, String)> {
         v["findings"]
             .as_array()
