@@ -116,7 +116,11 @@ pub fn check(cx: &Context) -> Report {
     let io_workers = scan
         .procs
         .iter()
-        .filter(|p| p.comm == "postgres" && crate::check::backends::is_io_worker(&p.cmdline))
+        .filter(|p| {
+            p.comm == "postgres"
+                && placement::vouched(p)
+                && crate::check::backends::is_io_worker(&p.cmdline)
+        })
         .count();
     let procs: Vec<placement::ProcEntry> = scan.procs.into_iter().map(Into::into).collect();
     findings.extend(backend_rules(&plan, &scan.claims, &procs, io_workers));

@@ -26,11 +26,18 @@ pub struct ProcEntry {
     pub vouched: bool,
 }
 
+/// Whether the kernel vouches for a process's name: root or a system user runs it, from an
+/// executable root owns (any user can name a process `postgres` or title it `postgres: io
+/// worker 0`).
+pub fn vouched(p: &bulkhead_sys::procs::Proc) -> bool {
+    bulkhead_sys::users::is_system_uid(p.uid) && p.exe_owner == Some(0)
+}
+
 impl From<bulkhead_sys::procs::Proc> for ProcEntry {
     fn from(p: bulkhead_sys::procs::Proc) -> Self {
         ProcEntry {
             pid: p.pid.unsigned_abs(),
-            vouched: bulkhead_sys::users::is_system_uid(p.uid) && p.exe_owner == Some(0),
+            vouched: vouched(&p),
             uid: p.uid,
             comm: p.comm,
             cgroup: p.cgroup,
