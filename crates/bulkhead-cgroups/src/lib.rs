@@ -24,4 +24,4 @@ pub use backend::{ApplyOptions, Backend, Changes, Joiner, Outcome, PlaceError, P
 pub use chosen::{choose, choose_here, Choice, Chosen, ChosenOp};
 pub use fs::CgroupFs;
 pub use layout::{Hierarchy, Layout, Version};
-pub use throttle::Throttle;
+pub use throttle::{Throttle, LIFTED_WEIGHT};

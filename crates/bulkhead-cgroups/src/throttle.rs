@@ -12,6 +12,9 @@ use bulkhead_sys::units::Limit;
 /// The least CPU time per period the kernel takes (cpu.max and cfs_quota_us: 1 ms).
 pub const MIN_QUOTA_US: u64 = 1000;
 
+/// The weight a lifted slice runs at: the default weight, a fair share beside the others.
+pub const LIFTED_WEIGHT: u64 = 100;
+
 /// Limits on top of the plan. The default is none.
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Throttle {
@@ -24,6 +27,10 @@ pub struct Throttle {
     pub idle: bool,
     /// Frozen (cgroup.freeze, freezer.state, FreezeUnit).
     pub frozen: bool,
+    /// Lifted out of idle scheduling (the guard's `cpu_keep`): CPUWeight=100 at least, over
+    /// the plan's CPUWeight=idle or a lower weight, bounded by `cpu`. Wins over `idle`.
+    #[serde(default)]
+    pub lifted: bool,
     /// Read and write bandwidth in bytes/s on every disk; `None`: the plan's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub io_bps: Option<u64>,
@@ -35,7 +42,7 @@ impl Throttle {
     }
 
     pub fn is_none(&self) -> bool {
-        self.cpu.is_none() && !self.idle && !self.frozen && self.io_bps.is_none()
+        self.cpu.is_none() && !self.idle && !self.frozen && !self.lifted && self.io_bps.is_none()
     }
 
     /// The slice as it should be with the throttle on: the plan's values, tightened.
@@ -48,7 +55,12 @@ impl Throttle {
                 _ => ours,
             });
         }
-        if self.idle {
+        if self.lifted {
+            s.cpu_weight = Some(match plan.cpu_weight {
+                Some(CpuWeight::Weight(n)) if n >= LIFTED_WEIGHT => CpuWeight::Weight(n),
+                _ => CpuWeight::Weight(LIFTED_WEIGHT),
+            });
+        } else if self.idle {
             s.cpu_weight = Some(CpuWeight::Idle);
         }
         if let Some(bps) = self.io_bps {
@@ -88,7 +100,9 @@ impl Throttle {
                 period_text(m.period_us)
             ));
         }
-        if self.idle {
+        if self.lifted {
+            parts.push(format!("CPUWeight={LIFTED_WEIGHT} (lifted from idle)"));
+        } else if self.idle {
             parts.push("CPUWeight=idle".into());
         }
         if self.frozen {
@@ -155,6 +169,7 @@ mod tests {
             period_us: 10_000,
             idle: true,
             frozen: false,
+            lifted: false,
             io_bps: Some(1 << 20),
         };
         let s = t.overlay(&plan, &[d]);
@@ -183,5 +198,27 @@ mod tests {
         };
         assert_eq!(loose.overlay(&plan, &[]).cpu_max, plan.cpu_max);
         assert!(Throttle::none().is_none() && !t.is_none());
+        // Lifted: out of idle (the plan's or the throttle's) at the default weight, bounded.
+        let mut idle_plan = slice();
+        idle_plan.cpu_weight = Some(CpuWeight::Idle);
+        let lifted = Throttle {
+            cpu: Some(0.10),
+            lifted: true,
+            ..t
+        };
+        let s = lifted.overlay(&idle_plan, &[]);
+        assert_eq!(s.cpu_weight, Some(CpuWeight::Weight(LIFTED_WEIGHT)));
+        assert_eq!(s.cpu_max.map(share), Some(0.10));
+        assert!(
+            lifted
+                .describe()
+                .contains("CPUWeight=100 (lifted from idle)"),
+            "{}",
+            lifted.describe()
+        );
+        // A plan's higher weight stays.
+        idle_plan.cpu_weight = Some(CpuWeight::Weight(500));
+        let s = lifted.overlay(&idle_plan, &[]);
+        assert_eq!(s.cpu_weight, Some(CpuWeight::Weight(500)));
     }
 }

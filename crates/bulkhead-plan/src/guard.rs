@@ -12,6 +12,8 @@
 //! max_frozen = "2s"                   # the longest a sideload stays frozen at once
 //! stall = "5%"                        # extra stall (above the baseline) that counts as harm
 //! io_keep = "40%"                     # a throttled sideload keeps this much of its I/O
+//! cpu_keep = "10%"                    # a sideload starved of CPU this long gets this much
+//! keep_after = "5s"                   #   (of one CPU; off unless set)
 //! probe = "redis:127.0.0.1:6379"      # optional: PING round trips; or "tcp:HOST:PORT"
 //! ```
 
@@ -64,6 +66,12 @@ pub struct GuardSpec {
     /// on its own is served first with a few percent ("5%"); at part load a larger share
     /// keeps the helper's work moving.
     pub io_keep: f64,
+    /// The progress floor on CPU (0.10 for "10%" of one CPU; `None`: off): a sideload whose
+    /// tasks wait for a CPU most of the time while it runs less than this, for `keep_after`,
+    /// leaves idle scheduling for CPUWeight=100 capped at this quota until it stops waiting.
+    /// What keeps a backup moving beside a server that saturates the CPUs.
+    pub cpu_keep: Option<f64>,
+    pub keep_after: Duration,
     pub probe: Option<Probe>,
 }
 
@@ -77,6 +85,8 @@ const KEYS: &[&str] = &[
     "max_frozen",
     "stall",
     "io_keep",
+    "cpu_keep",
+    "keep_after",
     "probe",
 ];
 
@@ -217,6 +227,8 @@ fn defaults(loc: Loc) -> GuardSpec {
         max_frozen: Duration::from_secs(2),
         stall: 0.05,
         io_keep: 0.40,
+        cpu_keep: None,
+        keep_after: Duration::from_secs(5),
         probe: None,
     }
 }
@@ -229,6 +241,7 @@ fn span_key<'g>(g: &'g mut GuardSpec, key: &str) -> Option<(Duration, Duration, 
         "calibration" => Some((Duration::ZERO, secs(600), &mut g.calibration)),
         "quota_period" => Some((ms(1), secs(1), &mut g.quota_period)),
         "max_frozen" => Some((Duration::ZERO, secs(60), &mut g.max_frozen)),
+        "keep_after" => Some((ms(500), secs(600), &mut g.keep_after)),
         _ => None,
     }
 }
@@ -249,6 +262,7 @@ fn tuning(cx: &mut Ctx<'_>, g: &mut GuardSpec, key: &str, kloc: Loc, val: &DeVal
         }
         "stall" => g.stall = cx.percent(kloc, key, val, 0.001, 1.0).unwrap_or(g.stall),
         "io_keep" => g.io_keep = cx.percent(kloc, key, val, 0.01, 1.0).unwrap_or(g.io_keep),
+        "cpu_keep" => g.cpu_keep = cx.percent(kloc, key, val, 0.01, 10.0).or(g.cpu_keep),
         "probe" => {
             g.probe = cx
                 .string(kloc, key, val)
@@ -383,12 +397,15 @@ mod tests {
         assert_eq!(g.protect.as_str(), "db-server");
         assert_eq!(g.period.as_millis(), 100);
         assert_eq!(g.cpu_floor, 0.05);
+        // No progress floor on CPU unless the plan asks for one.
+        assert_eq!((g.cpu_keep, g.keep_after.as_secs()), (None, 5));
         let p = plan(
-            "[guard]\nprotect = \"a\"\nsideloads = \"b\"\nperiod = \"50ms\"\ncpu_floor = \"10%\"\nprobe = \"redis:127.0.0.1:6379\"\n",
+            "[guard]\nprotect = \"a\"\nsideloads = \"b\"\nperiod = \"50ms\"\ncpu_floor = \"10%\"\nprobe = \"redis:127.0.0.1:6379\"\ncpu_keep = \"15%\"\nkeep_after = \"2s\"\n",
         )
         .unwrap();
         let g = p.guard.unwrap();
         assert_eq!(g.period.as_millis(), 50);
+        assert_eq!((g.cpu_keep, g.keep_after.as_secs()), (Some(0.15), 2));
         assert!(matches!(g.probe, Some(super::Probe::Redis(_))));
         // Printed as the plan spells it.
         assert_eq!(g.probe.unwrap().to_string(), "redis:127.0.0.1:6379");
@@ -409,6 +426,12 @@ mod tests {
         let e = plan("[guard]\nprotect = \"a\"\nsideloads = [\"b\"]\nprobe = \"http://x\"\n")
             .unwrap_err();
         assert!(e.contains("not a probe"), "{e}");
+        let e =
+            plan("[guard]\nprotect = \"a\"\nsideloads = [\"b\"]\ncpu_keep = \"0%\"\n").unwrap_err();
+        assert!(
+            e.contains("p.toml:4:1") && e.contains("cpu_keep = 0%"),
+            "{e}"
+        );
         let e = plan("[guard]\nprotect = \"db-srever\"\nsideloads = [\"b\"]\n").unwrap_err();
         assert!(
             e.contains("not a slice of this plan") && e.contains("did you mean 'db-server'"),

@@ -14,6 +14,9 @@ server's rate against the same round's baseline.
 """
 import argparse, json, os, signal, socket, statistics, subprocess, sys, tempfile, time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from cgroot import make_root, remove_tree  # noqa: E402
+
 EXPORTER = r'''
 import http.server, sys, time
 class H(http.server.BaseHTTPRequestHandler):
@@ -47,34 +50,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def hierarchies():
-    out = []
-    for line in open("/proc/self/mountinfo"):
-        parts = line.split()
-        fstype = parts[parts.index("-") + 1]
-        if fstype in ("cgroup", "cgroup2") and "name=" not in line.split(" - ")[1]:
-            out.append(parts[4])
-    return out
-
-
-def make_root(name):
-    made = []
-    for h in hierarchies():
-        d = os.path.join(h, name)
-        os.mkdir(d)
-        made.append(d)
-        if os.path.exists(os.path.join(h, "cpuset.cpus")):
-            for f in ("cpuset.cpus", "cpuset.mems"):
-                open(os.path.join(d, f), "w").write(open(os.path.join(h, f)).read())
-    return made
-
-
-def remove_tree(d):
-    for sub in sorted((os.path.join(r, x) for r, ds, _ in os.walk(d) for x in ds), key=len, reverse=True):
-        os.rmdir(sub)
-    os.rmdir(d)
 
 
 def probe(port, seconds):

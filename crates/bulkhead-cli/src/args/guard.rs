@@ -9,7 +9,9 @@ sideloads. The guard reads the protected slice's pressure stall (PSI: cpu, io, m
 threads' run-queue waits and an optional probe of the service, calibrates a baseline with the \
 sideloads held, and then every period cuts the sideloads when the stall rises above the \
 baseline (idle scheduling, a CPU quota halved down to cpu_floor, I/O bandwidth, at most \
-max_frozen of freezing) and gives the plan back slowly when it is calm. It acts through the \
+max_frozen of freezing) and gives the plan back slowly when it is calm; with cpu_keep, a \
+sideload starved of CPU (idle scheduling beside a busy server) is lifted to that bounded share \
+so its work still progresses. It acts through the \
 chosen backend: control files on cgroupfs (re-asserted every second), runtime unit properties \
 and FreezeUnit through systemd. When it stops, is killed or hangs, its watchdog puts every \
 sideload back as planned within seconds; under systemd, ExecStopPost=bulkhead guard --release \

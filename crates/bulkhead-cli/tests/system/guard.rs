@@ -38,8 +38,13 @@ struct Guarded {
 
 impl Guarded {
     fn new() -> Guarded {
+        Guarded::with(PLAN, &[("db-server", SPIN2), ("db-helper", SPIN2)])
+    }
+
+    /// The plan applied, and each shell command running in its slice.
+    fn with(plan: &str, loads: &[(&str, &str)]) -> Guarded {
         let t = TestRoot::new();
-        let plan = t.plan(PLAN);
+        let plan = t.plan(plan);
         let state = t.plan_dir.join("guard-state");
         let mut g = Guarded {
             t,
@@ -49,12 +54,18 @@ impl Guarded {
         };
         let o = g.cmd().args(["apply"]).output().unwrap();
         assert!(o.status.success(), "apply: {}", stderr(&o));
-        for slice in ["db-server", "db-helper"] {
-            let mut c = g.cmd();
-            c.args(["run", "--slice", slice, "--", "sh", "-c", SPIN2]);
-            g.procs.push(c.spawn().unwrap());
+        for (slice, script) in loads {
+            let c = g.spawn_in(slice, script);
+            g.procs.push(c);
         }
         g
+    }
+
+    /// `sh -c script` run in `slice`.
+    fn spawn_in(&self, slice: &str, script: &str) -> Child {
+        let mut c = self.cmd();
+        c.args(["run", "--slice", slice, "--", "sh", "-c", script]);
+        c.spawn().unwrap()
     }
 
     fn cmd(&self) -> Command {
@@ -324,4 +335,71 @@ fn guard_refuses_a_plan_without_a_usable_guard_section() {
             stderr(&o)
         );
     }
+}
+
+/// Issue 43: a helper in a CPUWeight=idle slice beside a server that keeps every CPU busy
+/// gets nothing; with `cpu_keep` the guard lifts it out of idle to CPUWeight=100 within a
+/// quota of its floor (a `keep` action), and lets it down to its plan once it stops.
+#[test]
+fn cpu_keep_lifts_a_starved_idle_helper_and_lets_it_down_when_it_stops() {
+    // Alone: it keeps every CPU busy, which would skew the other tests' guards and timings.
+    let Some(_suite) = crate::suite::cgroups_alone() else {
+        return;
+    };
+    let plan = r#"
+[slice.db-server]
+[slice.db-helper]
+CPUWeight = "idle"
+
+[guard]
+protect = "db-server"
+sideloads = ["db-helper"]
+calibration = "1s"
+cpu_keep = "20%"
+keep_after = "1s"
+"#;
+    // One spinner per CPU: the server keeps every CPU busy on any host.
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let server = vec!["while :; do :; done &"; cpus].join(" ") + " wait";
+    let g = Guarded::with(plan, &[("db-server", &server)]);
+    let mut helper = g.spawn_in("db-helper", "while :; do :; done");
+    let idle = || g.helper("cpu", "cpu.idle");
+    assert_eq!(idle(), "1", "the plan's CPUWeight=idle");
+    let dry = stdout(&g.cmd().args(["guard", "--dry-run"]).output().unwrap());
+    let pressure =
+        g.t.dir("unified", "db.slice/db-helper.slice")
+            .join("cpu.pressure");
+    if !pressure.exists() {
+        // No CPU pressure for the helper: a finding, said, not a failure.
+        assert_has(&dry, "cpu_keep is not in force");
+        let _ = helper.kill();
+        let _ = helper.wait();
+        return;
+    }
+    assert_has(&dry, "progress floor on CPU");
+    let mut guard = g.guard(&["--json", "--duration", "120s"]);
+    let took = wait_for("the helper is lifted", Duration::from_secs(60), || {
+        idle() == "0"
+    });
+    eprintln!("lifted {took:?} after the guard started (1 s calibration, keep_after 1 s)");
+    // CPUWeight=100 (shares 1024) within 20% of one CPU.
+    assert_eq!(g.helper("cpu", "cpu.shares"), "1024");
+    let quota: f64 = g.helper("cpu", "cpu.cfs_quota_us").parse().unwrap();
+    let period: f64 = g.helper("cpu", "cpu.cfs_period_us").parse().unwrap();
+    assert!((quota / period - 0.20).abs() < 0.01, "{quota}/{period}");
+    // Its work stops: back to idle, as planned.
+    helper.kill().unwrap();
+    let _ = helper.wait();
+    wait_for("the helper is let down", Duration::from_secs(60), || {
+        idle() == "1"
+    });
+    guard.kill().unwrap();
+    let out = guard.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stdout).to_string();
+    let keep = log
+        .lines()
+        .find(|l| l.contains("\"kind\":\"keep\""))
+        .unwrap_or_else(|| panic!("no keep action: {log}"));
+    assert_has(keep, "lifted out of idle");
+    assert_has(&log, "no longer waits for a CPU");
 }

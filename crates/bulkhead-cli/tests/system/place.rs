@@ -9,6 +9,7 @@ use std::io::{BufRead, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod autovacuum;
 mod init_script;
 mod postgres_systemd;
 
@@ -45,6 +46,18 @@ impl Drop for Reaped {
             let _ = c.wait();
         }
     }
+}
+
+/// `bulkhead place --interval 50ms --json` with plan `p`, its stderr piped.
+pub(crate) fn placing(t: &TestRoot, p: &str, stdout: Stdio) -> Reaped {
+    Reaped(Some(
+        t.cmd()
+            .args(["-c", p, "place", "--interval", "50ms", "--json"])
+            .stdout(stdout)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ))
 }
 
 /// `sh` in a process group of its own, running `script`.
@@ -441,14 +454,7 @@ fn sighup_reads_the_plan_again_and_a_bad_one_keeps_the_old_rules() {
     };
     let p = plan.to_str().unwrap();
     let helper = "db.slice/db-helper.slice";
-    let mut running = Reaped(Some(
-        t.cmd()
-            .args(["-c", p, "place", "--interval", "50ms", "--json"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    ));
+    let mut running = placing(&t, p, Stdio::null());
     let pid = running.id() as i32;
     let (tx, lines) = std::sync::mpsc::channel::<String>();
     let err = running.0.as_mut().unwrap().stderr.take().unwrap();
@@ -626,14 +632,7 @@ fn postgres_backup(cluster_name: bool) {
         stdout(&o)
     );
     // The rules and the service's pidfile, placed as they go, while the backup runs.
-    let placer = Reaped(Some(
-        t.cmd()
-            .args(["-c", p, "place", "--interval", "50ms", "--json"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    ));
+    let placer = placing(&t, p, Stdio::piped());
     wait_for("the cluster in db-server", || {
         std::iter::once(pm)
             .chain(children.iter().copied())

@@ -112,6 +112,9 @@ pub const GUARD: &[(&str, &str)] = &[
     ("quota_period", "\"10ms\""),
     ("max_frozen", "\"2s\""),
     ("stall", "\"5%\""),
+    ("io_keep", "\"40%\""),
+    ("cpu_keep", "\"10%\""),
+    ("keep_after", "\"5s\""),
     ("probe", "\"redis:127.0.0.1:6379\""),
 ];
 

@@ -64,6 +64,10 @@ pub struct Settings {
     /// sees is what the sideload moves beside the protected slice, about 80% of what it moves
     /// alone in the v2 guest, and what it should keep at part load is 30% of that alone).
     pub io_keep: f64,
+    /// The progress floor on CPU, in CPUs (`[guard] cpu_keep`; `None`: off, or no sideload
+    /// CPU pressure to tell a starved sideload by), and how long it must starve first (lift.rs).
+    pub cpu_keep: Option<f64>,
+    pub keep_after: Duration,
     pub can_idle: bool,
     pub can_freeze: bool,
     pub can_io: bool,
@@ -97,6 +101,8 @@ pub struct Reading {
     pub probe_ms: Option<f64>,
     /// What each sideload used in the period (same order as the plan's sideloads).
     pub sideloads: Vec<Use>,
+    /// The share of the machine's CPU time that was idle (`None`: unknown).
+    pub host_idle: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -105,6 +111,9 @@ pub struct Use {
     pub cpu: f64,
     /// Bytes/s read and written.
     pub io_bps: f64,
+    /// The share of the period some of its tasks waited for a CPU (its cpu.pressure `some`;
+    /// `None`: not measurable here).
+    pub wait: Option<f64>,
 }
 
 /// Harm per signal, in units of `stall` above the baseline.
@@ -185,6 +194,12 @@ struct Side {
     /// cuts stop there and it is no longer frozen (keep.rs).
     cpu_keep: Option<f64>,
     last_release_log: Duration,
+    /// The progress floor on CPU (lift.rs): its CPU use and CPU wait, smoothed, since when it
+    /// starves (or, lifted, no longer needs the lift), and its quota before the lift.
+    cpu_recent: f64,
+    wait_recent: f64,
+    lift_since: Option<Duration>,
+    quota_before_lift: Option<f64>,
 }
 
 /// Which calm a release follows: both harms, or the I/O harm alone (I/O limits only).
@@ -284,6 +299,7 @@ impl Controller {
             period_us: self.s.quota_period_us,
             idle: self.s.can_idle,
             frozen: false,
+            lifted: false,
             io_bps: self.s.can_io.then_some(self.s.io_floor),
         }
     }
@@ -325,6 +341,7 @@ impl Controller {
         self.track_recent_io(r);
         self.thaw_expired(&mut acts);
         self.keep_io(&mut acts);
+        self.keep_cpu(r, &mut acts);
         self.update_calm();
         if self.now >= self.backoff_until {
             self.cut_cpu(r, &mut acts);
@@ -426,7 +443,7 @@ impl Controller {
             "{} stall {:.1}x the allowance above baseline",
             drive.1, drive.0
         );
-        let cut = if self.s.can_idle && self.sides.iter().any(|s| !s.t.idle) {
+        let cut = if self.s.can_idle && self.sides.iter().any(|s| !s.t.idle && !s.t.lifted) {
             self.make_idle(acts, drive, &why)
         } else if (0..self.sides.len())
             .any(|i| self.sides[i].t.cpu.unwrap_or(self.s.cpus) > self.cpu_floor_of(i))
@@ -443,7 +460,7 @@ impl Controller {
 
     fn make_idle(&mut self, acts: &mut Vec<Action>, drive: (f64, &'static str), why: &str) -> bool {
         for i in 0..self.sides.len() {
-            if !self.sides[i].t.idle {
+            if !self.sides[i].t.idle && !self.sides[i].t.lifted {
                 self.sides[i].t.idle = true;
                 self.act(acts, i, "idle", drive, why.to_string());
             }
@@ -488,6 +505,7 @@ impl Controller {
             if side.t.frozen
                 || self.now < side.refreeze_at
                 || side.cpu_keep.is_some()
+                || side.t.lifted
                 || self.starved(i)
             {
                 continue;
@@ -610,7 +628,7 @@ impl Controller {
     /// (keep.rs) is at its end too.
     fn maxed(&self) -> bool {
         self.sides.iter().enumerate().all(|(i, s)| {
-            let idle = s.t.idle || !self.s.can_idle;
+            let idle = s.t.idle || s.t.lifted || !self.s.can_idle;
             if self.starved(i) {
                 return idle;
             }
@@ -618,7 +636,8 @@ impl Controller {
             let frozen = s.t.frozen
                 || !self.s.can_freeze
                 || self.now < s.refreeze_at
-                || s.cpu_keep.is_some();
+                || s.cpu_keep.is_some()
+                || s.t.lifted;
             cpu && frozen
         })
     }
@@ -651,7 +670,7 @@ impl Controller {
         );
         self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
         for (i, t) in before.into_iter().enumerate() {
-            if self.sides[i].t == t {
+            if self.sides[i].t == t || self.sides[i].t.lifted {
                 continue; // nothing to give back (a sideload kept at its floors since)
             }
             self.sides[i].t = t;
@@ -702,7 +721,7 @@ impl Controller {
             side.frozen_at = None;
             return;
         }
-        if let Some(q) = side.t.cpu {
+        if let Some(q) = side.t.cpu.filter(|_| !side.t.lifted) {
             // A quota far above what it uses no longer holds anything back.
             let next = if used < 0.5 * q && q > 2.0 * self.s.cpu_floor {
                 cpus
@@ -775,5 +794,6 @@ impl Controller {
 }
 
 mod keep;
+mod lift;
 #[cfg(test)]
 mod tests;

@@ -140,6 +140,20 @@ fn settings(
             "the guard cannot limit the sideloads' I/O",
         );
     }
+    let no_wait: Vec<String> = spec
+        .sideloads
+        .iter()
+        .filter(|s| signals::pressure(reader, s, "cpu.pressure").is_none())
+        .map(|s| s.unit())
+        .collect();
+    let cpu_keep = spec.cpu_keep.filter(|_| no_wait.is_empty());
+    if spec.cpu_keep.is_some() && cpu_keep.is_none() {
+        say(
+            notes,
+            &format!("cpu_keep is not in force: no CPU pressure (cpu.pressure on the unified hierarchy) for {}, so a starved sideload cannot be told from an idle one", no_wait.join(", ")),
+            "the guard gives no progress floor on CPU (boot with psi=1 on a kernel with CONFIG_PSI, and a unified hierarchy)",
+        );
+    }
     Settings {
         period: spec.period,
         cpus: Host::detect().cpu_count() as f64,
@@ -149,6 +163,8 @@ fn settings(
         stall: spec.stall,
         io_floor: IO_FLOOR,
         io_keep: spec.io_keep,
+        cpu_keep,
+        keep_after: spec.keep_after,
         can_idle,
         can_freeze,
         can_io,
@@ -210,11 +226,21 @@ impl Guard {
             };
             out.push(format!("probes {p} ({what}) once a period"));
         }
+        if let Some(k) = s.cpu_keep {
+            out.push(format!(
+                "progress floor on CPU: a sideload waiting for a CPU while it runs less than {:.0}% of one for {:?} is lifted out of idle to CPUWeight={} with CPUQuota={:.0}% (cpu_keep)",
+                k * 100.0,
+                s.keep_after,
+                bulkhead_cgroups::LIFTED_WEIGHT,
+                k * 100.0
+            ));
+        }
         let full = Throttle {
             cpu: Some(s.cpu_floor),
             period_us: s.quota_period_us,
             idle: s.can_idle,
             frozen: s.can_freeze,
+            lifted: false,
             io_bps: s.can_io.then_some(IO_FLOOR),
         };
         for (i, name) in self.spec.sideloads.iter().enumerate() {

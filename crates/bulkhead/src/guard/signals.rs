@@ -2,7 +2,7 @@
 //! slice's pressure stall totals (cpu, io, memory; from its directory on the unified
 //! hierarchy, which hybrid hosts have too), its threads' run-queue waits
 //! (/proc/PID/task/TID/schedstat), the CPU time of the protected slice and of each sideload,
-//! the sideloads' I/O bytes, and the machine's steal time.
+//! the sideloads' I/O bytes and CPU pressure, and the machine's steal and idle time.
 
 use super::control::{Reading, Use};
 use bulkhead_cgroups::stats::{cpu_usage_us, io_bytes};
@@ -26,6 +26,8 @@ pub struct Sources {
     sideloads: Vec<SliceName>,
     /// cpu.pressure, io.pressure, memory.pressure of the protected slice, where they exist.
     pub psi: [Option<PathBuf>; 3],
+    /// Each sideload's cpu.pressure, where it exists (the CPU progress floor's signal).
+    pub side_psi: Vec<Option<PathBuf>>,
     threads: Vec<(i32, i32)>,
     threads_at: Option<Instant>,
 }
@@ -43,6 +45,7 @@ pub struct Sample {
     service_us: Option<u64>,
     side_cpu_us: Vec<Option<u64>>,
     side_io: Vec<Option<u64>>,
+    side_wait: Vec<Option<Totals>>,
     cpu: Option<CpuTimes>,
 }
 
@@ -60,21 +63,18 @@ pub struct Period {
 
 impl Sources {
     pub fn new(reader: CgroupFs, protect: SliceName, sideloads: Vec<SliceName>) -> Sources {
-        let dir = reader
-            .layout
-            .unified
-            .as_ref()
-            .map(|u| reader.dir(u, &protect));
-        let psi = ["cpu.pressure", "io.pressure", "memory.pressure"].map(|f| {
-            dir.as_ref()
-                .map(|d| d.join(f))
-                .filter(|p| read_totals(p).is_some())
-        });
+        let psi = ["cpu.pressure", "io.pressure", "memory.pressure"]
+            .map(|f| pressure(&reader, &protect, f));
+        let side_psi = sideloads
+            .iter()
+            .map(|s| pressure(&reader, s, "cpu.pressure"))
+            .collect();
         Sources {
             reader,
             protect,
             sideloads,
             psi,
+            side_psi,
             threads: vec![],
             threads_at: None,
         }
@@ -128,9 +128,20 @@ impl Sources {
                 .iter()
                 .map(|s| io_bytes(&self.reader, s).map(|(r, w)| r + w))
                 .collect(),
+            side_wait: self
+                .side_psi
+                .iter()
+                .map(|p| p.as_ref().and_then(|p| read_totals(p)))
+                .collect(),
             cpu: cpu_times(),
         }
     }
+}
+
+/// A slice's pressure file (`cpu.pressure`, ...) on the unified hierarchy, if it reads.
+pub fn pressure(reader: &CgroupFs, slice: &SliceName, file: &str) -> Option<PathBuf> {
+    let u = reader.layout.unified.as_ref()?;
+    Some(reader.dir(u, slice).join(file)).filter(|p| read_totals(p).is_some())
 }
 
 /// A rate per second between two counters (None when either is missing or it went back).
@@ -144,10 +155,10 @@ pub fn period(prev: &Sample, cur: &Sample, probe_ms: Option<f64>) -> Period {
     let dt = cur.at.saturating_duration_since(prev.at);
     let secs = dt.as_secs_f64();
     let us = secs * 1e6;
-    let psi_share = |i: usize| {
-        let (a, b) = (prev.psi[i]?, cur.psi[i]?);
-        rate(Some(a.some_us), Some(b.some_us), 1.0).map(|d| (d / us).min(1.0))
+    let share = |a: Option<Totals>, b: Option<Totals>| {
+        rate(Some(a?.some_us), Some(b?.some_us), 1.0).map(|d| (d / us).min(1.0))
     };
+    let psi_share = |i: usize| share(prev.psi[i], cur.psi[i]);
     let same_threads = prev.threads == cur.threads && cur.threads > 0;
     let wait =
         (same_threads && cur.wait_ns >= prev.wait_ns).then(|| (cur.wait_ns - prev.wait_ns) as f64);
@@ -159,17 +170,20 @@ pub fn period(prev: &Sample, cur: &Sample, probe_ms: Option<f64>) -> Period {
         .iter()
         .zip(&cur.side_cpu_us)
         .zip(prev.side_io.iter().zip(&cur.side_io))
-        .map(|((a, b), (x, y))| Use {
+        .zip(prev.side_wait.iter().zip(&cur.side_wait))
+        .map(|(((a, b), (x, y)), (p, q))| Use {
             cpu: rate(*a, *b, secs).map_or(0.0, |r| r / 1e6),
             io_bps: rate(*x, *y, secs).unwrap_or(0.0),
+            wait: share(*p, *q),
         })
         .collect();
-    let steal = match (prev.cpu, cur.cpu) {
+    let of_host = |f: fn(&CpuTimes) -> u64| match (prev.cpu, cur.cpu) {
         (Some(a), Some(b)) if b.total > a.total => {
-            b.steal.saturating_sub(a.steal) as f64 / (b.total - a.total) as f64
+            Some(f(&b).saturating_sub(f(&a)) as f64 / (b.total - a.total) as f64)
         }
-        _ => 0.0,
+        _ => None,
     };
+    let steal = of_host(|t| t.steal).unwrap_or(0.0);
     Period {
         reading: Reading {
             dt,
@@ -178,6 +192,7 @@ pub fn period(prev: &Sample, cur: &Sample, probe_ms: Option<f64>) -> Period {
             memory: psi_share(2),
             probe_ms,
             sideloads,
+            host_idle: of_host(|t| t.idle),
         },
         wait_per_run_us: (runs > 0).then(|| wait.unwrap_or(0.0) / 1e3 / runs as f64),
         service_cpus: rate(prev.service_us, cur.service_us, secs).map(|r| r / 1e6),

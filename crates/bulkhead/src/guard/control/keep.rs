@@ -37,10 +37,16 @@ impl Controller {
 
     /// The least quota a CPU cut leaves sideload `i`: the settings' floor, or what it needed
     /// to keep its I/O floor.
+    /// A sideload lifted for its progress floor on CPU (lift.rs) keeps that floor too.
     pub(super) fn cpu_floor_of(&self, i: usize) -> f64 {
-        self.sides[i]
+        let side = &self.sides[i];
+        let learned = side
             .cpu_keep
-            .map_or(self.s.cpu_floor, |k| k.max(self.s.cpu_floor))
+            .map_or(self.s.cpu_floor, |k| k.max(self.s.cpu_floor));
+        match self.s.cpu_keep {
+            Some(k) if side.t.lifted => learned.max(k),
+            _ => learned,
+        }
     }
 
     /// Give a starved sideload CPU back: thaw it, or double its quota.

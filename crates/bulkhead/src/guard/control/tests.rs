@@ -16,6 +16,8 @@ fn settings() -> Settings {
         stall: 0.05,
         io_floor: 8 << 20,
         io_keep: IO_KEEP,
+        cpu_keep: None,
+        keep_after: Duration::from_secs(5),
         can_idle: true,
         can_freeze: true,
         can_io: true,
@@ -58,7 +60,9 @@ impl Host {
             sideloads: vec![Use {
                 cpu: got,
                 io_bps: io,
+                ..Default::default()
             }],
+            host_idle: None,
         }
     }
 }
@@ -291,7 +295,9 @@ impl IoHost {
             sideloads: vec![Use {
                 cpu: 0.1,
                 io_bps: io,
+                ..Default::default()
             }],
+            host_idle: None,
         }
     }
 }
@@ -346,7 +352,9 @@ fn a_slow_service_with_cpu_stall_is_not_answered_with_io_cuts() {
         sideloads: vec![Use {
             cpu: 1.0,
             io_bps: 300e6,
+            ..Default::default()
         }],
+        host_idle: None,
     };
     let mut acts = Vec::new();
     for _ in 0..20 {
@@ -411,4 +419,148 @@ fn an_io_bound_sideload_keeps_its_share_of_io() {
     // Without the guard: 0.5 CPUs at 0.6 stall per CPU.
     assert!(stall < 0.5 * 0.3, "mean extra stall {stall:.3}");
     eprintln!("kept {io:.2} of its I/O; mean extra stall {stall:.3} (0.30 unguarded)");
+}
+
+/// A helper in a CPUWeight=idle slice beside a server that keeps every CPU busy: idle, it
+/// runs almost nothing and waits all the time; lifted, it runs up to its quota. `stall` is
+/// what each CPU it gets costs the server.
+struct Starved {
+    demand: f64,
+    stall: f64,
+    host_idle: f64,
+}
+
+impl Starved {
+    fn reading(&self, t: &Throttle) -> Reading {
+        let (got, wait) = if t.frozen || self.demand == 0.0 {
+            (0.0, 0.0)
+        } else if t.lifted || self.host_idle > 0.0 {
+            let got = self.demand.min(t.cpu.unwrap_or(2.0));
+            (got, if got < self.demand { 0.9 } else { 0.05 })
+        } else {
+            (0.005, 0.97)
+        };
+        Reading {
+            dt: Duration::from_millis(100),
+            cpu: Some(0.02 + self.stall * got),
+            io: Some(0.01),
+            memory: Some(0.0),
+            probe_ms: None,
+            sideloads: vec![Use {
+                cpu: got,
+                wait: Some(wait),
+                ..Default::default()
+            }],
+            host_idle: Some(self.host_idle),
+        }
+    }
+}
+
+fn keeping(cpu_keep: f64) -> Controller {
+    let s = Settings {
+        cpu_keep: Some(cpu_keep),
+        keep_after: Duration::from_secs(3),
+        ..settings()
+    };
+    Controller::new(s, base(), 1)
+}
+
+/// Steps the controller on `host` for `seconds`; returns the throttles and actions.
+fn steps(c: &mut Controller, seconds: f64, host: &Starved) -> (Vec<Throttle>, Vec<Action>) {
+    let (mut ts, mut acts) = (Vec::new(), Vec::new());
+    let mut t = c.throttles()[0];
+    for _ in 0..(seconds * 10.0) as usize {
+        let (now, a) = c.step(&host.reading(&t));
+        t = now[0];
+        ts.push(t);
+        acts.extend(a);
+    }
+    (ts, acts)
+}
+
+/// Issue 43: a starved helper is lifted to its progress floor after `keep_after`, not
+/// before; bounded by its quota; let down once its work is done, its old quota back.
+#[test]
+fn a_starved_helper_is_lifted_to_its_floor_and_let_down_when_done() {
+    let mut c = keeping(0.10);
+    let busy = Starved {
+        demand: 1.0,
+        stall: 0.01,
+        host_idle: 0.0,
+    };
+    let (ts, acts) = steps(&mut c, 2.5, &busy);
+    assert!(ts.iter().all(|t| !t.lifted), "lifted before keep_after");
+    let (ts, acts2) = steps(&mut c, 3.0, &busy);
+    let t = *ts.last().unwrap();
+    assert!(t.lifted && t.cpu == Some(0.10), "{t:?}");
+    let keep = acts.iter().chain(&acts2).find(|a| a.kind == "keep");
+    let keep = keep.expect("a keep action");
+    assert!(keep.why.contains("lifted out of idle"), "{}", keep.why);
+    assert!(keep.signal == "cpu_keep" && keep.to.lifted);
+    // While it still wants CPU it stays lifted, at its quota.
+    let (ts, _) = steps(&mut c, 10.0, &busy);
+    assert!(ts.iter().all(|t| t.lifted && t.cpu == Some(0.10)), "{ts:?}");
+    // Its work done: back to the plan after keep_after.
+    let done = Starved {
+        demand: 0.0,
+        ..busy
+    };
+    let (ts, acts) = steps(&mut c, 6.0, &done);
+    assert!(ts.last().unwrap().is_none(), "{:?}", ts.last());
+    let r = acts.iter().find(|a| a.kind == "release").expect("let down");
+    assert!(r.why.contains("no longer waits"), "{}", r.why);
+}
+
+/// A helper that gets idle CPU needs no lift, and a lifted one is let down when the host
+/// has CPU to spare: idle scheduling serves it then without a quota.
+#[test]
+fn spare_cpu_needs_no_lift() {
+    let mut c = keeping(0.10);
+    let spare = Starved {
+        demand: 1.0,
+        stall: 0.01,
+        host_idle: 0.5,
+    };
+    let (ts, _) = steps(&mut c, 10.0, &spare);
+    assert!(ts.iter().all(|t| !t.lifted));
+    let busy = Starved {
+        host_idle: 0.0,
+        ..spare
+    };
+    let (ts, _) = steps(&mut c, 6.0, &busy);
+    assert!(ts.last().unwrap().lifted);
+    let (ts, acts) = steps(&mut c, 6.0, &spare);
+    assert!(!ts.last().unwrap().lifted, "{:?}", ts.last());
+    assert!(
+        acts.iter().any(|a| a.why.contains("CPU to spare")),
+        "{acts:#?}"
+    );
+}
+
+/// Lifted, its CPU is its floor: the guard's cuts, for all the harm its quota does, go no
+/// lower, never make it idle again and never freeze it. Without cpu_keep it is never lifted.
+#[test]
+fn cuts_stop_at_the_progress_floor() {
+    let mut c = keeping(0.20);
+    let harmful = Starved {
+        demand: 1.0,
+        stall: 0.5,
+        host_idle: 0.0,
+    };
+    let (ts, acts) = steps(&mut c, 30.0, &harmful);
+    let from = ts.iter().position(|t| t.lifted).expect("lifted");
+    for t in &ts[from..] {
+        assert!(t.lifted && !t.frozen && t.cpu >= Some(0.20), "{t:?}");
+    }
+    let lifted_at = acts.iter().find(|a| a.kind == "keep").expect("keep").t;
+    let after = acts.iter().filter(|a| a.t > lifted_at);
+    assert!(
+        after
+            .clone()
+            .all(|a| a.kind != "idle" && a.kind != "freeze"),
+        "{acts:#?}"
+    );
+    let mut c = Controller::new(settings(), base(), 1);
+    let (ts, _) = steps(&mut c, 30.0, &harmful);
+    assert!(ts.iter().all(|t| !t.lifted));
 }
