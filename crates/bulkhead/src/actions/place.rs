@@ -412,7 +412,13 @@ fn carry_out(chosen: &impl Placement, d: Decision, dry_run: bool) -> Option<Plac
     } else {
         // Held from here to the write: the process the rules matched, not its number.
         let held = bulkhead_sys::process::Held::hold(d.pid, d.start)?;
-        chosen.move_held(&d.slice, held.pid(), &|| held.still_same())
+        let r = chosen.move_held(&d.slice, held.pid(), &|| held.still_same());
+        if r.is_err() && !held.still_same() {
+            // It exited during the move (an autovacuum worker done in milliseconds): nothing
+            // to place, not an error.
+            return None;
+        }
+        r
     };
     Some(Placed {
         pid: d.pid,

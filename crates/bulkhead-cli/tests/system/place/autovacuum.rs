@@ -76,7 +76,11 @@ fn postgres_autovacuum_workers_by_rule_in_the_helper_slice() {
     let launcher = launcher.expect("the autovacuum launcher");
     assert!(!in_slice(launcher, &t, "db.slice/db-helper.slice"));
     assert!(!said.contains(&format!("\"pid\":{launcher},")), "{said}");
-    drop(placer);
+    // A worker that exits while it is being moved (done in milliseconds) is nothing to
+    // place, not an error (before: "error: rule autovacuum could not move ...: no such
+    // process" for about one worker in ten).
+    let o = placer.stop();
+    assert!(!stderr(&o).contains("could not move"), "{}", stderr(&o));
     drop(pg);
     t.ok(&["-c", p, "destroy", "--kill"]);
 }
