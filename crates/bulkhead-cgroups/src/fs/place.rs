@@ -58,11 +58,17 @@ impl Placement for CgroupFs {
 
     /// The slice's directory if it exists in exactly one hierarchy and that one is cgroup2
     /// (pure v2; on hybrid and v1 hosts the slice has v1 directories too).
+    /// Directories are counted before the one left is checked for bulkhead's mark: on hybrid
+    /// and v1 hosts this says no without the mark checks that `join` then does once.
     fn cgroup2_dir(&self, slice: &SliceName) -> Option<PathBuf> {
-        match self.existing_dirs(slice).as_slice() {
-            [(h, d)] if h.version == Version::V2 => Some(d.clone()),
-            _ => None,
-        }
+        let mut present = self
+            .all_hierarchies()
+            .into_iter()
+            .map(|h| (h, self.dir(h, slice)))
+            .filter(|(_, d)| d.is_dir());
+        let (h, d) = present.next()?;
+        let alone = present.next().is_none();
+        (alone && h.version == Version::V2 && mark::is_ours(&d)).then_some(d)
     }
 
     fn move_pid(&self, slice: &SliceName, pid: i32) -> Result<(), String> {
