@@ -467,6 +467,12 @@ pub struct RunBench {
     /// Rounds; each round runs every peer once, in rotating order
     #[arg(long, default_value_t = 300)]
     runs: usize,
+    /// A pause before each timed start, as a cron job or a backup script starts: after a
+    /// while without a cgroup move on the host. The kernel's first move after a quiet spell
+    /// waits for an RCU grace period (cgroup_threadgroup_rwsem), which back-to-back starts
+    /// (the default, 0) never pay. E.g. 200ms
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = duration)]
+    gap: Duration,
     /// Write the results as JSON to this file
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -1093,7 +1099,12 @@ fn run_peers(cli: &Cli, fs: &Groups, slice: &bulkhead::plan::SliceName) -> Resul
 }
 
 /// Every peer once to warm the caches, then `runs` rounds, peers rotated: ms per start.
-fn time_rounds(peers: &[RunPeer], runs: usize, quiet: bool) -> Result<Vec<Vec<f64>>> {
+fn time_rounds(
+    peers: &[RunPeer],
+    runs: usize,
+    gap: Duration,
+    quiet: bool,
+) -> Result<Vec<Vec<f64>>> {
     let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); peers.len()];
     for (_, mk) in peers {
         time_once(&mut mk()).map_err(|e| Error::failed(e.to_string()))?;
@@ -1101,6 +1112,8 @@ fn time_rounds(peers: &[RunPeer], runs: usize, quiet: bool) -> Result<Vec<Vec<f6
     for round in 0..runs {
         for k in 0..peers.len() {
             let i = (round + k) % peers.len();
+            // The measured condition (--gap), not a wait for anything.
+            std::thread::sleep(gap);
             let d = time_once(&mut (peers[i].1)())
                 .map_err(|e| Error::failed(format!("{}: {e}", peers[i].0)))?;
             samples[i].push(d.as_secs_f64() * 1e3);
@@ -1150,6 +1163,7 @@ fn run_overhead(cli: &Cli, a: &RunBench) -> Result<i32> {
             "--runs must be at least 1",
         )));
     }
+    let gap = a.gap;
     let fs = Groups::open(&cli.cgroup_root)?;
     let name = format!("bulkhead_bench_run_{}", std::process::id());
     let plan = Plan::parse(&format!("[slice.{name}]\nCPUWeight = 100\n"), None)?
@@ -1159,11 +1173,12 @@ fn run_overhead(cli: &Cli, a: &RunBench) -> Result<i32> {
     // Everything below must remove the slice again, whatever happens.
     let result = (|| -> Result<serde_json::Value> {
         let peers = run_peers(cli, &fs, &slice)?;
-        let samples = time_rounds(&peers, a.runs, cli.quiet)?;
+        let samples = time_rounds(&peers, a.runs, gap, cli.quiet)?;
         let rows = overhead_rows(&peers, &samples);
         Ok(serde_json::json!({
             "benchmark": "run",
             "runs": a.runs,
+            "gap_ms": gap.as_secs_f64() * 1e3,
             "host": {"cpus": bulkhead_testkit::host::cpu_count(), "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(), "layout": fs.describe()},
             "results": rows,
         }))
