@@ -445,3 +445,38 @@ fn bad_input_is_refused_before_anything_starts() {
     }
     let _ = std::fs::remove_file(plan);
 }
+
+/// `bench run` (beside the isolation bench: the same bench environment and leftovers): every
+/// peer timed for the rounds asked, `--gap` said in the report, nothing left behind; a gap
+/// that is no duration is refused.
+#[test]
+fn bench_run_times_every_peer_after_a_gap_and_cleans_up() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !prerequisites() || !built() {
+        return;
+    }
+    let json = std::env::temp_dir().join(format!("bulkhead-bench-run-{}.json", std::process::id()));
+    let (o, pid) = finish(
+        bench()
+            .args(["bench", "run", "--runs", "3", "--gap", "20ms", "--json"])
+            .arg(&json),
+    );
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(v["gap_ms"], 20.0, "{v}");
+    let rows = v["results"].as_array().unwrap();
+    assert!(rows.len() >= 4, "{v}");
+    for r in rows {
+        assert_eq!(r["runs"], 3, "{r}");
+        assert!(r["median_ms"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(
+        rows.iter().any(|r| r["peer"] == "bulkhead run -- true"),
+        "{v}"
+    );
+    assert_eq!(leftovers(&[pid]), Vec::<String>::new());
+    let (o, _) = finish(bench().args(["bench", "run", "--runs", "1", "--gap", "soon"]));
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("soon"), "{}", stderr(&o));
+}
