@@ -87,6 +87,16 @@ impl Held {
         self.pid
     }
 
+    /// Its PID names another process now (one with another start time): it exited and the
+    /// number was given again. An exited process whose PID names nothing, or still names it
+    /// (a zombie not yet reaped), was not reused.
+    pub fn pid_reused(&self) -> bool {
+        u32::try_from(self.pid)
+            .ok()
+            .and_then(start_time)
+            .is_some_and(|s| s != self.start)
+    }
+
     /// It has not exited (its pidfd is not readable) and its PID still has its start time.
     pub fn still_same(&self) -> bool {
         !crate::fd::any_readable(&[self.fd.as_fd()])
@@ -543,14 +553,35 @@ mod tests {
         let start = start_time(child.id()).unwrap();
         assert!(Held::hold(pid, start + 1).is_none(), "another start time");
         let held = Held::hold(pid, start).expect("held");
-        assert!(held.still_same());
+        assert!(held.still_same() && !held.pid_reused());
         child.kill().unwrap();
+        // Exited, not yet reaped (a zombie: WNOWAIT leaves it): not the same process any more,
+        // and its PID not given again (it still names the zombie, with its start time).
+        // SAFETY: waitid writes only into `info`, a zeroed siginfo_t owned by this frame.
+        let rc = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &raw mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        assert_eq!(rc, 0);
+        assert_eq!(
+            start_time(pid as u32),
+            Some(start),
+            "a zombie keeps its stat"
+        );
+        assert!(!held.still_same() && !held.pid_reused());
         child.wait().unwrap();
         assert!(
             !held.still_same(),
             "exited: its PID is free for another process"
         );
         assert!(Held::hold(pid, start).is_none());
+        // Reaped: its PID names no process (or, on a busy host, another one).
+        assert_eq!(held.pid_reused(), start_time(pid as u32).is_some());
     }
 
     #[test]

@@ -413,9 +413,10 @@ fn carry_out(chosen: &impl Placement, d: Decision, dry_run: bool) -> Option<Plac
         // Held from here to the write: the process the rules matched, not its number.
         let held = bulkhead_sys::process::Held::hold(d.pid, d.start)?;
         let r = chosen.move_held(&d.slice, held.pid(), &|| held.still_same());
-        if r.is_err() && !held.still_same() {
-            // It exited during the move (an autovacuum worker done in milliseconds): nothing
-            // to place, not an error.
+        if r.is_err() && !held.still_same() && !held.pid_reused() {
+            // It exited during the move (an autovacuum worker done in milliseconds) and its
+            // PID names no other process: nothing to place, not an error. A PID given again
+            // meanwhile is said (the move put that process back: escape::reuse).
             return None;
         }
         r
