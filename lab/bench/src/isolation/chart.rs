@@ -15,6 +15,7 @@ fn color(s: Setup) -> RGBColor {
         Setup::Idle => RGBColor(0, 150, 150),
         Setup::IdleQuota => RGBColor(150, 0, 150),
         Setup::Guarded => RGBColor(220, 0, 0),
+        Setup::Placed => RGBColor(0, 140, 0),
     }
 }
 

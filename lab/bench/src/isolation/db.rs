@@ -46,6 +46,10 @@ pub struct StartIn<'a> {
     /// Redis: an append-only file with an fsync per write (the I/O scenarios).
     pub aof: bool,
     pub procs_files: &'a [PathBuf],
+    /// PostgreSQL's bin directory (None: the newest under /usr/lib/postgresql) and the
+    /// settings its server is given.
+    pub pg_bin: Option<&'a Path>,
+    pub pg_settings: &'a [(String, String)],
 }
 
 impl Server {
@@ -67,6 +71,8 @@ impl Server {
                     port: at.port,
                     dir: at.dir,
                     procs_files: at.procs_files,
+                    bin: at.pg_bin,
+                    settings: at.pg_settings,
                 })?;
                 pg.load(scale)?;
                 Ok(Server::Postgres(pg, script, scale))
@@ -78,6 +84,14 @@ impl Server {
         match self {
             Server::Redis(r) => r.pid,
             Server::Postgres(p, ..) => p.pid,
+        }
+    }
+
+    /// PostgreSQL's bin directory (None for Redis).
+    pub fn pg_bin(&self) -> Option<&Path> {
+        match self {
+            Server::Redis(_) => None,
+            Server::Postgres(p, ..) => Some(p.bin()),
         }
     }
 

@@ -9,6 +9,7 @@ use super::db::DbKind;
 use super::diag::IoWindow;
 use super::sampler::Window;
 use super::{Load, Setup};
+use crate::exporter::ProbeStats;
 use crate::report::Check;
 use crate::stats::{median, quantile};
 use crate::LoadResult;
@@ -41,6 +42,12 @@ pub struct RunData {
     /// The I/O path and where the database blocked (the I/O hogs).
     #[serde(default)]
     pub io: Option<IoWindow>,
+    /// The monitoring probe's scrapes during the window.
+    #[serde(default)]
+    pub probe: Option<ProbeStats>,
+    /// The placed setup: the processes `bulkhead place` moved.
+    #[serde(default)]
+    pub placed: Option<usize>,
 }
 
 /// One round's figures (or their medians).
@@ -68,6 +75,12 @@ pub struct Figures {
     pub guard_actions: f64,
     /// NaN without a guard.
     pub guard_cost_percent: f64,
+    /// The monitoring probe: the share of scrapes answered within 1 s (NaN: no probe).
+    #[serde(default)]
+    pub probe_within_1s: f64,
+    /// The monitoring probe's p99, ms (an unanswered scrape counts at the deadline).
+    #[serde(default)]
+    pub probe_p99_ms: f64,
 }
 
 /// Per-second series of one run, for the chart.
@@ -137,6 +150,11 @@ pub fn figures(run: &RunData, base: &RunData) -> Figures {
         errors: run.load.errors as f64,
         guard_actions: run.guard_actions.len() as f64,
         guard_cost_percent: run.guard_cost_percent.unwrap_or(f64::NAN),
+        probe_within_1s: run
+            .probe
+            .as_ref()
+            .map_or(f64::NAN, ProbeStats::share_within_1s),
+        probe_p99_ms: run.probe.as_ref().map_or(f64::NAN, |p| p.p99_ms),
     }
 }
 
@@ -160,6 +178,8 @@ fn medians(rounds: &[Figures]) -> Figures {
         errors: m(|f| f.errors),
         guard_actions: m(|f| f.guard_actions),
         guard_cost_percent: m(|f| f.guard_cost_percent),
+        probe_within_1s: m(|f| f.probe_within_1s),
+        probe_p99_ms: m(|f| f.probe_p99_ms),
     }
 }
 
@@ -327,7 +347,66 @@ pub fn checks(s: &[ScenarioResult], db: DbKind) -> Vec<Check> {
     out.extend(memory_checks(s));
     out.extend(io_checks(s, db));
     out.extend(guard_cost_check(s));
+    out.extend(monitor_checks(s));
+    out.extend(pgdump_checks(s));
     out
+}
+
+/// A real backup beside the database (issue 43): at 50% of the peak, with the dump and its
+/// backend placed, the database keeps >= 0.97 of its rate and p99 <= 1.5x, and the dump
+/// keeps >= 30% of what it does alone.
+fn pgdump_checks(s: &[ScenarioResult]) -> Vec<Check> {
+    let Some(x) = find(s, "pgdump", Load::Open(50), Setup::Placed) else {
+        return Vec::new();
+    };
+    let f = &x.median;
+    let why = diagnosis(s, x);
+    let name = |w: &str| format!("pgdump hog, 50% open, placed: {w}");
+    vec![
+        check(
+            name("op rate x offered"),
+            ">= 0.97",
+            f.isolation_mean,
+            f.isolation_mean >= 0.97,
+            why.clone(),
+        ),
+        check(
+            name("p99 x baseline"),
+            "<= 1.5",
+            f.p99_ratio,
+            f.p99_ratio <= 1.5,
+            why,
+        ),
+        check(
+            name("dumps / alone"),
+            ">= 0.30",
+            f.hog_share_of_alone,
+            f.hog_share_of_alone >= 0.30,
+            format!("{:.2} {} against alone", f.hog_work, x.hog_unit),
+        ),
+    ]
+}
+
+/// The monitoring probe at closed loop (the server keeping the CPUs busy), per hog and
+/// setup: >= 99% of scrapes answered within 1 s (issue 43).
+fn monitor_checks(s: &[ScenarioResult]) -> Vec<Check> {
+    s.iter()
+        .filter(|x| x.load == Load::Closed && x.median.probe_within_1s.is_finite())
+        .map(|x| {
+            let f = &x.median;
+            check(
+                format!(
+                    "{} hog, closed loop, {}: monitoring scrapes within 1 s",
+                    x.hog,
+                    x.setup.name()
+                ),
+                ">= 0.99",
+                f.probe_within_1s,
+                f.probe_within_1s >= 0.99,
+                format!("p99 {:.0} ms", f.probe_p99_ms),
+            )
+        })
+        .collect()
 }
 
 /// The CPU hog at 80% open load, guarded.
@@ -499,6 +578,8 @@ mod tests {
             guard_actions: vec![],
             guard_cost_percent: None,
             io: None,
+            probe: None,
+            placed: None,
         }
     }
 

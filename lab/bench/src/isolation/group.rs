@@ -37,6 +37,10 @@ pub struct Bench<'a> {
     pub database: String,
     /// Where the database's files of the I/O groups are, for the report.
     pub storage: Option<String>,
+    /// The exporter the monitoring probe scrapes, in the monitoring slice.
+    pub exporter: Option<super::monitor::Exporter>,
+    /// PostgreSQL's bin directory, once it runs (the pgdump hog's pg_dump).
+    pub pg_bin: Option<PathBuf>,
 }
 
 /// A library error as the bench's message (the bench's caller adds its own "error: ").
@@ -83,7 +87,7 @@ impl<'a> Bench<'a> {
             .and_then(|p| bulkhead_testkit::host::resolve(&p))
             .map_err(msg)?;
         let free = env.plain_cgroup("free")?;
-        let b = Bench {
+        let mut b = Bench {
             spec,
             env,
             fs,
@@ -98,9 +102,30 @@ impl<'a> Bench<'a> {
             other_dir: None,
             database: spec.db.name().into(),
             storage: None,
+            exporter: None,
+            pg_bin: None,
         };
         b.apply(&b.plan.clone())?;
+        if let Some(m) = &spec.monitor {
+            let port = redis::free_port().map_err(msg)?;
+            let day = std::time::Duration::from_secs(86_400);
+            let procs = b.fs.procs_files(m);
+            b.exporter = Some(super::monitor::Exporter::start(
+                &spec.exe, port, &procs, day,
+            )?);
+        }
         Ok(b)
+    }
+
+    /// The placed setup's plan: the bench's, with the docs' backup-backend rule.
+    pub fn place_plan_file(&self) -> Result<PathBuf, String> {
+        let user = crate::postgres::run_as().map_or("postgres".into(), |u| u.0);
+        let mut text = std::fs::read_to_string(&self.plan_file)
+            .map_err(|e| format!("{}: {e}", self.plan_file.display()))?;
+        text.push_str(&super::placed::rule(self.spec.helper.as_str(), &user));
+        let file = self.env.dir.join("place-plan.toml");
+        std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
+        Ok(file)
     }
 
     pub fn apply(&self, plan: &ResolvedPlan) -> Result<(), String> {
@@ -185,9 +210,12 @@ impl<'a> Bench<'a> {
                 port: self.port,
                 aof,
                 procs_files: &files,
+                pg_bin: self.spec.pg_bin.as_deref(),
+                pg_settings: &self.spec.pg_settings,
             },
             &self.shape(),
         )?;
+        self.pg_bin = s.pg_bin().map(Path::to_path_buf);
         self.database = s.describe();
         Ok(s)
     }
@@ -322,13 +350,14 @@ impl<'a> Bench<'a> {
         if self.spec.setups.contains(&Setup::Guarded) {
             self.calibrate(&db, rate(REFERENCE_LOAD).unwrap_or(1))?;
         }
-        let setups = with_baseline(&self.spec.setups);
+        let mut setups = with_baseline(&self.spec.setups);
+        setups.retain(|s| *s != Setup::Placed || kind == HogKind::PgDump);
         let bursty = kind == HogKind::Cpu && self.spec.bursty;
         let kinds_here = kind == HogKind::Cpu && !self.spec.hogs.contains(&HogKind::Cpu);
         let mut runs = Runs::new();
         let mut alone = BTreeMap::new();
         for round in 0..self.spec.repeat.max(1) {
-            if kind.is_io() {
+            if kind.has_alone() && !kinds_here {
                 alone.insert(round, self.hog_alone(kind, round, dir)?);
             }
             for &load in &self.spec.loads {

@@ -20,6 +20,8 @@ pub struct HogSpec<'a> {
     pub archive_bytes: u64,
     /// The memory hog grows to twice this.
     pub host_memory: u64,
+    /// The pgdump hog's PostgreSQL: its bin directory and port.
+    pub pg: Option<(&'a Path, u16)>,
 }
 
 pub struct Hogs {
@@ -45,9 +47,9 @@ pub fn exit_text(st: std::process::ExitStatus) -> String {
     }
 }
 
-fn commands(exe: &Path, h: &HogSpec) -> Vec<Command> {
+fn commands(exe: &Path, h: &HogSpec) -> Result<Vec<Command>, String> {
     let secs = format!("{:.1}", h.seconds);
-    match h.kind {
+    Ok(match h.kind {
         HogKind::Cpu => (0..bulkhead_testkit::host::cpu_count())
             .map(|cpu| {
                 let mut c = Command::new(exe);
@@ -108,7 +110,18 @@ fn commands(exe: &Path, h: &HogSpec) -> Vec<Command> {
             .arg(h.data_dir);
             vec![c]
         }
-    }
+        HogKind::PgDump => {
+            let (bin, port) = h.pg.ok_or("the pgdump hog needs the bench's PostgreSQL")?;
+            let mut c = Command::new(exe);
+            c.args(["hog", "pgdump", "--seconds", &secs])
+                .args(["--port", &port.to_string()])
+                .arg("--bin")
+                .arg(bin)
+                .arg("--out")
+                .arg(h.data_dir.join("dump.sql.gz"));
+            vec![c]
+        }
+    })
 }
 
 impl Hogs {
@@ -118,7 +131,7 @@ impl Hogs {
             kind: h.kind,
             children: Vec::new(),
         };
-        for mut c in commands(exe, h) {
+        for mut c in commands(exe, h)? {
             c.stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null());
@@ -184,5 +197,6 @@ pub fn unit(kind: HogKind) -> &'static str {
         HogKind::Io | HogKind::Reader => "MiB/s",
         HogKind::Backup | HogKind::BackupOther => "MiB/s written",
         HogKind::Memory => "MiB held",
+        HogKind::PgDump => "dumps/min",
     }
 }

@@ -17,6 +17,8 @@ pub mod figures;
 mod group;
 mod guarded;
 mod hogs;
+mod monitor;
+mod placed;
 mod sampler;
 mod scenario;
 mod text;
@@ -48,21 +50,26 @@ pub enum HogKind {
     BackupOther,
     /// Anonymous memory and page cache growing past the small host's memory.
     Memory,
+    /// A real backup: `pg_dump -Z6` of the bench's own database in a loop (PostgreSQL only).
+    #[serde(rename = "pgdump")]
+    PgDump,
 }
 
 impl HogKind {
-    pub const ALL: [HogKind; 6] = [
+    pub const ALL: [HogKind; 7] = [
         HogKind::Cpu,
         HogKind::Io,
         HogKind::Reader,
         HogKind::Backup,
         HogKind::BackupOther,
         HogKind::Memory,
+        HogKind::PgDump,
     ];
     pub fn parse(s: &str) -> Result<HogKind, String> {
         match s.trim() {
             "direct" => Ok(HogKind::Io),
             "mem" => Ok(HogKind::Memory),
+            "pg_dump" | "pg-dump" => Ok(HogKind::PgDump),
             other => HogKind::ALL
                 .into_iter()
                 .find(|k| k.name() == other)
@@ -82,6 +89,7 @@ impl HogKind {
             HogKind::Backup => "backup",
             HogKind::BackupOther => "backup-other",
             HogKind::Memory => "memory",
+            HogKind::PgDump => "pgdump",
         }
     }
     /// Whether it competes for the disk (the group runs on the bench's file system, and
@@ -89,8 +97,18 @@ impl HogKind {
     pub fn is_io(self) -> bool {
         matches!(
             self,
-            HogKind::Io | HogKind::Reader | HogKind::Backup | HogKind::BackupOther
+            HogKind::Io
+                | HogKind::Reader
+                | HogKind::Backup
+                | HogKind::BackupOther
+                | HogKind::PgDump
         )
+    }
+    /// Whether each round also runs it alone (no database), the yardstick of its progress:
+    /// the CPU and I/O hogs. The memory hog's work is what it holds, which the plan bounds
+    /// on purpose.
+    pub fn has_alone(self) -> bool {
+        self == HogKind::Cpu || self.is_io()
     }
     /// What it does, for the report's headings.
     pub fn describe(self) -> &'static str {
@@ -101,6 +119,7 @@ impl HogKind {
             HogKind::Backup => "a backup: 1 GiB archives of the database's files, buffered writes to the database's file system, synced at the end of each",
             HogKind::BackupOther => "the same backup written to another file system on the same disk",
             HogKind::Memory => "anonymous memory and page cache growing to twice the small host's memory",
+            HogKind::PgDump => "pg_dump -Z6 of the bench's database in a loop, as the backup role, to the database's file system (placed: its backend moved to the helper slice by bulkhead place)",
         }
     }
 }
@@ -153,16 +172,20 @@ pub enum Setup {
     IdleQuota,
     /// In the helper slice as planned, with `bulkhead guard` running.
     Guarded,
+    /// In the helper slice as planned, and the dump's backend moved there too by
+    /// `bulkhead place` with the docs' backup-backend rule (the pgdump hog only).
+    Placed,
 }
 
 impl Setup {
-    pub const ALL: [Setup; 6] = [
+    pub const ALL: [Setup; 7] = [
         Setup::Baseline,
         Setup::Free,
         Setup::Static,
         Setup::Idle,
         Setup::IdleQuota,
         Setup::Guarded,
+        Setup::Placed,
     ];
     pub fn parse(s: &str) -> Result<Setup, String> {
         let s = match s.trim() {
@@ -187,6 +210,7 @@ impl Setup {
             Setup::Idle => "idle",
             Setup::IdleQuota => "idle+quota",
             Setup::Guarded => "guarded",
+            Setup::Placed => "placed",
         }
     }
 }
@@ -226,6 +250,13 @@ pub struct Spec {
     pub plan: ResolvedPlan,
     pub server: SliceName,
     pub helper: SliceName,
+    /// The plan's slice for monitoring agents: a tiny exporter runs there for the whole
+    /// bench and every run scrapes it once a second (None: no probe).
+    pub monitor: Option<SliceName>,
+    /// PostgreSQL's bin directory (None: the newest under /usr/lib/postgresql) and the
+    /// settings given to its server (`-c KEY=VALUE`).
+    pub pg_bin: Option<PathBuf>,
+    pub pg_settings: Vec<(String, String)>,
     /// The memory of the "small host" the memory scenarios run in.
     pub host_memory: u64,
     pub port: Option<u16>,
@@ -309,10 +340,17 @@ pub fn validate(spec: &Spec) -> Result<(), String> {
     if spec.connections == 0 || spec.keys == 0 {
         return Err("--connections and --keys must be at least 1".into());
     }
-    for s in [&spec.server, &spec.helper] {
+    for s in [
+        Some(&spec.server),
+        Some(&spec.helper),
+        spec.monitor.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    {
         if spec.plan.slice(s).is_none() {
             return Err(format!(
-                "the plan ({}) has no slice '{s}', which the bench needs; name the slices with --server-slice and --helper-slice",
+                "the plan ({}) has no slice '{s}', which the bench needs; name the slices with --server-slice, --helper-slice and --monitor-slice (none: no monitoring probe)",
                 spec.plan.source
             ));
         }
@@ -327,8 +365,15 @@ pub fn validate(spec: &Spec) -> Result<(), String> {
             }
         }
         db::DbKind::Postgres { .. } => {
-            if crate::postgres::find_bin_dir().is_none() {
-                return Err("PostgreSQL is not installed: apt-get install postgresql-15 (the bench looks for /usr/lib/postgresql/VERSION/bin/postgres)".into());
+            match &spec.pg_bin {
+                Some(b) if !b.join("postgres").is_file() || !b.join("pg_dump").is_file() => {
+                    return Err(format!("--pg-bin {}: no postgres and pg_dump there (give the bin directory of a PostgreSQL installation)", b.display()));
+                }
+                Some(_) => {}
+                None if crate::postgres::find_bin_dir().is_none() => {
+                    return Err("PostgreSQL is not installed: apt-get install postgresql-15 (the bench looks for /usr/lib/postgresql/VERSION/bin/postgres), or give --pg-bin DIR".into());
+                }
+                None => {}
             }
             if crate::postgres::run_as().is_none() {
                 return Err("PostgreSQL refuses to run as root, and this host has neither a postgres nor a nobody user".into());
@@ -337,6 +382,14 @@ pub fn validate(spec: &Spec) -> Result<(), String> {
                 return Err("the bench starts PostgreSQL as the postgres user with setpriv (apt-get install util-linux)".into());
             }
         }
+    }
+    if spec.hogs.contains(&HogKind::PgDump) && spec.db == db::DbKind::Redis {
+        return Err(
+            "--hog pgdump dumps the bench's PostgreSQL database: give --db postgres".into(),
+        );
+    }
+    if spec.setups.contains(&Setup::Placed) && !spec.hogs.contains(&HogKind::PgDump) {
+        return Err("--setups placed moves a dump's backend: it needs --hog pgdump".into());
     }
     if let Some(s) = &spec.io.scheduler {
         if !["bfq", "mq-deadline", "kyber", "none"].contains(&s.as_str()) {
@@ -385,11 +438,21 @@ fn have_tool(tool: &str) -> bool {
 
 /// The runs of one round, for the progress bar.
 fn runs_per_round(spec: &Spec) -> u64 {
-    let per_hog = (spec.loads.len() * (spec.setups.len() + 1)) as u64;
+    let placed = spec.setups.contains(&Setup::Placed) as usize;
+    let setups = |k: &HogKind| match k {
+        HogKind::PgDump => spec.setups.len() + 1,
+        _ => spec.setups.len() + 1 - placed,
+    };
+    let per_hog: u64 = spec
+        .hogs
+        .iter()
+        .map(|k| (spec.loads.len() * setups(k)) as u64)
+        .sum();
     let bursty = if spec.bursty { 3 } else { 0 };
-    // The I/O hogs also run once alone per round (what the helper gets with no database).
-    let alone = spec.hogs.iter().filter(|h| h.is_io()).count() as u64;
-    per_hog * spec.hogs.len() as u64 + bursty + alone
+    // The CPU and I/O hogs also run once alone per round (what the helper gets with no
+    // database).
+    let alone = spec.hogs.iter().filter(|h| h.has_alone()).count() as u64;
+    per_hog + bursty + alone
 }
 
 /// Run the whole benchmark. Everything it creates is removed before it returns.
@@ -451,6 +514,11 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
             "plan": spec.plan.source,
             "server_slice": spec.server.to_string(),
             "helper_slice": spec.helper.to_string(),
+            "monitor_slice": spec.monitor.as_ref().map(|s| s.to_string()),
+            "monitor_probe": spec.monitor.as_ref().map(|_| format!(
+                "an HTTP GET every {:?} to an exporter doing 5 ms of CPU per scrape, {:?} deadline",
+                monitor::EVERY, monitor::DEADLINE
+            )),
             "small_host_memory": spec.host_memory,
             "repeat": spec.repeat,
             "static_quota": STATIC_QUOTA,
@@ -459,6 +527,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
             "calibration_s": spec.calibration.as_secs_f64(),
             "plan_slices": plan_line,
             "db": spec.db,
+            "pg_settings": spec.pg_settings,
             "io": spec.io,
         }),
         database: format!("{database} in {}", spec.server.unit()),

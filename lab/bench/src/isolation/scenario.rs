@@ -8,6 +8,7 @@ use super::figures::{Mark, RunData};
 use super::group::Bench;
 use super::guarded::GuardProc;
 use super::hogs::{exit_text, HogSpec, Hogs};
+use super::placed::PlaceProc;
 use super::sampler::Sampler;
 use super::{check_interrupt, HogKind, Load, Sc, Setup, STATIC_QUOTA};
 use crate::LoadResult;
@@ -25,6 +26,7 @@ struct LoadRun<'a> {
     started: Instant,
     started_unix: f64,
     waits: Option<super::diag::stacks::Waits>,
+    probe: Option<crate::exporter::ProbeStats>,
 }
 
 impl Bench<'_> {
@@ -114,6 +116,10 @@ impl Bench<'_> {
         let mut child = bulkhead_testkit::groups::spawn_joined(&mut lg, &files)
             .map_err(|e| format!("cannot start the load generator: {e}"))?;
         let waits = self.wait_sampler(warmup);
+        let prober = self
+            .exporter
+            .as_ref()
+            .map(|e| super::monitor::Prober::start(e.addr, warmup, self.spec.duration));
         let total = warmup + self.spec.duration;
         let status = loop {
             if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
@@ -131,6 +137,7 @@ impl Bench<'_> {
         };
         sampler.take();
         let waits = waits.map(WaitSampler::finish);
+        let probe = prober.map(super::monitor::Prober::finish);
         let (out, err) = outputs(&mut child);
         if !status.success() {
             check_interrupt()?;
@@ -144,6 +151,7 @@ impl Bench<'_> {
             started,
             started_unix,
             waits,
+            probe,
         })
     }
 
@@ -193,6 +201,7 @@ impl Bench<'_> {
             other_dir: self.other_dir.as_deref(),
             archive_bytes: self.spec.io.archive_bytes,
             host_memory: self.spec.host_memory,
+            pg: self.pg_bin.as_deref().map(|b| (b, self.port)),
         }
     }
 
@@ -205,6 +214,15 @@ impl Bench<'_> {
                 &format!("{}-{}-{}", sc.kind.name(), sc.load.label(), sc.round),
                 total + Duration::from_secs(60),
                 false,
+            )?),
+            _ => None,
+        };
+        let place = match sc.setup {
+            Setup::Placed => Some(PlaceProc::start(
+                &s.bulkhead,
+                &self.place_plan_file()?,
+                &self.env.cgroup_root,
+                &self.env.dir,
             )?),
             _ => None,
         };
@@ -226,6 +244,7 @@ impl Bench<'_> {
         // The guard first: it thaws a frozen helper, which could not stop otherwise.
         let outcome = guard.map(GuardProc::stop).transpose();
         let (hog_work, hog_fate) = hogs.map_or((0.0, None), Hogs::finish);
+        let placed = place.map(PlaceProc::stop);
         let outcome = outcome?;
         let m = measured?;
         let from = m.started + s.warmup;
@@ -261,6 +280,8 @@ impl Bench<'_> {
             guard_actions,
             guard_cost_percent,
             io,
+            probe: m.probe,
+            placed,
         })
     }
 

@@ -25,6 +25,18 @@ fn notes(s: &ScenarioResult) -> String {
     if s.median.errors > 0.0 {
         n.push(format!("{:.0} errors", s.median.errors));
     }
+    let placed: Vec<f64> = s
+        .runs
+        .iter()
+        .filter_map(|r| r.placed)
+        .map(|n| n as f64)
+        .collect();
+    if !placed.is_empty() {
+        n.push(format!(
+            "{:.0} process(es) placed per run",
+            crate::stats::median(&placed)
+        ));
+    }
     if s.setup == Setup::Guarded {
         n.push(format!(
             "{:.0} guard actions, guard {:.2}% CPU",
@@ -52,9 +64,14 @@ fn row(o: &mut String, s: &ScenarioResult) {
     } else {
         format!("{:.1}", f.hog_work)
     };
+    let monitor = if f.probe_within_1s.is_finite() {
+        format!("{:.0}% {:.0}", f.probe_within_1s * 100.0, f.probe_p99_ms)
+    } else {
+        "-".to_string()
+    };
     let _ = writeln!(
         o,
-        "{:<7} {:<11} {:>9} {:>6.3}{:<14} {:>6.3} {:>6.3} {:>8.2} {:>6.2}{:<14} {:>13} {:>8.0} {:>15}  {}",
+        "{:<7} {:<11} {:>9} {:>6.3}{:<14} {:>6.3} {:>6.3} {:>8.2} {:>6.2}{:<14} {:>13} {:>8.0} {:>15} {:>10}  {}",
         s.load.label(),
         s.setup.name(),
         thousands(f.op_rate),
@@ -68,6 +85,7 @@ fn row(o: &mut String, s: &ScenarioResult) {
         helper,
         f.wait_per_run_us,
         work,
+        monitor,
         notes(s)
     );
 }
@@ -94,7 +112,8 @@ pub fn text(r: &Report) -> String {
         "Medians over {rounds} round(s), each paired with the same round's baseline at the same load ([min-max] over rounds).\n\
          iso: mean per second of operations done / offered (open loop) or / baseline rate (closed); p01 and min over the seconds. p99 x: against the baseline's p99 at the same load.\n\
          helper: its CPUs, and in brackets its share of the CPU the baseline left idle. wait: the database threads' run-queue wait per run.\n\
-         hog work: the hog's own progress; for the I/O hogs in brackets its share of what it did alone (no database) in the same round.\n"
+         hog work: the hog's own progress; for the CPU and I/O hogs in brackets its share of what it did alone (no database) in the same round.\n\
+         monitor: the scrapes of an exporter in the monitoring slice (one a second) answered within 1 s, and their p99 in ms.\n"
     );
     let mut hog = String::new();
     let mut list: Vec<&ScenarioResult> = Vec::new();
@@ -116,7 +135,7 @@ pub fn text(r: &Report) -> String {
             let _ = writeln!(o, "\n{hog} hog{what}{peak} (hog work in {})", s.hog_unit);
             let _ = writeln!(
                 o,
-                "{:<7} {:<11} {:>9} {:>6}{:<14} {:>6} {:>6} {:>8} {:>6}{:<14} {:>13} {:>8} {:>15}  notes",
+                "{:<7} {:<11} {:>9} {:>6}{:<14} {:>6} {:>6} {:>8} {:>6}{:<14} {:>13} {:>8} {:>15} {:>10}  notes",
                 "load",
                 "setup",
                 "op/s",
@@ -129,7 +148,8 @@ pub fn text(r: &Report) -> String {
                 if rounds > 1 { " [rounds]" } else { "" },
                 "helper CPUs",
                 "wait us",
-                "hog work"
+                "hog work",
+                "monitor"
             );
         }
         row(&mut o, s);
