@@ -273,6 +273,21 @@ pub fn sockets_table(socks: &[SocketStatus]) -> String {
         if let Some(e) = &s.last_error {
             let _ = writeln!(out, "  {}: last failed start: {e}", s.name);
         }
+        if s.on_idle == "freeze" {
+            let _ = writeln!(
+                out,
+                "  {}: frozen when idle: {} freeze(s), {} thaw(s){}{}",
+                s.name,
+                s.freezes,
+                s.thaws,
+                s.last_thaw_ms
+                    .map_or(String::new(), |m| format!(", last thaw {m:.2} ms")),
+                s.frozen_memory_bytes.map_or(String::new(), |b| format!(
+                    "; frozen now, holding {}",
+                    bulkhead::units::human_bytes(b)
+                ))
+            );
+        }
         let hit = s.limits.hit();
         if !hit.is_empty() {
             let list: Vec<String> = hit.iter().map(|(k, n)| format!("{k} {n}x")).collect();

@@ -37,6 +37,17 @@ impl CgroupDir {
         String::from_utf8(text).ok()
     }
 
+    /// Write `value` to a control file of this directory in one write (a name, no slashes).
+    pub fn write(&self, file: &str, value: &str) -> std::io::Result<()> {
+        let flags = OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let fd = openat(&self.fd, file, flags, Mode::empty())?;
+        let n = rustix::io::write(&fd, value.as_bytes())?;
+        if n != value.len() {
+            return Err(std::io::Error::other(format!("{file}: a short write")));
+        }
+        Ok(())
+    }
+
     /// Processes in this cgroup and every cgroup below it.
     pub fn count_procs(&self) -> usize {
         let own = self.read("cgroup.procs").map_or(0, |s| s.lines().count());

@@ -5,6 +5,7 @@
 //! bulkhead's [`mark`] are ever changed or removed.
 
 mod apply;
+mod cell;
 mod destroy;
 pub mod foreign;
 mod held;
@@ -15,6 +16,7 @@ mod place;
 mod planner;
 mod throttle;
 
+pub use cell::{FreezeCell, Gathered};
 pub use held::{Held, HeldSlice};
 pub use op::{remove_trees, Op};
 pub use place::original_path;

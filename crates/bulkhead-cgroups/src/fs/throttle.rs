@@ -133,7 +133,7 @@ impl CgroupFs {
         Some((self.dir(h, name), "freezer.state", "FROZEN", "THAWED"))
     }
 
-    fn check_ours(&self, dir: &std::path::Path, name: &str) -> Result<()> {
+    pub(super) fn check_ours(&self, dir: &std::path::Path, name: &str) -> Result<()> {
         if dir.is_dir() && mark::is_ours(dir) {
             return Ok(());
         }

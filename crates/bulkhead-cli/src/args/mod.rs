@@ -466,7 +466,8 @@ splice(2); in pass mode it hands the listening sockets to the target (LISTEN_FDS
 does) and steps aside; in per-connection mode each connection gets its own target with the \
 connection on stdin and stdout. A target is stopped (SIGTERM, then SIGKILL after \
 stop_timeout) idle_timeout after its last connection closed, and started again by the next \
-one. A target with rootfs runs in an ephemeral sandbox (bulkhead spawn), else as a plain \
+one; with on_idle = \"freeze\" it is frozen instead (the cgroup freezer, in a cgroup below its \
+slice) and thawed by the next connection. A target with rootfs runs in an ephemeral sandbox (bulkhead spawn), else as a plain \
 command (bulkhead run), in its slice.\n\nRuns in the foreground and logs to stderr; when \
 systemd starts it (Type=notify), it says READY=1 once every socket listens. Started by a \
 .socket unit, it takes the unit's sockets (LISTEN_FDS) for the plan addresses they are bound \
@@ -474,7 +475,8 @@ to and binds the rest itself; a passed socket that no listen names is an error. 
 SIGINT stops the targets and exits.",
     after_help = "Plan keys of [socket.NAME]: listen (list: HOST:PORT, [V6]:PORT, PORT, \
 udp:HOST:PORT, unix:/PATH), mode (proxy | pass | per-connection), backend, ready (connect | \
-notify), idle_timeout (30s; \"infinity\"), start_timeout (10s), stop_timeout (10s), \
+notify), idle_timeout (30s; \"infinity\"), on_idle (stop | freeze), freeze_timeout \
+(\"infinity\"), start_timeout (10s), stop_timeout (10s), \
 max_connections (1024; 64 per-connection; UDP: flows), max_connections_per_source (a quarter \
 of max_connections, per address, IPv6 /64 or unix user), connection_idle_timeout (1h; UDP \
 30s; \"infinity\"), pipe_size, backlog, proxy_protocol (\"v1\" | \"v2\", sent to the target), \

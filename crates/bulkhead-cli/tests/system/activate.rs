@@ -733,3 +733,107 @@ fn a_booted_system_starts_on_the_first_connection_and_powers_off_when_idle() {
     );
     assert_eq!(serve.stop(), Some(0));
 }
+
+/// `on_idle = "freeze"`: the idle target's processes move into the socket's freeze cell below
+/// its slice, which the kernel freezes; the next connection thaws it (the same process, no
+/// cold start) and is answered; serve's end thaws and stops it and removes the cell.
+#[test]
+fn an_idle_target_is_frozen_and_the_next_connection_thaws_it() {
+    let Some(_suite) = crate::suite::cgroups() else {
+        return;
+    };
+    let t = common::TestRoot::new();
+    let mut f = Served::new("activate", "frz");
+    f.set("idle_timeout", q("300ms"))
+        .set("on_idle", q("freeze"))
+        .httpd("frozen target\n")
+        .slice("frz", "CPUWeight = 50");
+    let (name, port) = (f.name.clone(), f.port);
+    let mut serve = f.start_in(&t);
+    assert!(http_get(port).unwrap().contains("frozen target"));
+    wait_for("the first freeze", || status(&name)["state"] == "frozen");
+    let st = status(&name);
+    let pid = st["target_pid"].as_u64().unwrap() as u32;
+    assert_eq!(st["freezes"], 1, "{st}");
+    assert!(st["frozen_memory_bytes"].as_u64().unwrap() > 0, "{st}");
+    // The target's processes are in the cell below its slice, and the kernel says it is
+    // frozen (on pure v2 `run` waits outside the slice; the command is what froze).
+    let mount = &t.layout.unified.as_ref().expect("a cgroup2 mount").mount;
+    let cell = mount
+        .join(t.cgroup.trim_start_matches('/'))
+        .join(format!("frz.slice/bulkhead-serve-{name}"));
+    let read = |f: &str| std::fs::read_to_string(cell.join(f)).unwrap_or_default();
+    let frozen_pids = read("cgroup.procs");
+    assert!(!frozen_pids.trim().is_empty(), "{}", cell.display());
+    assert_eq!(read("cgroup.freeze").trim(), "1");
+    assert_has(&read("cgroup.events"), "frozen 1");
+    // The next connection is answered by the same process: thawed, not started again.
+    assert!(http_get(port).unwrap().contains("frozen target"));
+    // The status file follows within a status tick.
+    wait_for("the thaw in the status", || {
+        status(&name)["thaws"].as_u64() >= Some(1)
+    });
+    let st = status(&name);
+    assert_eq!(st["cold_starts"], 1, "{st}");
+    assert!(st["thaws"].as_u64().unwrap() >= 1, "{st}");
+    assert_eq!(st["target_pid"].as_u64(), Some(u64::from(pid)), "{st}");
+    assert_eq!(read("cgroup.procs"), frozen_pids, "the same processes");
+    // Frozen again once idle; serve's end thaws it, stops it, and removes the cell.
+    wait_for("the second freeze", || {
+        let st = status(&name);
+        st["state"] == "frozen" && st["freezes"].as_u64() >= Some(2)
+    });
+    assert_eq!(serve.stop(), Some(0), "{}", serve.log());
+    assert!(!bulkhead::sys::process::alive(pid), "the target still runs");
+    assert!(!cell.exists(), "the cell is left: {}", cell.display());
+    let log = serve.log();
+    assert_has(&log, "target frozen (");
+    assert_has(&log, "target thawed in");
+}
+
+/// A sandboxed target frozen when idle: the sandbox (its supervisor and the processes in its
+/// namespaces) freezes in the cell, a connection thaws it, and serve's end stops it with its
+/// snapshot removed, as a stopped sandbox would be.
+#[test]
+fn a_sandboxed_target_is_frozen_thawed_and_stopped_cleanly() {
+    let Some(_suite) = crate::suite::cgroups() else {
+        return;
+    };
+    let t = common::TestRoot::new();
+    let mut f = Served::new("activate", "sbfrz");
+    f.set("backend", q("127.0.0.1:8000"))
+        .set("idle_timeout", q("300ms"))
+        .set("on_idle", q("freeze"))
+        .sandboxed()
+        .command(&["/bin/httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"])
+        .slice("sbfrz", "TasksMax = 64\nMemoryMax = \"256M\"");
+    let (name, port) = (f.name.clone(), f.port);
+    let before = sandbox_entries();
+    let mut serve = f.start_in(&t);
+    assert!(http_get(port).unwrap().contains("hello from the sandbox"));
+    wait_for("frozen", || status(&name)["state"] == "frozen");
+    let cell = t
+        .layout
+        .unified
+        .as_ref()
+        .expect("a cgroup2 mount")
+        .mount
+        .join(t.cgroup.trim_start_matches('/'))
+        .join(format!("sbfrz.slice/bulkhead-serve-{name}"));
+    let procs = std::fs::read_to_string(cell.join("cgroup.procs")).unwrap();
+    // The supervisor and the sandbox's init and httpd at least.
+    assert!(procs.lines().count() >= 2, "{procs}");
+    assert_has(
+        &std::fs::read_to_string(cell.join("cgroup.events")).unwrap(),
+        "frozen 1",
+    );
+    assert!(http_get(port).unwrap().contains("hello from the sandbox"));
+    wait_for("frozen again", || {
+        let st = status(&name);
+        st["state"] == "frozen" && st["freezes"].as_u64() >= Some(2)
+    });
+    assert_eq!(status(&name)["cold_starts"], 1);
+    assert_eq!(serve.stop(), Some(0), "{}", serve.log());
+    assert!(!cell.exists(), "the cell is left");
+    assert_eq!(sandbox_entries(), before, "a sandbox was left behind");
+}

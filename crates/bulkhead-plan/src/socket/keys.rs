@@ -1,7 +1,7 @@
 //! The keys of a `[socket.NAME]` section, by family: addresses and mode, timeouts, limits,
 //! the PROXY protocol, and the unix socket's owner and mode.
 
-use super::{Endpoint, Mode, ProxyVersion, Ready, SocketSpec, TargetSpec, KEYS};
+use super::{Endpoint, Mode, OnIdle, ProxyVersion, Ready, SocketSpec, TargetSpec, KEYS};
 use crate::values::Ctx;
 use crate::Loc;
 use bulkhead_sys::units::parse_size;
@@ -19,6 +19,8 @@ pub(super) struct Draft {
     pub mode: Mode,
     pub backend: Option<Endpoint>,
     pub idle_timeout: Option<Duration>,
+    pub on_idle: OnIdle,
+    pub freeze_timeout: Option<Duration>,
     pub ready: Ready,
     pub start_timeout: Duration,
     pub stop_timeout: Duration,
@@ -48,6 +50,8 @@ impl Draft {
             mode: Mode::Proxy,
             backend: None,
             idle_timeout: Some(Duration::from_secs(30)),
+            on_idle: OnIdle::Stop,
+            freeze_timeout: None,
             ready: Ready::Connect,
             start_timeout: Duration::from_secs(10),
             stop_timeout: Duration::from_secs(10),
@@ -77,7 +81,19 @@ impl Draft {
     pub fn set(&mut self, c: &mut Ctx<'_>, key: &str, kloc: Loc, val: &DeValue<'_>) {
         match key {
             "listen" | "backend" | "mode" | "ready" => self.addresses(c, key, kloc, val),
+            "on_idle" => match c.string(kloc, key, val).as_deref() {
+                Some("stop") => self.on_idle = OnIdle::Stop,
+                Some("freeze") => self.on_idle = OnIdle::Freeze,
+                Some(o) => c.err(
+                    kloc,
+                    key,
+                    format!("'{o}' is not what to do with an idle target"),
+                    "use stop (SIGTERM, started again by the next connection) or freeze (the cgroup freezer, thawed by the next connection)",
+                ),
+                None => {}
+            },
             "idle_timeout"
+            | "freeze_timeout"
             | "connection_idle_timeout"
             | "start_timeout"
             | "stop_timeout"
@@ -149,6 +165,8 @@ impl Draft {
         };
         match (key, d) {
             ("idle_timeout", d) => self.idle_timeout = d,
+            ("freeze_timeout", None) => self.freeze_timeout = None,
+            ("freeze_timeout", Some(d)) if !d.is_zero() => self.freeze_timeout = Some(d),
             ("connection_idle_timeout", None) => self.connection_idle_timeout = Some(None),
             ("connection_idle_timeout", Some(d)) if !d.is_zero() => {
                 self.connection_idle_timeout = Some(Some(d))
@@ -157,7 +175,7 @@ impl Draft {
             ("start_timeout", Some(d)) if !d.is_zero() => self.start_timeout = d,
             ("stop_timeout", Some(d)) if !d.is_zero() => self.stop_timeout = d,
             ("connect_timeout", Some(d)) if !d.is_zero() => self.connect_timeout = d,
-            ("connection_idle_timeout", _) => c.err(
+            ("connection_idle_timeout" | "freeze_timeout", _) => c.err(
                 kloc,
                 key,
                 format!("{key} must be a time span above 0, or \"infinity\""),
@@ -289,6 +307,8 @@ impl Draft {
             mode: self.mode,
             backend: self.backend,
             idle_timeout: self.idle_timeout,
+            on_idle: self.on_idle,
+            freeze_timeout: self.freeze_timeout,
             ready,
             start_timeout: self.start_timeout,
             stop_timeout: self.stop_timeout,

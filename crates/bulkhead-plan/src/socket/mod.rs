@@ -122,6 +122,17 @@ pub enum Ready {
     Notify,
 }
 
+/// What becomes of a target that was idle for `idle_timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnIdle {
+    /// SIGTERM, then SIGKILL after stop_timeout; the next connection starts it again.
+    Stop,
+    /// Frozen by the cgroup freezer (it keeps its memory, uses no CPU); the next connection
+    /// thaws it. Stopped after `freeze_timeout` frozen.
+    Freeze,
+}
+
 /// The PROXY protocol version sent to the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -177,6 +188,11 @@ pub struct SocketSpec {
     pub backend: Option<Endpoint>,
     /// None: never stop for idleness.
     pub idle_timeout: Option<Duration>,
+    /// Stop (the default) or freeze a target idle for idle_timeout.
+    pub on_idle: OnIdle,
+    /// A frozen target is stopped after this long frozen; None: it stays frozen until a
+    /// connection comes or serve stops.
+    pub freeze_timeout: Option<Duration>,
     pub ready: Ready,
     pub start_timeout: Duration,
     pub stop_timeout: Duration,
@@ -212,6 +228,8 @@ pub(crate) const KEYS: &[&str] = &[
     "mode",
     "backend",
     "idle_timeout",
+    "on_idle",
+    "freeze_timeout",
     "ready",
     "start_timeout",
     "stop_timeout",
@@ -439,6 +457,47 @@ environment = { PYTHONUNBUFFERED = "1" }
             "[socket.a]\nlisten = [\"1234\"]\nmode = \"pass\"\nmax_connections_per_source = 2\n{t}"
         ));
         assert!(e.contains("in pass mode the target accepts them"), "{e}");
+    }
+
+    #[test]
+    fn a_target_frozen_when_idle_in_proxy_mode_with_a_slice() {
+        let head = "[socket.a]\nlisten = [\"1\"]\nbackend = \"127.0.0.1:8000\"\n";
+        let t = "[socket.a.target]\ncommand = [\"/bin/true\"]\nslice = \"db-helper\"\n";
+        let p = Plan::parse(&format!("{head}{t}"), None).unwrap();
+        assert_eq!(p.sockets["a"].on_idle, OnIdle::Stop);
+        let p = Plan::parse(
+            &format!("{head}on_idle = \"freeze\"\nfreeze_timeout = \"10min\"\n{t}"),
+            None,
+        )
+        .unwrap();
+        let s = &p.sockets["a"];
+        assert_eq!(s.on_idle, OnIdle::Freeze);
+        assert_eq!(s.freeze_timeout, Some(Duration::from_secs(600)));
+        let p = Plan::parse(&format!("{head}on_idle = \"freeze\"\n{t}"), None).unwrap();
+        assert_eq!(
+            p.sockets["a"].freeze_timeout, None,
+            "frozen until a connection"
+        );
+        // What does not fit, each at its key.
+        let e = errors(&format!("{head}on_idle = \"pause\"\n{t}"));
+        assert!(e.contains("p.toml:4:") && e.contains("'pause'"), "{e}");
+        let e = errors(&format!("{head}freeze_timeout = \"1h\"\n{t}"));
+        assert!(
+            e.contains("p.toml:4:") && e.contains("on_idle = \"freeze\""),
+            "{e}"
+        );
+        let e = errors(&format!(
+            "{head}on_idle = \"freeze\"\nidle_timeout = \"infinity\"\n{t}"
+        ));
+        assert!(e.contains("never goes idle"), "{e}");
+        let e = errors(&format!(
+            "{head}on_idle = \"freeze\"\n[socket.a.target]\ncommand = [\"/bin/true\"]\n"
+        ));
+        assert!(e.contains("needs the target in a slice"), "{e}");
+        let e = errors(&format!(
+            "[socket.a]\nlisten = [\"1\"]\nmode = \"pass\"\non_idle = \"freeze\"\n{t}"
+        ));
+        assert!(e.contains("proxy mode only"), "{e}");
     }
 
     #[test]

@@ -49,12 +49,57 @@ pub(super) fn check(c: &mut Ctx<'_>, d: &Draft) {
             "set mode = \"proxy\" and backend = where the system's server listens (e.g. \"127.0.0.1:8000\")",
         );
     }
+    on_idle(c, d);
     if d.target.is_none() && !d.seen.contains_key("target") {
         c.err(
             d.loc,
             "target",
             "a socket needs a target".into(),
             "add a [socket.NAME.target] table with command = [...] (and rootfs = ... for a sandbox)",
+        );
+    }
+}
+
+/// A target frozen when idle: serve must see the next connection to thaw it (proxy mode),
+/// it must go idle at all, and it needs a slice to hold its freeze cell.
+fn on_idle(c: &mut Ctx<'_>, d: &Draft) {
+    use super::OnIdle;
+    let at = d.at("on_idle");
+    if d.on_idle == OnIdle::Stop {
+        if d.seen.contains_key("freeze_timeout") {
+            c.err(
+                d.at("freeze_timeout"),
+                "freeze_timeout",
+                "freeze_timeout applies to a target frozen when idle, and this one is stopped"
+                    .into(),
+                "add on_idle = \"freeze\", or remove freeze_timeout",
+            );
+        }
+        return;
+    }
+    if d.mode != Mode::Proxy {
+        c.err(
+            at,
+            "on_idle",
+            "on_idle = \"freeze\" works in proxy mode only: serve thaws the target when a connection comes, and in pass and per-connection mode the target takes the connections itself".into(),
+            "set mode = \"proxy\" with a backend, or use on_idle = \"stop\"",
+        );
+    }
+    if d.idle_timeout.is_none() {
+        c.err(
+            at,
+            "on_idle",
+            "on_idle = \"freeze\" with idle_timeout = \"infinity\": the target never goes idle"
+                .into(),
+            "give idle_timeout a time span (\"30s\")",
+        );
+    }
+    if d.target.as_ref().is_some_and(|t| t.slice.is_none()) {
+        c.err(
+            at,
+            "on_idle",
+            "on_idle = \"freeze\" needs the target in a slice: its processes are frozen in a cgroup below the slice".into(),
+            "add slice = \"NAME\" to the target (a [slice.NAME] of the plan)",
         );
     }
 }

@@ -7,7 +7,7 @@ pub use crate::activate::{
     GlobalArgs, How, RenderTarget, RunTarget, TargetCommand, TargetLauncher,
 };
 use bulkhead_cgroups::Chosen;
-use bulkhead_plan::socket::{Mode, SocketSpec};
+use bulkhead_plan::socket::{Mode, OnIdle, SocketSpec};
 use bulkhead_plan::Plan;
 use bulkhead_sys::error::{Error, Result};
 
@@ -29,6 +29,14 @@ pub fn prepare(cx: &Context, names: &[String], render: RenderTarget) -> Result<S
     let passes_to_run = sockets
         .iter()
         .any(|s| s.mode == Mode::Pass && s.target.rootfs.is_none());
+    // Where idle targets freeze: the cgroupfs backend's slices (systemd's are systemd's).
+    let cells = match sockets.iter().any(|s| s.on_idle == OnIdle::Freeze) {
+        true => match cx.choose() {
+            Ok(Chosen::Cgroupfs(fs)) => Some(fs),
+            _ => None,
+        },
+        false => None,
+    };
     Ok(Served {
         plan,
         sockets,
@@ -37,6 +45,7 @@ pub fn prepare(cx: &Context, names: &[String], render: RenderTarget) -> Result<S
             globals: global_args(cx),
             scope_for_fds: passes_to_run && matches!(cx.choose(), Ok(Chosen::Systemd(_))),
             render,
+            cells,
         },
     })
 }

@@ -21,6 +21,9 @@ pub struct Launcher {
     pub scope_for_fds: bool,
     /// The CLI's spelling of a target's command line.
     pub render: RenderTarget,
+    /// Where idle targets are frozen (on_idle = "freeze"): the cgroupfs backend's slices.
+    /// None (the systemd backend): such a target is stopped instead, and serve says so.
+    pub cells: Option<bulkhead_cgroups::CgroupFs>,
 }
 
 /// Where the notify socket is seen from inside a sandbox.
@@ -186,6 +189,7 @@ mod tests {
             globals: GlobalArgs::default(),
             scope_for_fds,
             render: |_| Vec::new(),
+            cells: None,
         }
     }
 

@@ -12,6 +12,8 @@ pub mod command;
 pub mod dial;
 pub mod fds;
 pub mod flows;
+pub mod freeze;
+pub mod frozen;
 pub mod inherited;
 pub mod latency;
 pub mod launch;
@@ -250,6 +252,23 @@ pub fn describe(specs: &[SocketSpec], launcher: &Launcher) -> Vec<String> {
             s.idle_timeout.map_or("infinity".into(), target::show),
             target::show(s.stop_timeout)
         ));
+        if s.on_idle == bulkhead_plan::socket::OnIdle::Freeze {
+            out.push(format!(
+                "  when idle: frozen {}, thawed by the next connection; stopped after {} frozen",
+                match (&launcher.cells, &s.target.slice) {
+                    (Some(fs), Some(slice)) => match fs.freezer(slice) {
+                        Some((dir, file, ..)) => format!(
+                            "in {}/bulkhead-serve-{} ({file})",
+                            dir.display(),
+                            s.name
+                        ),
+                        None => "(not on this host: no cgroup.freeze and no v1 freezer; stopped instead)".into(),
+                    },
+                    _ => "(not with the systemd backend; stopped instead)".into(),
+                },
+                s.freeze_timeout.map_or("infinity".into(), target::show)
+            ));
+        }
     }
     out
 }

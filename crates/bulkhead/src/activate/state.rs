@@ -14,7 +14,7 @@ pub struct SocketStatus {
     pub mode: String,
     pub listen: Vec<String>,
     pub backend: Option<String>,
-    /// idle, starting, ready, stopping or backoff.
+    /// idle, starting, ready, stopping, freezing, frozen or backoff.
     pub state: String,
     /// The target's process (a `bulkhead spawn` or `bulkhead run`), while it runs.
     pub target_pid: Option<u32>,
@@ -38,6 +38,19 @@ pub struct SocketStatus {
     /// How often each limit was hit.
     #[serde(default)]
     pub limits: super::limits::LimitsStatus,
+    /// What an idle target becomes: stop or freeze.
+    #[serde(default)]
+    pub on_idle: String,
+    /// Times the target was frozen, and thawed by a connection (or to stop it).
+    #[serde(default)]
+    pub freezes: u64,
+    #[serde(default)]
+    pub thaws: u64,
+    #[serde(default)]
+    pub last_thaw_ms: Option<f64>,
+    /// While frozen: its processes' resident memory when they froze.
+    #[serde(default)]
+    pub frozen_memory_bytes: Option<u64>,
 }
 
 pub fn dir() -> PathBuf {

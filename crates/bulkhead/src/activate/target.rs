@@ -1,4 +1,5 @@
-//! The target behind a socket: started on demand, checked for readiness, stopped when idle.
+//! The target behind a socket: started on demand, checked for readiness, stopped (or frozen,
+//! [`super::freeze`]) when idle.
 //!
 //! A target runs as a child process of `serve`: `bulkhead spawn` (an ephemeral sandbox) or
 //! `bulkhead run` (a plain command in a slice), so everything those commands guarantee (the
@@ -8,7 +9,7 @@ use super::dial::{dialer_for, Dialer};
 use super::launch::{start_process, Launcher};
 use super::limits::Hits;
 use super::notify::{self, NotifySocket, Sender};
-use bulkhead_plan::socket::{Mode, Ready, SocketSpec};
+use bulkhead_plan::socket::{Mode, OnIdle, Ready, SocketSpec};
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -32,6 +33,10 @@ pub enum State {
     Starting,
     Ready,
     Stopping,
+    /// Its processes are being moved into the freeze cell (on_idle = "freeze").
+    Freezing,
+    /// Frozen by the kernel's freezer; a connection thaws it.
+    Frozen,
 }
 
 impl State {
@@ -41,6 +46,8 @@ impl State {
             State::Starting => "starting",
             State::Ready => "ready",
             State::Stopping => "stopping",
+            State::Freezing => "freezing",
+            State::Frozen => "frozen",
         }
     }
 }
@@ -65,6 +72,9 @@ pub struct Inner {
     pub total: u64,
     /// Connections closed because no target could be started.
     pub refused: u64,
+    /// The target's freeze cell once it froze (on_idle = "freeze"), kept while it runs.
+    pub frozen: Option<super::frozen::Frozen>,
+    pub freeze_counts: super::frozen::FreezeCounts,
 }
 
 impl Inner {
@@ -139,6 +149,8 @@ impl Activator {
                 last_error: None,
                 total: 0,
                 refused: 0,
+                frozen: None,
+                freeze_counts: Default::default(),
             }),
             changed: watch::channel(0).0,
             conns_changed: watch::channel(0).0,
@@ -156,7 +168,7 @@ impl Activator {
         let _ = rx.wait_for(|s| *s).await;
     }
 
-    fn bump(&self) {
+    pub(super) fn bump(&self) {
         self.changed.send_modify(|v| *v += 1);
     }
 
@@ -200,7 +212,10 @@ impl Activator {
             let g = me.inner.lock().unwrap();
             if g.epoch == epoch && g.active == 0 && g.state == State::Ready {
                 drop(g);
-                me.stop(&format!("idle for {}", show(idle)));
+                match me.spec.on_idle {
+                    OnIdle::Stop => me.stop(&format!("idle for {}", show(idle))),
+                    OnIdle::Freeze => me.freeze(idle),
+                }
             }
         });
     }
@@ -249,7 +264,13 @@ impl Activator {
                             waiting_for = Some(g.start_gen);
                         }
                     }
-                    State::Stopping => {}
+                    State::Frozen => {
+                        drop(g);
+                        self.thaw("a connection came");
+                        continue;
+                    }
+                    // A freeze in progress ends with a thaw (it sees the connection).
+                    State::Stopping | State::Freezing => {}
                 }
             }
             if rx.changed().await.is_err() {
@@ -414,6 +435,7 @@ impl Activator {
     /// Wait for the ready target's exit, and say how it ended.
     async fn watch_exit(self: &Arc<Self>, mut child: tokio::process::Child) {
         let st = child.wait().await;
+        self.drop_cell();
         let mut g = self.inner.lock().unwrap();
         let was = g.state;
         g.state = State::Idle;
@@ -503,6 +525,10 @@ impl Activator {
 
     /// Ask a ready target to stop; `start` sees it exit.
     pub fn stop(self: &Arc<Self>, why: &str) {
+        if self.inner.lock().unwrap().state == State::Frozen {
+            // A frozen process does not act on SIGTERM: thaw it first.
+            self.thaw(&format!("to stop it: {why}"));
+        }
         let mut g = self.inner.lock().unwrap();
         if g.state != State::Ready {
             return;
@@ -603,6 +629,19 @@ impl Activator {
             failed_starts: g.failed_starts,
             last_error: g.last_error.clone(),
             limits: self.hits.snapshot(),
+            on_idle: match self.spec.on_idle {
+                OnIdle::Stop => "stop",
+                OnIdle::Freeze => "freeze",
+            }
+            .into(),
+            freezes: g.freeze_counts.freezes,
+            thaws: g.freeze_counts.thaws,
+            last_thaw_ms: g.freeze_counts.last_thaw.map(|d| d.as_secs_f64() * 1e3),
+            frozen_memory_bytes: g
+                .frozen
+                .as_ref()
+                .filter(|f| f.since.is_some())
+                .map(|f| f.memory),
         }
     }
 
@@ -617,7 +656,7 @@ impl Activator {
         }
         {
             let mut g = self.inner.lock().unwrap();
-            if g.state == State::Ready {
+            if matches!(g.state, State::Ready | State::Frozen) {
                 drop(g);
                 self.stop("bulkhead serve is stopping");
             } else {

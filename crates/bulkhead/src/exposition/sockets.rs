@@ -8,7 +8,9 @@ use crate::exposition::text::{HistogramSample, Kind, Sample, Value, Writer};
 
 /// Every state a socket can be in: one series each, 1 for the current one (as
 /// kube-state-metrics writes enums), so a state that is never seen still has a 0 series.
-pub const STATES: [&str; 5] = ["idle", "starting", "ready", "stopping", "backoff"];
+pub const STATES: [&str; 7] = [
+    "idle", "starting", "ready", "stopping", "freezing", "frozen", "backoff",
+];
 
 fn socket(s: &SocketStatus) -> Vec<(&'static str, String)> {
     vec![("socket", s.name.clone())]
@@ -88,11 +90,11 @@ type Family = (
 );
 
 /// The families of counts, in the order they are written.
-const COUNTS: [Family; 8] = [
+const COUNTS: [Family; 11] = [
     (
         "bulkhead_socket_state",
         Kind::Gauge,
-        "The socket's target state (1 for the current one): idle, starting, ready, stopping, backoff (starts failed in a row).",
+        "The socket's target state (1 for the current one): idle, starting, ready, stopping, freezing, frozen (on_idle = freeze), backoff (starts failed in a row).",
         states,
     ),
     (
@@ -130,6 +132,24 @@ const COUNTS: [Family; 8] = [
         Kind::Counter,
         "Times the target was started by a connection.",
         |ss| each(ss, |s| s.cold_starts),
+    ),
+    (
+        "bulkhead_socket_freezes_total",
+        Kind::Counter,
+        "Times the idle target was frozen (on_idle = freeze).",
+        |ss| each(ss, |s| s.freezes),
+    ),
+    (
+        "bulkhead_socket_thaws_total",
+        Kind::Counter,
+        "Times the frozen target was thawed (by a connection, or to stop it).",
+        |ss| each(ss, |s| s.thaws),
+    ),
+    (
+        "bulkhead_socket_frozen_memory_bytes",
+        Kind::Gauge,
+        "While the target is frozen: its processes' resident memory when they froze (0 otherwise).",
+        |ss| each(ss, |s| s.frozen_memory_bytes.unwrap_or(0)),
     ),
     (
         "bulkhead_socket_failed_starts_total",
@@ -175,6 +195,9 @@ mod tests {
             bytes_out: 20,
             cold_starts: 1,
             start_latency: h,
+            freezes: 2,
+            thaws: 1,
+            frozen_memory_bytes: Some(4096),
             ..Default::default()
         };
         let mut w = Writer::new();
@@ -184,6 +207,10 @@ mod tests {
             "bulkhead_socket_state{socket=\"redis\",state=\"ready\"} 1\n",
             "bulkhead_socket_state{socket=\"redis\",state=\"idle\"} 0\n",
             "bulkhead_socket_connections{socket=\"redis\"} 2\n",
+            "bulkhead_socket_state{socket=\"redis\",state=\"frozen\"} 0\n",
+            "bulkhead_socket_freezes_total{socket=\"redis\"} 2\n",
+            "bulkhead_socket_thaws_total{socket=\"redis\"} 1\n",
+            "bulkhead_socket_frozen_memory_bytes{socket=\"redis\"} 4096\n",
             "bulkhead_socket_connections_refused_total{socket=\"redis\",reason=\"target_unavailable\"} 1\n",
             "bulkhead_socket_start_duration_seconds_bucket{socket=\"redis\",le=\"0.01\"} 0\n",
             "bulkhead_socket_start_duration_seconds_bucket{socket=\"redis\",le=\"0.025\"} 1\n",
