@@ -660,13 +660,10 @@ fn serve_takes_its_listening_sockets_from_a_socket_unit() {
 /// to a service of the booted system (systemd's own socket activation inside, from units
 /// bound into /usr/local/lib/systemd/system); idle, the system is powered off cleanly
 /// (SIGTERM to spawn, SIGRTMIN+3 to its systemd), and the next connection boots it again.
-#[test]
-fn a_booted_system_starts_on_the_first_connection_and_powers_off_when_idle() {
-    let _suite = crate::suite::shared();
-    let Some(root) = common::container::debian_root() else {
-        return;
-    };
-    let mut f = Served::new("activate", "boot");
+/// A socket whose target boots the Debian root: its systemd answers on 127.0.0.1:8000 (a
+/// socket unit bound in from the scratch directory), idle after 1 s.
+fn booted(root: &str, base: &str) -> Served {
+    let mut f = Served::new("activate", base);
     let units = f.s.dir.join("units");
     std::fs::create_dir_all(units.join("sockets.target.wants")).unwrap();
     bulkhead_testkit::write(
@@ -693,6 +690,16 @@ fn a_booted_system_starts_on_the_first_connection_and_powers_off_when_idle() {
                 units.display()
             )]),
         );
+    f
+}
+
+#[test]
+fn a_booted_system_starts_on_the_first_connection_and_powers_off_when_idle() {
+    let _suite = crate::suite::shared();
+    let Some(root) = common::container::debian_root() else {
+        return;
+    };
+    let f = booted(root, "boot");
     let (name, port, plan) = (&f.name, f.port, f.plan());
     // The dry run shows the spawn --boot line with serve's notify socket for it.
     let o = bulkhead()
@@ -836,4 +843,87 @@ fn a_sandboxed_target_is_frozen_thawed_and_stopped_cleanly() {
     assert_eq!(serve.stop(), Some(0), "{}", serve.log());
     assert!(!cell.exists(), "the cell is left");
     assert_eq!(sandbox_entries(), before, "a sandbox was left behind");
+}
+
+/// A booted system frozen when idle: the container's own cgroups below the slice freeze with
+/// the cell, and the next connection is answered by the same booted system, thawed, in a
+/// fraction of its boot.
+#[test]
+fn a_booted_system_is_frozen_when_idle_and_thawed_not_booted_again() {
+    let _suite = crate::suite::shared();
+    let Some(root) = common::container::debian_root() else {
+        return;
+    };
+    let t = common::TestRoot::new();
+    let mut f = booted(root, "bootfrz");
+    f.set("on_idle", q("freeze"))
+        .slice("bootfrz", "TasksMax = 512\nMemoryMax = \"1G\"");
+    let (name, port) = (f.name.clone(), f.port);
+    let mut serve = f.start_in(&t);
+    let t0 = Instant::now();
+    let r = http_get(port).unwrap_or_else(|e| panic!("{e}\n{}", serve.log()));
+    let cold = t0.elapsed();
+    assert!(r.contains("hello from the booted system systemd"), "{r}");
+    wait_for("frozen", || status(&name)["state"] == "frozen");
+    let t0 = Instant::now();
+    let r = http_get(port).unwrap_or_else(|e| panic!("{e}\n{}", serve.log()));
+    let thawed = t0.elapsed();
+    assert!(r.contains("hello from the booted system systemd"), "{r}");
+    // Warm, for the figures: the container's own socket unit forks a service per connection.
+    let t0 = Instant::now();
+    assert!(http_get(port)
+        .unwrap()
+        .contains("hello from the booted system"));
+    let warm = t0.elapsed();
+    eprintln!("booted: first byte {cold:?} cold, {thawed:?} after a thaw, {warm:?} warm");
+    wait_for("the thaw in the status", || {
+        status(&name)["thaws"].as_u64() >= Some(1)
+    });
+    assert_eq!(status(&name)["cold_starts"], 1, "{}", serve.log());
+    assert!(
+        thawed < cold,
+        "a thaw ({thawed:?}) is no faster than a boot ({cold:?})"
+    );
+    wait_for("frozen again", || {
+        let st = status(&name);
+        st["state"] == "frozen" && st["freezes"].as_u64() >= Some(2)
+    });
+    assert_eq!(serve.stop(), Some(0), "{}", serve.log());
+    assert!(!serve.log().contains("killing it"), "{}", serve.log());
+}
+
+/// `freeze_timeout`: a target frozen for that long is thawed and stopped; the next
+/// connection starts it again (a cold start), and its cell was removed with it.
+#[test]
+fn a_target_frozen_past_freeze_timeout_is_stopped() {
+    let Some(_suite) = crate::suite::cgroups() else {
+        return;
+    };
+    let t = common::TestRoot::new();
+    let mut f = Served::new("activate", "frzto");
+    f.set("idle_timeout", q("200ms"))
+        .set("on_idle", q("freeze"))
+        .set("freeze_timeout", q("300ms"))
+        .httpd("short freeze\n")
+        .slice("frzto", "CPUWeight = 50");
+    let (name, port) = (f.name.clone(), f.port);
+    let mut serve = f.start_in(&t);
+    assert!(http_get(port).unwrap().contains("short freeze"));
+    wait_for("frozen, then stopped", || {
+        let st = status(&name);
+        st["state"] == "idle" && st["freezes"] == 1 && st["target_pid"].is_null()
+    });
+    let cell = t
+        .layout
+        .unified
+        .as_ref()
+        .expect("a cgroup2 mount")
+        .mount
+        .join(t.cgroup.trim_start_matches('/'))
+        .join(format!("frzto.slice/bulkhead-serve-{name}"));
+    assert!(!cell.exists(), "the cell is left");
+    assert_has(&serve.log(), "stopping the target: frozen for 300ms");
+    assert!(http_get(port).unwrap().contains("short freeze"));
+    wait_for("a second cold start", || status(&name)["cold_starts"] == 2);
+    assert_eq!(serve.stop(), Some(0), "{}", serve.log());
 }
