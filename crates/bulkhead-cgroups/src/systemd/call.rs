@@ -147,6 +147,16 @@ impl Systemd {
         Ok(outcome)
     }
 
+    /// Freeze or thaw a unit of bulkhead's own (a socket target's `bulkhead-run-PID.service`
+    /// or `bulkhead-spawn-PID.scope`): Manager.FreezeUnit / ThawUnit (systemd 246+, cgroup2).
+    pub fn freeze_unit(&self, unit: &str, frozen: bool) -> Result<()> {
+        let unit = unit.to_string();
+        self.run_call(&match frozen {
+            true => Call::FreezeUnit { unit },
+            false => Call::ThawUnit { unit },
+        })
+    }
+
     fn run_call(&self, call: &Call) -> Result<()> {
         let m = self.bus.manager();
         match call {

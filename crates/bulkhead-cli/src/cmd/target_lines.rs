@@ -19,7 +19,7 @@ fn launcher(scope_for_fds: bool) -> TargetLauncher {
         },
         scope_for_fds,
         render: args::target::argv,
-        cells: None,
+        freezer: None,
     }
 }
 

@@ -784,7 +784,11 @@ fn an_idle_target_is_frozen_and_the_next_connection_thaws_it() {
     assert_eq!(st["cold_starts"], 1, "{st}");
     assert!(st["thaws"].as_u64().unwrap() >= 1, "{st}");
     assert_eq!(st["target_pid"].as_u64(), Some(u64::from(pid)), "{st}");
-    assert_eq!(read("cgroup.procs"), frozen_pids, "the same processes");
+    // The same processes (httpd forks one more per connection, briefly).
+    let now = read("cgroup.procs");
+    for p in frozen_pids.lines() {
+        assert!(now.lines().any(|l| l == p), "{p} gone: {now}");
+    }
     // Frozen again once idle; serve's end thaws it, stops it, and removes the cell.
     wait_for("the second freeze", || {
         let st = status(&name);

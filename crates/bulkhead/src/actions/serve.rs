@@ -2,6 +2,7 @@
 //! `bulkhead spawn` or `bulkhead run` with the same global options as serve itself.
 
 use super::Context;
+use crate::activate::frozen::Freezer;
 use crate::activate::{self, Log};
 pub use crate::activate::{
     GlobalArgs, How, RenderTarget, RunTarget, TargetCommand, TargetLauncher,
@@ -29,11 +30,12 @@ pub fn prepare(cx: &Context, names: &[String], render: RenderTarget) -> Result<S
     let passes_to_run = sockets
         .iter()
         .any(|s| s.mode == Mode::Pass && s.target.rootfs.is_none());
-    // Where idle targets freeze: the cgroupfs backend's slices (systemd's are systemd's).
-    let cells = match sockets.iter().any(|s| s.on_idle == OnIdle::Freeze) {
+    // How idle targets freeze: a cell below the slice, or the target's systemd unit.
+    let freezer = match sockets.iter().any(|s| s.on_idle == OnIdle::Freeze) {
         true => match cx.choose() {
-            Ok(Chosen::Cgroupfs(fs)) => Some(fs),
-            _ => None,
+            Ok(Chosen::Cgroupfs(fs)) => Some(Freezer::Cells(fs)),
+            Ok(Chosen::Systemd(s)) => Some(Freezer::Units(std::sync::Arc::from(s))),
+            Err(_) => None,
         },
         false => None,
     };
@@ -45,7 +47,7 @@ pub fn prepare(cx: &Context, names: &[String], render: RenderTarget) -> Result<S
             globals: global_args(cx),
             scope_for_fds: passes_to_run && matches!(cx.choose(), Ok(Chosen::Systemd(_))),
             render,
-            cells,
+            freezer,
         },
     })
 }

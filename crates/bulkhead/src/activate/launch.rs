@@ -21,9 +21,9 @@ pub struct Launcher {
     pub scope_for_fds: bool,
     /// The CLI's spelling of a target's command line.
     pub render: RenderTarget,
-    /// Where idle targets are frozen (on_idle = "freeze"): the cgroupfs backend's slices.
-    /// None (the systemd backend): such a target is stopped instead, and serve says so.
-    pub cells: Option<bulkhead_cgroups::CgroupFs>,
+    /// How idle targets are frozen (on_idle = "freeze"): a cell below the slice
+    /// (cgroupfs) or the target's unit (systemd). None: no socket freezes, or no backend.
+    pub freezer: Option<super::frozen::Freezer>,
 }
 
 /// Where the notify socket is seen from inside a sandbox.
@@ -189,7 +189,7 @@ mod tests {
             globals: GlobalArgs::default(),
             scope_for_fds,
             render: |_| Vec::new(),
-            cells: None,
+            freezer: None,
         }
     }
 

@@ -255,8 +255,12 @@ pub fn describe(specs: &[SocketSpec], launcher: &Launcher) -> Vec<String> {
         if s.on_idle == bulkhead_plan::socket::OnIdle::Freeze {
             out.push(format!(
                 "  when idle: frozen {}, thawed by the next connection; stopped after {} frozen",
-                match (&launcher.cells, &s.target.slice) {
-                    (Some(fs), Some(slice)) => match fs.freezer(slice) {
+                match (&launcher.freezer, &s.target.slice) {
+                    (Some(frozen::Freezer::Units(_)), _) => format!(
+                        "by systemd ({} of the target: FreezeUnit)",
+                        if s.target.rootfs.is_some() { "the scope bulkhead-spawn-PID.scope" } else { "the service bulkhead-run-PID.service" }
+                    ),
+                    (Some(frozen::Freezer::Cells(fs)), Some(slice)) => match fs.freezer(slice) {
                         Some((dir, file, ..)) => format!(
                             "in {}/bulkhead-serve-{} ({file})",
                             dir.display(),
@@ -264,7 +268,7 @@ pub fn describe(specs: &[SocketSpec], launcher: &Launcher) -> Vec<String> {
                         ),
                         None => "(not on this host: no cgroup.freeze and no v1 freezer; stopped instead)".into(),
                     },
-                    _ => "(not with the systemd backend; stopped instead)".into(),
+                    _ => "(no cgroup backend here; stopped instead)".into(),
                 },
                 s.freeze_timeout.map_or("infinity".into(), target::show)
             ));

@@ -641,7 +641,7 @@ impl Activator {
                 .frozen
                 .as_ref()
                 .filter(|f| f.since.is_some())
-                .map(|f| f.memory),
+                .and_then(|f| f.memory),
         }
     }
 

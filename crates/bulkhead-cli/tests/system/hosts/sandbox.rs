@@ -140,3 +140,127 @@ fn get(port: u16) -> std::io::Result<String> {
     s.read_to_string(&mut out)?;
     Ok(out)
 }
+
+/// The socket's state file, as `bulkhead status` reads it.
+fn socket_status(name: &str) -> serde_json::Value {
+    std::fs::read_to_string(format!("/run/bulkhead/sockets/{name}.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// Poll `f` until it holds, for at most 60 s.
+fn until(what: &str, err: &std::path::Path, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "timed out: {what}\n{}",
+            std::fs::read_to_string(err).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `on_idle = "freeze"` on every layout: a cell below the slice with cgroupfs, the target's
+/// own scope (FreezeUnit) with systemd. The idle sandbox is frozen, the next connection is
+/// answered by it thawed (no second cold start), and serve's end stops it.
+#[test]
+fn serve_freezes_an_idle_sandboxed_target_and_thaws_it() {
+    let _s = super::serial();
+    let Some(h) = Host::new() else { return };
+    let r = root(&h);
+    let port = bulkhead_testkit::free_port();
+    let socket = format!("{}f", h.parent);
+    h.write_plan_with(
+        &[("frz", "TasksMax = 50")],
+        &format!(
+            r#"
+[socket.{socket}]
+listen = ["127.0.0.1:{port}"]
+backend = "127.0.0.1:8000"
+idle_timeout = "500ms"
+on_idle = "freeze"
+[socket.{socket}.target]
+rootfs = "{root}"
+slice = "{slice}"
+command = ["/bin/httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]
+"#,
+            root = r.display(),
+            slice = h.slice("frz")
+        ),
+    );
+    let o = h.bulkhead(&["apply"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = h.tmp().join("serve-frz.err");
+    let mut serve = h
+        .cmd()
+        .arg("serve")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let mut answer = Err(std::io::Error::other("not tried"));
+    while t.elapsed() < Duration::from_secs(60) {
+        answer = get(port);
+        if answer
+            .as_ref()
+            .is_ok_and(|a| a.contains("hello from the sandbox"))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let cold = t.elapsed();
+    assert!(
+        answer
+            .as_ref()
+            .is_ok_and(|a| a.contains("hello from the sandbox")),
+        "{answer:?}\n{}",
+        std::fs::read_to_string(&err).unwrap_or_default()
+    );
+    until("frozen", &err, || {
+        socket_status(&socket)["state"] == "frozen"
+    });
+    let pid = socket_status(&socket)["target_pid"].as_u64().unwrap_or(0);
+    let unit_state = match h.systemd {
+        true => {
+            let o = std::process::Command::new("systemctl")
+                .args(["show", "-p", "FreezerState", "--value"])
+                .arg(format!("bulkhead-spawn-{pid}.scope"))
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        }
+        false => "frozen (cell)".into(),
+    };
+    let t = Instant::now();
+    let again = get(port).unwrap_or_default();
+    let thawed = t.elapsed();
+    until("the thaw in the status", &err, || {
+        socket_status(&socket)["thaws"].as_u64() >= Some(1)
+    });
+    let st = socket_status(&socket);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(serve.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let ended_as = serve.wait().unwrap();
+    h.report(
+        "serve on_idle = freeze (sandboxed target)",
+        &format!(
+            "first answer {:.1} ms cold, {:.1} ms after a thaw; while frozen: {unit_state}; serve {}",
+            cold.as_secs_f64() * 1e3,
+            thawed.as_secs_f64() * 1e3,
+            ended(&ended_as)
+        ),
+    );
+    let log = std::fs::read_to_string(&err).unwrap_or_default();
+    assert!(again.contains("hello from the sandbox"), "{again}\n{log}");
+    assert_eq!(st["cold_starts"], 1, "{st}\n{log}");
+    if h.systemd {
+        assert_eq!(unit_state, "frozen", "{log}");
+    }
+    assert_eq!(ended_as.code(), Some(0), "{log}");
+}
