@@ -102,8 +102,10 @@ impl FreezeCell {
         })
     }
 
-    /// Move each of `pids` that is in the slice itself into the cell; say which cgroups of
-    /// the target's own below the slice hold the others. A process gone meanwhile is skipped.
+    /// Move each of `pids` (a tree: the first is its root) that is in the slice itself into
+    /// the cell; say which cgroups of the target's own below the slice hold the others. A
+    /// process gone meanwhile is skipped, and so is one whose parent is no longer in the tree
+    /// (its PID was given to another process since the tree was read).
     pub fn gather(&self, pids: &[i32]) -> Gathered {
         let mut g = Gathered::default();
         let below = format!("{}/", self.slice_path.trim_end_matches('/'));
@@ -114,7 +116,10 @@ impl FreezeCell {
             let Some(at) = self.cgroup_of(&text) else {
                 continue;
             };
-            if at == self.slice_path {
+            let in_tree = Some(&pid) == pids.first()
+                || bulkhead_sys::process::parent(pid as u32)
+                    .is_some_and(|pp| pids.contains(&(pp as i32)));
+            if at == self.slice_path && in_tree {
                 if self.dir.write("cgroup.procs", &pid.to_string()).is_ok() {
                     g.moved += 1;
                 }
