@@ -58,6 +58,9 @@ pub struct KubeletConfig {
     pub reserved_system_cpus: Option<String>,
     /// `none` (the default) or `static`.
     pub cpu_manager_policy: Option<String>,
+    /// Kubernetes 1.35+ (KEP-5573): the kubelet refuses a cgroup v1 node unless false.
+    #[serde(rename = "failCgroupV1")]
+    pub fail_cgroup_v1: Option<bool>,
 }
 
 /// A quantity as YAML writes it: a string, or a bare number.
@@ -557,6 +560,24 @@ fn hugepages(plan: &PlanFacts, node: &NodeFacts, w: &mut Vec<String>) {
             k8s_size(want)
         ));
     }
+}
+
+/// What the agent says on a node whose cgroups are not pure v2 (`layout`: `hybrid`, `v1`):
+/// Kubernetes 1.35 and later refuse such a node by default (KEP-5573, `failCgroupV1`), and
+/// what this node's kubelet configuration says about it. None on a pure v2 node.
+pub fn cgroup_v1_notice(layout: &str, cfg: Option<&KubeletConfig>) -> Option<String> {
+    if layout == "v2" {
+        return None;
+    }
+    let kubelet = match cfg.map(|c| c.fail_cgroup_v1) {
+        Some(Some(false)) => "this kubelet's configuration sets failCgroupV1: false, so it starts here; v1 is in maintenance mode and will be removed".to_string(),
+        Some(Some(true)) => "this kubelet's configuration sets failCgroupV1: true: a kubelet 1.35+ refuses to start here".to_string(),
+        Some(None) => "this kubelet's configuration does not set failCgroupV1: a kubelet 1.35+ refuses to start here (older ones warn)".to_string(),
+        None => "the kubelet's configuration was not read".to_string(),
+    };
+    Some(format!(
+        "this node's cgroups are {layout} (cgroup v1 controllers): Kubernetes 1.35 and later refuse cgroup v1 nodes unless the kubelet sets failCgroupV1: false (KEP-5573), systemd 258 dropped v1 and containerd 2.2 deprecates it; {kubelet}. Move the node to cgroup v2 (boot with systemd.unified_cgroup_hierarchy=1 where systemd still offers a choice); bulkhead works on both"
+    ))
 }
 
 /// Check f: no plan slice lies inside the kubelet's cgroupRoot.

@@ -31,6 +31,8 @@ pub struct Agent {
     kubelet_config: Option<std::path::PathBuf>,
     /// Said in the log that the file is missing.
     kubelet_missing_said: bool,
+    /// The node's cgroup version was said (once: it does not change while the node runs).
+    cgroups_said: bool,
 }
 
 /// The kubelet's configuration as read this pass, and why it could not be read.
@@ -85,6 +87,7 @@ impl Agent {
             nodes: Api::all(client),
             kubelet_config,
             kubelet_missing_said: false,
+            cgroups_said: false,
         }
     }
 
@@ -92,6 +95,17 @@ impl Agent {
     /// missing file is said once in the log (not every distribution writes one); a file that
     /// cannot be read or parsed is a warning in the report.
     fn kubelet(&mut self) -> KubeletView {
+        let view = self.kubelet_config();
+        if !self.cgroups_said {
+            self.cgroups_said = true;
+            if let Some(n) = node_cgroups_notice(view.problem.is_none().then_some(&view.cfg)) {
+                log(n);
+            }
+        }
+        view
+    }
+
+    fn kubelet_config(&mut self) -> KubeletView {
         let none = |problem| KubeletView {
             cfg: KubeletConfig::default(),
             problem,
@@ -568,6 +582,18 @@ impl<'a> Attempt<'a> {
 
 /// Degraded's message of an applied plan: what this node cannot honour (`cannot`) and what
 /// disagrees with the kubelet (`kubelet`), counted.
+/// What Kubernetes 1.35+ makes of this node's cgroups, where they are not pure v2.
+fn node_cgroups_notice(cfg: Option<&KubeletConfig>) -> Option<String> {
+    use bulkhead::cgroup::layout::Kind;
+    let layout = bulkhead::cgroup::Layout::detect().ok()?;
+    let label = match layout.kind {
+        Kind::Unified => "v2",
+        Kind::Hybrid => "hybrid",
+        Kind::Legacy => "v1",
+    };
+    kubelet::cgroup_v1_notice(label, cfg)
+}
+
 fn ok_message(cannot: usize, kubelet: usize) -> String {
     match (cannot, kubelet) {
         (0, 0) => "the plan applies as written".to_string(),

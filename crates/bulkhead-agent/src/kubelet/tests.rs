@@ -574,3 +574,27 @@ fn cgroup_dir_exists_refuses_dot_dot() {
     assert!(!cgroup_dir_exists(&tmp, "../tmp"));
     assert!(!cgroup_dir_exists(&tmp, "no-such-cgroup-here"));
 }
+
+// The node's cgroup version (issue 45): Kubernetes 1.35+ refuses v1 unless told.
+
+#[test]
+fn a_v1_or_hybrid_node_is_told_what_kubernetes_1_35_does() {
+    assert_eq!(cgroup_v1_notice("v2", Some(&cfg(KUBEADM))), None);
+    let unset = cgroup_v1_notice("hybrid", Some(&cfg(KUBEADM))).unwrap();
+    assert!(
+        unset.contains("hybrid")
+            && unset.contains("KEP-5573")
+            && unset.contains("does not set failCgroupV1")
+            && unset.contains("refuses to start here"),
+        "{unset}"
+    );
+    let allowed = cfg(&format!("{KUBEADM}failCgroupV1: false\n"));
+    assert_eq!(allowed.fail_cgroup_v1, Some(false));
+    let n = cgroup_v1_notice("v1", Some(&allowed)).unwrap();
+    assert!(
+        n.contains("sets failCgroupV1: false, so it starts here"),
+        "{n}"
+    );
+    let n = cgroup_v1_notice("v1", None).unwrap();
+    assert!(n.contains("was not read"), "{n}");
+}
