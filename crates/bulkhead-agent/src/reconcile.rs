@@ -584,14 +584,7 @@ impl<'a> Attempt<'a> {
 /// disagrees with the kubelet (`kubelet`), counted.
 /// What Kubernetes 1.35+ makes of this node's cgroups, where they are not pure v2.
 fn node_cgroups_notice(cfg: Option<&KubeletConfig>) -> Option<String> {
-    use bulkhead::cgroup::layout::Kind;
-    let layout = bulkhead::cgroup::Layout::detect().ok()?;
-    let label = match layout.kind {
-        Kind::Unified => "v2",
-        Kind::Hybrid => "hybrid",
-        Kind::Legacy => "v1",
-    };
-    kubelet::cgroup_v1_notice(label, cfg)
+    kubelet::cgroup_v1_notice(bulkhead::actions::host::cgroup_version()?, cfg)
 }
 
 fn ok_message(cannot: usize, kubelet: usize) -> String {

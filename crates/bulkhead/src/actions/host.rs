@@ -27,6 +27,17 @@ pub fn hierarchy_of(controller: &str) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("no {controller} hierarchy is mounted here"))
 }
 
+/// The cgroup layout's short name: `v2` (unified), `hybrid` or `v1` (legacy); None when the
+/// layout cannot be read.
+pub fn cgroup_version() -> Option<&'static str> {
+    use bulkhead_cgroups::layout::Kind;
+    Some(match Layout::detect().ok()?.kind {
+        Kind::Unified => "v2",
+        Kind::Hybrid => "hybrid",
+        Kind::Legacy => "v1",
+    })
+}
+
 /// Write a cgroup control file (one write, no truncation, as the kernel wants).
 pub fn write_control(path: &Path, value: &str) -> std::io::Result<()> {
     bulkhead_sys::cgroupfs::write_file(path, value)
