@@ -230,15 +230,24 @@ fn short_run_reports_every_scenario_and_cleans_up() {
         assert!((0.0..=1.0).contains(&within), "{}: {within}", key(s));
     }
     assert!(text.contains("monitor"), "{text}");
-    // The guard ran in its scenarios: it calibrated, acted at least once under a CPU hog at
-    // 80% of the peak, and its cost is measured.
+    // The guard ran in its scenarios: it calibrated, its cost is measured, and what it did is
+    // reported: each action in the run's record is a mark on the chart's series. (Whether it
+    // acts depends on whether the server stalled in these 2 s: CI #12 had a run where the
+    // idle CPU hog left Redis at 0.999 of its rate and the guard rightly did nothing. Its
+    // reactions are tested on real cgroups by the CLI's `guard::` system tests.)
     let guarded = sc.iter().find(|s| key(s) == "cpu/80%/guarded").unwrap();
-    assert!(
-        guarded["median"]["guard_actions"].as_f64().unwrap() >= 1.0,
-        "{guarded}"
-    );
     assert!(guarded["median"]["guard_cost_percent"].as_f64().is_some());
-    assert!(!guarded["series"]["marks"].as_array().unwrap().is_empty());
+    let acted: usize = guarded["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["guard_actions"].as_array().map_or(0, Vec::len))
+        .sum();
+    let marks = guarded["series"]["marks"].as_array().unwrap().len();
+    assert!(marks <= acted, "{marks} marks, {acted} actions: {guarded}");
+    if acted > 0 && guarded["runs"].as_array().unwrap().len() == 1 {
+        assert_eq!(marks, acted, "{guarded}");
+    }
     // Every issue target is checked and reported, met or not.
     let checks = v["checks"].as_array().unwrap();
     assert!(checks.len() >= 5, "{checks:?}");
