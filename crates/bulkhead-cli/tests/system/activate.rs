@@ -741,6 +741,15 @@ fn a_booted_system_starts_on_the_first_connection_and_powers_off_when_idle() {
     assert_eq!(serve.stop(), Some(0));
 }
 
+/// The freeze cell of socket `name` below the slice `slice` of the test's root, in the
+/// unified hierarchy (pure v2, and hybrid hosts).
+fn freeze_cell(t: &common::TestRoot, slice: &str, name: &str) -> std::path::PathBuf {
+    let mount = &t.layout.unified.as_ref().expect("a cgroup2 mount").mount;
+    mount
+        .join(t.cgroup.trim_start_matches('/'))
+        .join(format!("{slice}.slice/bulkhead-serve-{name}"))
+}
+
 /// `on_idle = "freeze"`: the idle target's processes move into the socket's freeze cell below
 /// its slice, which the kernel freezes; the next connection thaws it (the same process, no
 /// cold start) and is answered; serve's end thaws and stops it and removes the cell.
@@ -765,10 +774,7 @@ fn an_idle_target_is_frozen_and_the_next_connection_thaws_it() {
     assert!(st["frozen_memory_bytes"].as_u64().unwrap() > 0, "{st}");
     // The target's processes are in the cell below its slice, and the kernel says it is
     // frozen (on pure v2 `run` waits outside the slice; the command is what froze).
-    let mount = &t.layout.unified.as_ref().expect("a cgroup2 mount").mount;
-    let cell = mount
-        .join(t.cgroup.trim_start_matches('/'))
-        .join(format!("frz.slice/bulkhead-serve-{name}"));
+    let cell = freeze_cell(&t, "frz", &name);
     let read = |f: &str| std::fs::read_to_string(cell.join(f)).unwrap_or_default();
     let frozen_pids = read("cgroup.procs");
     assert!(!frozen_pids.trim().is_empty(), "{}", cell.display());
@@ -823,14 +829,7 @@ fn a_sandboxed_target_is_frozen_thawed_and_stopped_cleanly() {
     let mut serve = f.start_in(&t);
     assert!(http_get(port).unwrap().contains("hello from the sandbox"));
     wait_for("frozen", || status(&name)["state"] == "frozen");
-    let cell = t
-        .layout
-        .unified
-        .as_ref()
-        .expect("a cgroup2 mount")
-        .mount
-        .join(t.cgroup.trim_start_matches('/'))
-        .join(format!("sbfrz.slice/bulkhead-serve-{name}"));
+    let cell = freeze_cell(&t, "sbfrz", &name);
     let procs = std::fs::read_to_string(cell.join("cgroup.procs")).unwrap();
     // The supervisor and the sandbox's init and httpd at least.
     assert!(procs.lines().count() >= 2, "{procs}");
@@ -917,14 +916,7 @@ fn a_target_frozen_past_freeze_timeout_is_stopped() {
         let st = status(&name);
         st["state"] == "idle" && st["freezes"] == 1 && st["target_pid"].is_null()
     });
-    let cell = t
-        .layout
-        .unified
-        .as_ref()
-        .expect("a cgroup2 mount")
-        .mount
-        .join(t.cgroup.trim_start_matches('/'))
-        .join(format!("frzto.slice/bulkhead-serve-{name}"));
+    let cell = freeze_cell(&t, "frzto", &name);
     assert!(!cell.exists(), "the cell is left");
     assert_has(&serve.log(), "stopping the target: frozen for 300ms");
     assert!(http_get(port).unwrap().contains("short freeze"));

@@ -155,3 +155,85 @@ fn a_socket_with_two_listeners_runs_no_more_sandboxes_than_its_cap() {
     assert!(active <= 2, "{active} connections were served at once");
     drop(clients);
 }
+
+/// `on_idle = "freeze"` (issue 44): root moves processes into the frozen cell, so it must
+/// decide on what the kernel says (the target's tree by parent links, the slice by
+/// /proc/PID/cgroup), never on a name. Another user's process in the same slice, named like
+/// the target's server, is neither moved into the cell nor frozen.
+#[test]
+fn a_frozen_target_freezes_no_other_process_of_its_slice() {
+    let Some(_suite) = crate::suite::cgroups() else {
+        return;
+    };
+    let t = TestRoot::new();
+    let mut f = Served::new("escape", "frzother");
+    let www = f.s.dir.join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("index.html"), "target\n").unwrap();
+    let listen = format!("127.0.0.1:{}", f.backend);
+    f.set("idle_timeout", q("300ms"))
+        .set("on_idle", q("freeze"))
+        .command(&[
+            "/bin/busybox",
+            "httpd",
+            "-f",
+            "-p",
+            &listen,
+            "-h",
+            &www.display().to_string(),
+        ])
+        .slice("frzother", "CPUWeight = 50");
+    let (name, port) = (f.name.clone(), f.port);
+    let mut serve = f.start_in(&t);
+    // A user's process in the target's slice, named `httpd` as the target's server is.
+    let mut other = t
+        .sh_in(
+            "frzother",
+            "exec setpriv --reuid 65534 --regid 65534 --clear-groups -- /bin/busybox sh -c 'exec -a httpd sleep 600'",
+        )
+        .spawn()
+        .unwrap();
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    std::io::Write::write_all(&mut s, b"GET /index.html HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.contains("target"), "{out}");
+    drop(s);
+    let t0 = Instant::now();
+    while crate::common::serve::status(&name)["state"] != "frozen" {
+        assert!(t0.elapsed() < Duration::from_secs(60), "{}", serve.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cell = t
+        .layout
+        .unified
+        .as_ref()
+        .expect("a cgroup2 mount")
+        .mount
+        .join(t.cgroup.trim_start_matches('/'))
+        .join(format!("frzother.slice/bulkhead-serve-{name}"));
+    let in_cell = std::fs::read_to_string(cell.join("cgroup.procs")).unwrap();
+    let pid = other.id().to_string();
+    let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    println!(
+        "escape[targets]: another user's `httpd` in the frozen target's slice -> in the cell: {}; its cgroup: {}",
+        in_cell.lines().any(|l| l == pid),
+        own.lines().find(|l| l.starts_with("0::")).unwrap_or_default()
+    );
+    assert!(
+        !in_cell.lines().any(|l| l == pid),
+        "moved into the cell: {in_cell}"
+    );
+    assert!(
+        !in_cell.trim().is_empty(),
+        "the target itself was not frozen"
+    );
+    assert!(
+        own.lines()
+            .any(|l| l.starts_with("0::") && l.ends_with("/frzother.slice")),
+        "{own}"
+    );
+    let _ = other.kill();
+    let _ = other.wait();
+    assert_eq!(serve.stop(), Some(0), "{}", serve.log());
+}

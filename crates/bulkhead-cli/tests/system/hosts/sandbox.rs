@@ -90,27 +90,7 @@ command = ["/bin/httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]
     );
     let o = h.bulkhead(&["apply"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let log = h.tmp().join("serve.log");
-    let mut serve = h
-        .cmd()
-        .arg("serve")
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(std::fs::File::create(h.tmp().join("serve.err")).unwrap())
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    let mut answer = Err(std::io::Error::other("not tried"));
-    while t.elapsed() < Duration::from_secs(60) {
-        answer = get(port);
-        if answer
-            .as_ref()
-            .is_ok_and(|a| a.contains("hello from the sandbox"))
-        {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let cold = t.elapsed();
+    let (mut serve, answer, cold) = serve_until_answered(&h, port, "serve");
     let found = h.processes_below("web");
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(serve.id() as i32),
@@ -130,6 +110,36 @@ command = ["/bin/httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]
     let answer = answer.unwrap_or_else(|e| panic!("no answer: {e}\n{err}"));
     assert!(answer.contains("hello from the sandbox"), "{answer}\n{err}");
     assert!(!found.is_empty(), "the target was not in the slice\n{err}");
+}
+
+/// `bulkhead serve` on the host's plan (stdout in `TAG.log`, stderr in `TAG.err`), asked
+/// for the sandbox's page until it answers (60 s at most): serve, the last answer, and how
+/// long the first answer took.
+fn serve_until_answered(
+    h: &Host,
+    port: u16,
+    tag: &str,
+) -> (std::process::Child, std::io::Result<String>, Duration) {
+    let serve = h
+        .cmd()
+        .arg("serve")
+        .stdout(std::fs::File::create(h.tmp().join(format!("{tag}.log"))).unwrap())
+        .stderr(std::fs::File::create(h.tmp().join(format!("{tag}.err"))).unwrap())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let mut answer = Err(std::io::Error::other("not tried"));
+    while t.elapsed() < Duration::from_secs(60) {
+        answer = get(port);
+        if answer
+            .as_ref()
+            .is_ok_and(|a| a.contains("hello from the sandbox"))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (serve, answer, t.elapsed())
 }
 
 fn get(port: u16) -> std::io::Result<String> {
@@ -193,26 +203,7 @@ command = ["/bin/httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]
     let o = h.bulkhead(&["apply"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let err = h.tmp().join("serve-frz.err");
-    let mut serve = h
-        .cmd()
-        .arg("serve")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    let mut answer = Err(std::io::Error::other("not tried"));
-    while t.elapsed() < Duration::from_secs(60) {
-        answer = get(port);
-        if answer
-            .as_ref()
-            .is_ok_and(|a| a.contains("hello from the sandbox"))
-        {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let cold = t.elapsed();
+    let (mut serve, answer, cold) = serve_until_answered(&h, port, "serve-frz");
     assert!(
         answer
             .as_ref()
