@@ -37,6 +37,23 @@ impl CgroupDir {
         String::from_utf8(text).ok()
     }
 
+    /// The child cgroup `name` (a plain name), made if it is not there, opened through this
+    /// directory's descriptor (no path walked again, no symlink followed).
+    pub fn child(&self, name: &str) -> std::io::Result<CgroupDir> {
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return Err(std::io::Error::other(format!(
+                "{name:?}: not a cgroup name"
+            )));
+        }
+        match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(0o755)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let fd = openat(&self.fd, name, flags, Mode::empty())?;
+        Ok(CgroupDir { fd })
+    }
+
     /// Write `value` to a control file of this directory in one write (a name, no slashes).
     pub fn write(&self, file: &str, value: &str) -> std::io::Result<()> {
         let flags = OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;

@@ -49,19 +49,13 @@ impl CgroupFs {
         };
         self.check_ours(&slice_dir, slice.as_str())?;
         let path = slice_dir.join(name);
-        match std::fs::create_dir(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => {
-                return Err(bulkhead_sys::error::io_failed(
-                    "cannot make the freeze cell",
-                    &path,
-                    e,
-                ))
-            }
-        }
-        let dir = CgroupDir::open(&path)
-            .ok_or_else(|| Error::failed(format!("{}: not a cgroup directory", path.display())))?;
+        // The cell is made and opened through the slice's descriptor, opened once.
+        let slice_fd = CgroupDir::open(&slice_dir).ok_or_else(|| {
+            Error::failed(format!("{}: not a cgroup directory", slice_dir.display()))
+        })?;
+        let dir = slice_fd
+            .child(name)
+            .map_err(|e| bulkhead_sys::error::io_failed("cannot make the freeze cell", &path, e))?;
         let v2 = file == "cgroup.freeze";
         let h = match v2 {
             true => self.layout.unified.as_ref(),
