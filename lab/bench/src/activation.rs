@@ -4,6 +4,9 @@
 //! 1. Cold start: connect to an idle socket whose target is busybox httpd in an ephemeral
 //!    sandbox (and, for reference, as a plain command); time to the first response byte.
 //!    `idle_timeout = 0` stops the target after each request, so every sample is cold.
+//!    Beside them the same two targets kept frozen when idle (`on_idle = "freeze"`, in a
+//!    slice of the bench's own cgroup root): each sample a thaw. The floor of both is the
+//!    direct connection's warm request (step 3).
 //! 2. Bursts: 100 clients connect at once to the idle sandboxed socket; every one must get
 //!    its answer (none refused, none reset).
 //! 3. Warm request latency and 4. bulk throughput: the same backend server (this process's
@@ -11,6 +14,8 @@
 //!    mode) and through systemd-socket-proxyd (started by systemd-socket-activate), in
 //!    rotated order each round.
 
+use crate::env::Env;
+use crate::sockets::{get, status, wait_frozen, wait_idle};
 use crate::stats;
 use serde::Serialize;
 use std::io::{Read, Write};
@@ -167,47 +172,6 @@ fn busybox_root(dir: &Path) -> Result<PathBuf, String> {
     Ok(root)
 }
 
-pub(crate) fn status(name: &str) -> Option<serde_json::Value> {
-    let t = std::fs::read_to_string(format!("/run/bulkhead/sockets/{name}.json")).ok()?;
-    serde_json::from_str(&t).ok()
-}
-
-/// Wait until the socket's target is stopped (state idle, no process).
-pub(crate) fn wait_idle(name: &str) -> Result<(), String> {
-    let t0 = Instant::now();
-    loop {
-        if let Some(s) = status(name) {
-            if s["state"] == "idle" && s["target_pid"].is_null() {
-                return Ok(());
-            }
-        }
-        if t0.elapsed() > Duration::from_secs(30) {
-            return Err(format!("socket {name} did not go idle within 30 s"));
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-/// Connect, send a GET, return (time to first byte, the whole answer).
-pub(crate) fn get(port: u16, path: &str) -> std::io::Result<(Duration, Vec<u8>)> {
-    let t0 = Instant::now();
-    let mut c = TcpStream::connect(("127.0.0.1", port))?;
-    c.set_read_timeout(Some(Duration::from_secs(30)))?;
-    c.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())?;
-    let mut first = [0u8; 1];
-    let n = c.read(&mut first)?;
-    let ttfb = t0.elapsed();
-    if n == 0 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "closed without an answer",
-        ));
-    }
-    let mut rest = first.to_vec();
-    c.read_to_end(&mut rest)?;
-    Ok((ttfb, rest))
-}
-
 fn bulk(port: u16, bytes: u64) -> std::io::Result<f64> {
     let mut c = TcpStream::connect(("127.0.0.1", port))?;
     c.set_read_timeout(Some(Duration::from_secs(60)))?;
@@ -239,17 +203,24 @@ struct Ports {
     backend: u16,
     sandbox: u16,
     plain: u16,
+    /// The frozen-when-idle sockets.
+    sandbox_frozen: u16,
+    plain_frozen: u16,
     warm: u16,
     pass: u16,
     proxyd: u16,
     /// The plain cold target's httpd.
     plain_backend: u16,
+    /// The plain frozen target's httpd.
+    plain_frozen_backend: u16,
 }
 
 /// The sockets of one run, by name.
 struct Names {
     sandbox: String,
     plain: String,
+    sandbox_frozen: String,
+    plain_frozen: String,
     warm: String,
     pass: String,
 }
@@ -257,6 +228,9 @@ struct Names {
 /// What a run started and how to reach it.
 struct Rig {
     setup: Setup,
+    /// The cgroup root of the frozen targets' slice: removed after `serve` stopped (fields
+    /// drop in order).
+    _env: Env,
     ports: Ports,
     names: Names,
     have_proxyd: bool,
@@ -279,13 +253,22 @@ fn progress(spec: &Spec, m: &str) {
     }
 }
 
-/// The plan `bulkhead serve` runs: the two cold targets, the warm socket and pass mode.
+/// The slice of the frozen-when-idle targets (a freeze needs the target in a slice).
+const FROZEN_SLICE: &str = "bench-frozen";
+
+/// How long a frozen-when-idle target runs after its last connection before it is frozen.
+const FREEZE_AFTER: &str = "100ms";
+
+/// The plan `bulkhead serve` runs: the two cold targets, the warm socket, pass mode and the
+/// frozen targets ([`frozen_text`]).
 fn plan_text(spec: &Spec, root: &Path, ports: &Ports, names: &Names) -> String {
     let (n_sb, n_plain, n_warm, n_pass) = (&names.sandbox, &names.plain, &names.warm, &names.pass);
     let (p_sb, p_plain, p_warm, p_pass) = (ports.sandbox, ports.plain, ports.warm, ports.pass);
     let (b, b_plain) = (ports.backend, ports.plain_backend);
+    let frozen = frozen_text(root, ports, names);
     format!(
         r#"# bench activation
+{frozen}
 [socket.{n_sb}]
 listen = ["127.0.0.1:{p_sb}"]
 backend = "127.0.0.1:8000"
@@ -328,6 +311,45 @@ command = ["{bench}", "backend", "--listen-fd", "3"]
     )
 }
 
+/// The frozen-when-idle twins of the two cold targets, in [`FROZEN_SLICE`]; one client at a
+/// time, so few connections (serve's descriptors at its limits must fit RLIMIT_NOFILE).
+fn frozen_text(root: &Path, ports: &Ports, names: &Names) -> String {
+    let (n_sb, n_plain) = (&names.sandbox_frozen, &names.plain_frozen);
+    let (p_sb, p_plain, b_plain) = (
+        ports.sandbox_frozen,
+        ports.plain_frozen,
+        ports.plain_frozen_backend,
+    );
+    format!(
+        r#"[slice.{FROZEN_SLICE}]
+CPUWeight = 100
+
+[socket.{n_sb}]
+listen = ["127.0.0.1:{p_sb}"]
+backend = "127.0.0.1:8000"
+idle_timeout = "{FREEZE_AFTER}"
+on_idle = "freeze"
+max_connections = 64
+[socket.{n_sb}.target]
+rootfs = "{root}"
+slice = "{FROZEN_SLICE}"
+command = ["/bin/httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]
+
+[socket.{n_plain}]
+listen = ["127.0.0.1:{p_plain}"]
+backend = "127.0.0.1:{b_plain}"
+idle_timeout = "{FREEZE_AFTER}"
+on_idle = "freeze"
+max_connections = 64
+[socket.{n_plain}.target]
+slice = "{FROZEN_SLICE}"
+command = ["/bin/busybox", "httpd", "-f", "-p", "127.0.0.1:{b_plain}", "-h", "{www}"]
+"#,
+        root = root.display(),
+        www = root.join("www").display(),
+    )
+}
+
 /// The backend, `bulkhead serve` with the plan, and systemd-socket-proxyd where installed;
 /// returns once everything listens and the cold targets are idle.
 fn start(spec: &Spec) -> Result<Rig, String> {
@@ -349,6 +371,9 @@ fn start(spec: &Spec) -> Result<Rig, String> {
         pass: crate::redis::free_port()?,
         proxyd: crate::redis::free_port()?,
         plain_backend: crate::redis::free_port()?,
+        sandbox_frozen: crate::redis::free_port()?,
+        plain_frozen: crate::redis::free_port()?,
+        plain_frozen_backend: crate::redis::free_port()?,
     };
     // The one backend server every warm peer reaches (pass mode starts its own copy).
     setup.children.push(
@@ -366,20 +391,40 @@ fn start(spec: &Spec) -> Result<Rig, String> {
         plain: format!("bench-cold-plain-{tag}"),
         warm: format!("bench-warm-{tag}"),
         pass: format!("bench-pass-{tag}"),
+        sandbox_frozen: format!("bench-frozen-sandbox-{tag}"),
+        plain_frozen: format!("bench-frozen-plain-{tag}"),
     };
     setup.names = vec![
         names.sandbox.clone(),
         names.plain.clone(),
         names.warm.clone(),
         names.pass.clone(),
+        names.sandbox_frozen.clone(),
+        names.plain_frozen.clone(),
     ];
     let plan_path = dir.join("plan.toml");
     std::fs::write(&plan_path, plan_text(spec, &root, &ports, &names))
         .map_err(|e| e.to_string())?;
+    // The frozen targets' slice, under a cgroup root of the bench's own.
+    crate::env::clean_stale();
+    let env = Env::create()?;
+    let scope = ["--backend", "cgroupfs", "--cgroup-root", &env.cgroup_root];
+    let out = Command::new(&spec.bulkhead)
+        .args(scope)
+        .arg("-c")
+        .arg(&plan_path)
+        .args(["apply", "-q"])
+        .output()
+        .map_err(|e| format!("bulkhead apply: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("bulkhead apply of the bench's plan failed: {err}"));
+    }
     let log = std::fs::File::create(dir.join("serve.log")).map_err(|e| e.to_string())?;
     setup.children.push(
         with_pdeathsig(
             Command::new(&spec.bulkhead)
+                .args(scope)
                 .arg("-c")
                 .arg(&plan_path)
                 .arg("serve")
@@ -392,6 +437,7 @@ fn start(spec: &Spec) -> Result<Rig, String> {
     );
     let mut rig = Rig {
         setup,
+        _env: env,
         ports,
         names,
         have_proxyd: Path::new(SOCKET_PROXYD).exists() && Path::new(SOCKET_ACTIVATE).exists(),
@@ -402,6 +448,15 @@ fn start(spec: &Spec) -> Result<Rig, String> {
     // Those probe connections started nothing that lingers: wait for idle.
     wait_idle(&rig.names.sandbox)?;
     wait_idle(&rig.names.plain)?;
+    // The frozen targets' one cold start, then their first freeze.
+    for (name, port) in [
+        (&rig.names.sandbox_frozen, rig.ports.sandbox_frozen),
+        (&rig.names.plain_frozen, rig.ports.plain_frozen),
+    ] {
+        get(port, "/index.html")
+            .map_err(|e| format!("first start of {name}: {e}\n{}", rig.log("serve.log")))?;
+        wait_frozen(name, 0)?;
+    }
     Ok(rig)
 }
 
@@ -438,9 +493,17 @@ fn start_proxyd(rig: &mut Rig) -> Result<(), String> {
 fn wait_listening(rig: &Rig) -> Result<(), String> {
     let p = &rig.ports;
     let t0 = Instant::now();
-    for p in [p.backend, p.sandbox, p.plain, p.warm, p.pass]
-        .into_iter()
-        .chain(rig.have_proxyd.then_some(p.proxyd))
+    for p in [
+        p.backend,
+        p.sandbox,
+        p.plain,
+        p.warm,
+        p.pass,
+        p.sandbox_frozen,
+        p.plain_frozen,
+    ]
+    .into_iter()
+    .chain(rig.have_proxyd.then_some(p.proxyd))
     {
         while TcpStream::connect(("127.0.0.1", p)).is_err() {
             if t0.elapsed() > Duration::from_secs(10) {
@@ -453,37 +516,77 @@ fn wait_listening(rig: &Rig) -> Result<(), String> {
     Ok(())
 }
 
-/// Step 1, cold starts, the two targets rotated: time to first byte and the target's own
-/// start-to-ready time, in ms, per target.
-fn cold_starts(spec: &Spec, rig: &Rig) -> Result<[[Vec<f64>; 2]; 2], String> {
-    progress(spec, &format!("{} cold starts per target", spec.cold_runs));
-    let mut cold = [Vec::new(), Vec::new()];
-    let mut ready = [Vec::new(), Vec::new()];
-    let targets = [
-        (rig.ports.sandbox, &rig.names.sandbox),
-        (rig.ports.plain, &rig.names.plain),
-    ];
+/// A target of step 1: its socket, and whether it is frozen when idle (each sample a thaw)
+/// or stopped (each sample a cold start).
+struct Target<'a> {
+    name: &'a str,
+    port: u16,
+    frozen: bool,
+}
+
+/// Step 1's targets, in the report's order: cold sandboxed, cold plain, then their frozen
+/// twins.
+fn targets(rig: &Rig) -> [Target<'_>; 4] {
+    let (n, p) = (&rig.names, &rig.ports);
+    let t = |name, port, frozen| Target { name, port, frozen };
+    [
+        t(n.sandbox.as_str(), p.sandbox, false),
+        t(n.plain.as_str(), p.plain, false),
+        t(n.sandbox_frozen.as_str(), p.sandbox_frozen, true),
+        t(n.plain_frozen.as_str(), p.plain_frozen, true),
+    ]
+}
+
+/// First bytes (ms) and what `serve` measured itself (ms: a cold target's start to ready, a
+/// frozen one's thaw), per target of [`targets`].
+type Starts = (Vec<Vec<f64>>, Vec<Vec<f64>>);
+
+/// Step 1, cold starts and thaws, the targets rotated each round: each sample is taken with
+/// its target stopped (or frozen anew since the last), and waits for that again after.
+fn cold_starts(spec: &Spec, rig: &Rig) -> Result<Starts, String> {
+    progress(
+        spec,
+        &format!("{} cold starts and thaws per target", spec.cold_runs),
+    );
+    let targets = targets(rig);
+    let mut first = vec![Vec::new(); targets.len()];
+    let mut own = vec![Vec::new(); targets.len()];
+    // Per frozen target, the freezes counted before its last sample: the next sample waits
+    // for one more (the freeze after that sample's thaw).
+    let mut seen = vec![0u64; targets.len()];
     for i in 0..spec.cold_runs {
         if crate::stop::requested() {
             return Err("stopped".into());
         }
-        for k in 0..2 {
-            let j = (i + k) % 2;
-            let (port, name) = targets[j];
-            wait_idle(name)?;
-            let (ttfb, body) = get(port, "/index.html")
-                .map_err(|e| format!("cold start of {name}: {e}\n{}", rig.log("serve.log")))?;
+        for k in 0..targets.len() {
+            let j = (i + k) % targets.len();
+            let t = &targets[j];
+            let settle = |seen: u64| -> Result<u64, String> {
+                if t.frozen {
+                    wait_frozen(t.name, seen)
+                } else {
+                    wait_idle(t.name).map(|_| 0)
+                }
+            };
+            seen[j] = settle(seen[j])?;
+            let (ttfb, body) = get(t.port, "/index.html")
+                .map_err(|e| format!("first byte of {}: {e}\n{}", t.name, rig.log("serve.log")))?;
             if !String::from_utf8_lossy(&body).contains("hello, world") {
-                return Err(format!("cold start of {name}: unexpected answer"));
+                return Err(format!("first byte of {}: unexpected answer", t.name));
             }
-            cold[j].push(ttfb.as_secs_f64() * 1e3);
-            wait_idle(name)?;
-            if let Some(ms) = status(name).and_then(|s| s["last_start_ms"].as_f64()) {
-                ready[j].push(ms);
+            first[j].push(ttfb.as_secs_f64() * 1e3);
+            settle(seen[j])?;
+            let key = if t.frozen {
+                "last_thaw_ms"
+            } else {
+                "last_start_ms"
+            };
+            if let Some(ms) = status(t.name).and_then(|s| s[key].as_f64()) {
+                own[j].push(ms);
             }
         }
     }
-    Ok([cold, ready])
+    Ok((first, own))
 }
 
 /// Step 2, bursts of clients on the idle sandboxed socket.
@@ -637,6 +740,43 @@ fn bulk_ratios(peers: &[(&str, u16)], thr: &[Vec<f64>], checks: &mut Vec<Check>)
     out
 }
 
+/// Step 1's lines, in the order of [`targets`]: first byte, then `serve`'s own measure.
+const COLD: [&str; 4] = [
+    "sandboxed busybox httpd (ephemeral overlay root)",
+    "plain busybox httpd",
+    "sandboxed busybox httpd, frozen when idle: thaw",
+    "plain busybox httpd, frozen when idle: thaw",
+];
+const OWN: [&str; 4] = [
+    "sandboxed: target start to ready",
+    "plain: target start to ready",
+    "sandboxed, frozen: thaw (serve's own)",
+    "plain, frozen: thaw (serve's own)",
+];
+
+/// The issue's targets for a thaw (a plain server's next first byte within 3 ms), each
+/// beside its cold start in this run and the floor: a request to a running server over a
+/// direct connection.
+fn thaw_checks(cold: &[Dist], floor_us: &Dist, checks: &mut Vec<Check>) {
+    let floor = floor_us.median / 1e3;
+    for (thaw, start, what, target) in [
+        (&cold[3], &cold[1], "plain", 3.0),
+        (&cold[2], &cold[0], "sandboxed", 3.0),
+    ] {
+        checks.push(Check {
+            what: format!("{what} busybox httpd frozen when idle: first byte after a thaw (cold start; floor a direct request)"),
+            target: format!("<= {target:.0} ms"),
+            measured: format!(
+                "{:.2} ms ({:.3}x of the cold start's {:.2} ms; floor {floor:.2} ms)",
+                thaw.median,
+                thaw.median / start.median,
+                start.median
+            ),
+            met: thaw.median <= target,
+        });
+    }
+}
+
 /// The cold start's and the bursts' checks.
 fn cold_checks(spec: &Spec, cold: &Dist, burst: &Burst, checks: &mut Vec<Check>) {
     checks.push(Check {
@@ -664,18 +804,16 @@ fn cold_checks(spec: &Spec, cold: &Dist, burst: &Burst, checks: &mut Vec<Check>)
 
 pub fn run(spec: &Spec) -> Result<Report, String> {
     let mut rig = start(spec)?;
-    let [[cold_sb, cold_plain], [ready_sb, ready_plain]] = cold_starts(spec, &rig)?;
+    let (first, own) = cold_starts(spec, &rig)?;
     let burst = bursts(spec, &rig)?;
     let peers = peers(&rig);
     let (warm, thr) = warm_and_bulk(spec, &rig, &peers)?;
-    let cold = vec![
-        Dist::new("sandboxed busybox httpd (ephemeral overlay root)", cold_sb),
-        Dist::new("plain busybox httpd", cold_plain),
-    ];
-    let cold_ready_ms = vec![
-        Dist::new("sandboxed: target start to ready", ready_sb),
-        Dist::new("plain: target start to ready", ready_plain),
-    ];
+    let cold: Vec<Dist> = COLD
+        .iter()
+        .zip(first)
+        .map(|(n, s)| Dist::new(n, s))
+        .collect();
+    let cold_ready_ms: Vec<Dist> = OWN.iter().zip(own).map(|(n, s)| Dist::new(n, s)).collect();
     let warm_us: Vec<Dist> = peers
         .iter()
         .zip(warm)
@@ -693,6 +831,7 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
         .map(|((n, _), s)| Dist::new(n, s))
         .collect();
     cold_checks(spec, &cold[0], &burst, &mut checks);
+    thaw_checks(&cold, &warm_us[0], &mut checks);
     let machine = crate::report::machine();
     let skipped = std::mem::take(&mut rig.skipped);
     drop(rig);
@@ -743,12 +882,22 @@ pub fn text(r: &Report) -> String {
     let mut s = format!("bench activation\nmachine: {}\n\n", r.machine);
     s.push_str(&format!(
         "{:<52} {:>6} {:>9} {:>9} {:>9}\n",
-        "cold start: connect to first byte (ms)", "runs", "median", "p10", "p90"
+        "cold start or thaw: connect to first byte (ms)", "runs", "median", "p10", "p90"
     ));
     for d in r.cold.iter().chain(&r.cold_ready_ms) {
         s.push_str(&format!(
             "{:<52} {:>6} {:>9.2} {:>9.2} {:>9.2}\n",
             d.name, d.n, d.median, d.p10, d.p90
+        ));
+    }
+    if let Some(d) = r.warm_us.first() {
+        s.push_str(&format!(
+            "{:<52} {:>6} {:>9.2} {:>9.2} {:>9.2}\n",
+            "floor: a running server, direct (warm request)",
+            d.n,
+            d.median / 1e3,
+            d.p10 / 1e3,
+            d.p90 / 1e3
         ));
     }
     let b = &r.burst;
@@ -819,6 +968,8 @@ pub fn chart(r: &Report, path: &Path) -> Result<(), String> {
                 n if n.ends_with("pass mode") => "pass mode".into(),
                 n if n.starts_with("bulkhead") => "bulkhead".into(),
                 n if n.starts_with("systemd-socket-proxyd") => "socket-proxyd".into(),
+                n if n.contains("frozen") && n.starts_with("sandboxed") => "sandboxed, thaw".into(),
+                n if n.contains("frozen") => "plain, thaw".into(),
                 n if n.starts_with("sandboxed") => "sandboxed".into(),
                 n if n.starts_with("plain") => "plain".into(),
                 n => n.into(),

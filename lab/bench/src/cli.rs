@@ -20,9 +20,9 @@ pub enum BenchCmd {
     /// Start-to-exit of an ephemeral sandbox per snapshot method, beside systemd-nspawn
     /// --ephemeral, plain unshare and /bin/true
     Spawn(SpawnBench),
-    /// Socket activation: cold start of a sandboxed server, bursts of clients during it, and
-    /// warm latency and bulk throughput through `bulkhead serve` beside a direct connection
-    /// and systemd-socket-proxyd
+    /// Socket activation: cold start of a sandboxed server, its thaw when kept frozen while
+    /// idle, bursts of clients during a start, and warm latency and bulk throughput through
+    /// `bulkhead serve` beside a direct connection and systemd-socket-proxyd
     Activation(ActivationBench),
     /// Random row reads from an in-memory table on 4K, THP, hugetlb 2M and 1G pages, and
     /// Redis with and without `run --hugepages thp`
@@ -548,7 +548,8 @@ pub struct SpawnBench {
 
 #[derive(Args)]
 pub struct ActivationBench {
-    /// Cold starts per target (sandboxed and plain httpd), alternating
+    /// Cold starts per target (sandboxed and plain httpd), and as many thaws of each kept
+    /// frozen when idle (on_idle = "freeze"), rotated
     #[arg(long, default_value_t = 30)]
     cold_runs: usize,
     /// Bursts of clients connecting at once to an idle socket

@@ -71,6 +71,7 @@ pub mod pgdump;
 pub mod postgres;
 pub mod redis;
 pub mod report;
+pub mod sockets;
 pub mod spawn;
 pub mod stats;
 pub mod stop;

@@ -574,7 +574,14 @@ pub fn run(spec: &Spec) -> Result<Report, String> {
         say("a booted web server behind a socket: bulkhead serve beside the seed's chain");
         let rounds = spec.runs.min(10);
         let peers_cg = env.plain_cgroup("peers")?;
-        let s = served::run(&spec.bulkhead, &spec.cache, &env.dir, rounds, &peers_cg)?;
+        let s = served::run(
+            &spec.bulkhead,
+            &spec.cache,
+            &env.dir,
+            rounds,
+            &peers_cg,
+            &env.cgroup_root,
+        )?;
         for (who, why) in ["bulkhead serve", "the seed's chain"].iter().zip(&s.why) {
             if let Some(w) = why {
                 say(&format!("{who}: a client failed: {w}"));

@@ -13,9 +13,13 @@
 //! peer (in alternating order), a cold start with one client (its time to first byte) and a
 //! cold start with a burst of [`CLIENTS`] (how many got no answer, and their median time to
 //! first byte); after each the peer powers the system off, untimed.
+//!
+//! Beside them, once per round: the same system kept **frozen** when idle (a second socket,
+//! `on_idle = "freeze"`, its target in a slice of the bench's cgroup root), one client's
+//! first byte after the thaw.
 
 use super::{Check, Peer};
-use crate::activation::{get, status, wait_idle};
+use crate::sockets::{get, status, wait_frozen, wait_idle};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
@@ -23,8 +27,10 @@ use std::time::{Duration, Instant};
 
 /// Cold clients per burst.
 pub const CLIENTS: usize = 100;
-/// How long a system stays up after its last connection.
+/// How long a system stays up after its last connection (stopped, or frozen).
 const IDLE: &str = "1s";
+/// The frozen system's slice.
+const SLICE: &str = "bench-boot-frozen";
 
 /// The units bound into the root at /usr/local/lib/systemd/system: a socket on `web` whose
 /// every connection gets a small HTTP answer from a shell.
@@ -58,6 +64,9 @@ struct Rig {
     serve: Child,
     name: String,
     serve_port: u16,
+    /// The frozen-when-idle twin of `name`.
+    frozen: String,
+    frozen_port: u16,
     chain_port: u16,
     /// `bulkhead-bench seed-chain ...`, which systemd-socket-activate starts.
     chain: Vec<std::ffi::OsString>,
@@ -71,21 +80,50 @@ impl Drop for Rig {
     }
 }
 
-fn start(bulkhead: &Path, root: &Path, dir: &Path) -> Result<Rig, String> {
+/// A `[socket.NAME]` of the booted system on `port`; `frozen`: kept frozen when idle, in
+/// [`SLICE`].
+fn socket_text(name: &str, port: u16, web: u16, root: &str, units: &str, frozen: bool) -> String {
+    let (on_idle, slice) = if frozen {
+        ("on_idle = \"freeze\"\n", format!("slice = \"{SLICE}\"\n"))
+    } else {
+        ("", String::new())
+    };
+    format!(
+        "[socket.{name}]\nlisten = [\"127.0.0.1:{port}\"]\nbackend = \"127.0.0.1:{web}\"\nidle_timeout = \"{IDLE}\"\n{on_idle}start_timeout = \"60s\"\nstop_timeout = \"30s\"\n[socket.{name}.target]\nrootfs = \"{root}\"\nboot = true\nsnapshot = \"overlay\"\nbind = [\"{units}:/usr/local/lib/systemd/system:ro\"]\n{slice}"
+    )
+}
+
+fn start(bulkhead: &Path, root: &Path, dir: &Path, cgroup_root: &str) -> Result<Rig, String> {
     let web = crate::redis::free_port()?;
     let units = write_units(dir, web)?;
-    let (root, units) = (root.display(), units.display());
+    let (root, units) = (root.display().to_string(), units.display().to_string());
     let name = format!("bench-boot-{}", std::process::id());
+    let frozen = format!("{name}-frozen");
     let serve_port = crate::redis::free_port()?;
+    let frozen_port = crate::redis::free_port()?;
     let plan = dir.join("boot-serve.toml");
     let text = format!(
-        "[socket.{name}]\nlisten = [\"127.0.0.1:{serve_port}\"]\nbackend = \"127.0.0.1:{web}\"\nidle_timeout = \"{IDLE}\"\nstart_timeout = \"60s\"\nstop_timeout = \"30s\"\n[socket.{name}.target]\nrootfs = \"{root}\"\nboot = true\nsnapshot = \"overlay\"\nbind = [\"{units}:/usr/local/lib/systemd/system:ro\"]\n"
+        "[slice.{SLICE}]\nCPUWeight = 100\n{}{}",
+        socket_text(&name, serve_port, web, &root, &units, false),
+        socket_text(&frozen, frozen_port, web, &root, &units, true)
     );
     std::fs::write(&plan, text).map_err(|e| format!("{}: {e}", plan.display()))?;
+    let scope = ["--backend", "cgroupfs", "--cgroup-root", cgroup_root];
+    let applied = Command::new(bulkhead)
+        .args(scope)
+        .arg("-c")
+        .arg(&plan)
+        .args(["apply", "-q"])
+        .output()
+        .map_err(|e| format!("bulkhead apply: {e}"))?;
+    if !applied.status.success() {
+        let err = String::from_utf8_lossy(&applied.stderr);
+        return Err(format!("bulkhead apply of {}: {err}", plan.display()));
+    }
     let log = dir.join("boot-serve.log");
     let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
     let mut cmd = Command::new(bulkhead);
-    cmd.arg("-c").arg(&plan).arg("serve");
+    cmd.args(scope).arg("-c").arg(&plan).arg("serve");
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(out);
     bulkhead_sys::process::pdeathsig_before_exec(&mut cmd, libc::SIGTERM);
     let serve = cmd.spawn().map_err(|e| format!("bulkhead serve: {e}"))?;
@@ -106,6 +144,8 @@ fn start(bulkhead: &Path, root: &Path, dir: &Path) -> Result<Rig, String> {
         serve,
         name,
         serve_port,
+        frozen,
+        frozen_port,
         chain_port: crate::redis::free_port()?,
         chain,
         peers_cg: Vec::new(),
@@ -217,6 +257,9 @@ fn burst(port: u16, clients: usize) -> (Vec<f64>, usize, Option<String>) {
 /// time to first byte ([`CLIENTS`] at once); failures summed.
 pub struct Served {
     pub first: [Vec<f64>; 2],
+    /// The frozen system's first byte after a thaw, one client per round.
+    pub thaw: Vec<f64>,
+    pub thaw_failed: usize,
     pub median: [Vec<f64>; 2],
     pub failed: [usize; 2],
     /// What the first failed client of each peer met.
@@ -230,19 +273,32 @@ pub fn run(
     dir: &Path,
     rounds: usize,
     peers_cg: &[PathBuf],
+    cgroup_root: &str,
 ) -> Result<Served, String> {
-    let mut rig = start(bulkhead, root, dir)?;
+    let mut rig = start(bulkhead, root, dir, cgroup_root)?;
     rig.peers_cg = peers_cg.to_vec();
     let mut out = Served {
         first: [Vec::new(), Vec::new()],
+        thaw: Vec::new(),
+        thaw_failed: 0,
         median: [Vec::new(), Vec::new()],
         failed: [0, 0],
         why: [None, None],
     };
+    // The frozen twin's one boot, then its first freeze.
+    let (_, failed, why) = burst(rig.frozen_port, 1);
+    if failed > 0 {
+        return Err(format!("the frozen-when-idle system's first boot: {why:?}"));
+    }
+    let mut seen = 0;
     for round in 0..rounds {
         if crate::stop::requested() {
             break;
         }
+        seen = wait_frozen(&rig.frozen, seen)?;
+        let (ms, failed, _) = burst(rig.frozen_port, 1);
+        out.thaw.extend(ms);
+        out.thaw_failed += failed;
         for k in 0..2 {
             let i = (k + round) % 2;
             // One cold client: the first byte. Then a cold burst: who is left without one.
@@ -277,6 +333,7 @@ fn cold(rig: &Rig, i: usize, clients: usize) -> Result<(Vec<f64>, usize, Option<
 
 pub const SERVE: &str = "bulkhead serve, boot = true: first byte";
 pub const CHAIN: &str = "socket-activate + proxyd + nspawn --boot: first byte";
+pub const THAW: &str = "bulkhead serve, boot = true, frozen when idle: first byte (thaw)";
 const SERVE_MEDIAN: &str = "bulkhead serve, boot = true: burst median";
 const CHAIN_MEDIAN: &str = "socket-activate + proxyd + nspawn: burst median";
 
@@ -287,12 +344,14 @@ pub fn peers(s: &Served) -> Vec<(&'static str, &'static str, Vec<f64>, usize)> {
     vec![
         (SERVE, "bulkhead", s.first[0].clone(), s.failed[0]),
         (CHAIN, "systemd-nspawn", s.first[1].clone(), s.failed[1]),
+        (THAW, "bulkhead", s.thaw.clone(), s.thaw_failed),
         (SERVE_MEDIAN, "bulkhead", s.median[0].clone(), 0),
         (CHAIN_MEDIAN, "systemd-nspawn", s.median[1].clone(), 0),
     ]
 }
 
-/// First byte within 0.8x the chain's, and no client of bulkhead's left without an answer.
+/// First byte within 0.8x the chain's, no client of bulkhead's left without an answer, and
+/// a frozen system's first byte after its thaw within 20 ms.
 pub fn checks(peers: &[Peer]) -> Vec<Check> {
     let m = |n: &str| {
         peers
@@ -311,6 +370,21 @@ pub fn checks(peers: &[Peer]) -> Vec<Check> {
                 c.median_ms
             ),
             met: b.median_ms / c.median_ms <= 0.8,
+        });
+    }
+    if let Some(t) = peers.iter().find(|p| p.name == THAW) {
+        let cold = m(SERVE).map_or(f64::NAN, |c| c.median_ms);
+        out.push(Check {
+            what: "booted web server frozen when idle: first byte after a thaw (its cold start)"
+                .into(),
+            target: "<= 20 ms".into(),
+            measured: format!(
+                "{:.1} ms ({:.3}x of the cold start's {cold:.0} ms), {} failed",
+                t.median_ms,
+                t.median_ms / cold,
+                t.failures
+            ),
+            met: t.median_ms <= 20.0 && t.failures == 0 && !t.samples_ms.is_empty(),
         });
     }
     if let Some(b) = peers.iter().find(|p| p.name == SERVE) {
