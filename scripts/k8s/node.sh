@@ -126,6 +126,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   socket_path = "$n/nri/nri.sock"
   plugin_path = "$n/nri/plugins"
   plugin_config_path = "$n/nri/conf.d"
+  # NRI's built-in validator: a pod annotated required-plugins.noderesource.dev/pod:
+  # "[bulkhead]" is not created while the bulkhead plugin is not registered (docs/FLEET.md).
+  [plugins."io.containerd.nri.v1.nri".default_validator]
+    enable = true
 EOF
   mkdir -p "$n/cni/net.d" "$n/nri/plugins" "$n/nri/conf.d" "$n/runc"
   local sub

@@ -64,6 +64,8 @@ pub struct BulkheadPlanSpec {
     printcolumn = r#"{"name":"Revision","type":"integer","jsonPath":".status.appliedRevision"}"#,
     printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
     printcolumn = r#"{"name":"Warnings","type":"integer","jsonPath":".status.warningCount"}"#,
+    printcolumn = r#"{"name":"Stall%","type":"number","jsonPath":".status.stall.someAvg10","description":"The protected slice's worst pressure stall (some, avg10, percent)"}"#,
+    printcolumn = r#"{"name":"Stalled","type":"string","jsonPath":".status.stall.resource","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 pub struct BulkheadNodeSpec {}
@@ -88,6 +90,26 @@ pub struct BulkheadNodeStatus {
     #[serde(default)]
     #[schemars(schema_with = "plans_schema")]
     pub plans: Vec<PlanReport>,
+    /// How much the applied plan's protected slice (its `[guard] protect`) stalls: the
+    /// fleet's view of which nodes' databases wait (absent: no guard, or no PSI here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall: Option<Stall>,
+}
+
+/// The worst of a slice's CPU, memory and I/O pressure (PSI "some": the share of time at
+/// least one of its tasks waited for the resource).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Stall {
+    pub slice: String,
+    /// cpu, memory or io.
+    pub resource: String,
+    /// Percent over the last 10 s.
+    pub some_avg10: f64,
+    /// Percent over the last 10 s that all its tasks waited (absent for cpu where the
+    /// kernel has no "full" line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_avg10: Option<f64>,
 }
 
 /// How one plan went on this node.
@@ -108,6 +130,9 @@ pub struct PlanReport {
     /// Key figures of the slices the plan made here.
     #[serde(default)]
     pub slices: Vec<SliceFigures>,
+    /// The plan's protected slice's worst stall (see [`BulkheadNodeStatus::stall`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall: Option<Stall>,
 }
 
 /// A condition, as Kubernetes' conventions have them.
@@ -139,6 +164,58 @@ pub struct SliceFigures {
     pub memory_current_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes: Option<u64>,
+    /// Pressure stall information, as the kubelet's summary API gives it per pod (absent
+    /// where the slice's hierarchy has none: cgroup v1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi: Option<SlicePsi>,
+}
+
+/// A slice's PSI per resource.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct SlicePsi {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<PsiStats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<PsiStats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<PsiStats>,
+}
+
+/// One resource's pressure: "some" and "full" (as in `cpu.pressure`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct PsiStats {
+    pub some: PsiData,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full: Option<PsiData>,
+}
+
+/// Stall averages in percent over 10, 60 and 300 s, and the total stall in microseconds.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct PsiData {
+    pub avg10: f64,
+    pub avg60: f64,
+    pub avg300: f64,
+    pub total: u64,
+}
+
+impl SlicePsi {
+    /// The resource whose "some" avg10 is highest, as a [`Stall`] of `slice`.
+    pub fn worst(&self, slice: &str) -> Option<Stall> {
+        [
+            ("cpu", &self.cpu),
+            ("memory", &self.memory),
+            ("io", &self.io),
+        ]
+        .into_iter()
+        .filter_map(|(r, s)| s.as_ref().map(|s| (r, s)))
+        .max_by(|a, b| a.1.some.avg10.total_cmp(&b.1.some.avg10))
+        .map(|(r, s)| Stall {
+            slice: slice.to_string(),
+            resource: r.to_string(),
+            some_avg10: s.some.avg10,
+            full_avg10: s.full.as_ref().map(|f| f.avg10),
+        })
+    }
 }
 
 fn any_value() -> serde_json::Value {
@@ -249,6 +326,9 @@ mod tests {
         assert_eq!(plans["items"]["required"][0], "plan", "{plans}");
         let cols = v["additionalPrinterColumns"].as_array().unwrap();
         let names: Vec<&str> = cols.iter().filter_map(|c| c["name"].as_str()).collect();
-        assert_eq!(names, ["Plan", "Revision", "State", "Warnings", "Age"]);
+        assert_eq!(
+            names,
+            ["Plan", "Revision", "State", "Warnings", "Stall%", "Stalled", "Age"]
+        );
     }
 }

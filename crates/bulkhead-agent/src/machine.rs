@@ -2,7 +2,7 @@
 //! `destroy`) on the plan text a resource gives, and the slices' figures from its status
 //! reading. Errors come back as one line of text, for a condition's message.
 
-use crate::crd::SliceFigures;
+use crate::crd::{PsiData, PsiStats, SliceFigures, SlicePsi};
 use crate::kubelet::{self, KubeletConfig, NodeFacts, PlanFacts};
 use bulkhead::actions::{apply, destroy, host, hugepages, status, Context};
 use bulkhead::error::{Error, Severity};
@@ -149,7 +149,8 @@ impl Machine {
         hugepages::reset().map(|_| ()).map_err(|e| error_text(&e))
     }
 
-    /// CPU time, memory and processes of these slices, as `bulkhead status` reads them.
+    /// CPU time, memory, processes and pressure of these slices, as `bulkhead status` reads
+    /// them.
     pub fn figures(&self, slices: &[String]) -> Vec<SliceFigures> {
         let names: Vec<SliceName> = slices
             .iter()
@@ -162,7 +163,27 @@ impl Machine {
                 cpu_usage_seconds: st.cpu_usage_us.map(|us| us as f64 / 1e6),
                 memory_current_bytes: st.memory_current,
                 processes: Some(st.processes as u64),
+                psi: st.psi.map(|p| SlicePsi {
+                    cpu: p.cpu.as_ref().map(psi_stats),
+                    memory: p.memory.as_ref().map(psi_stats),
+                    io: p.io.as_ref().map(psi_stats),
+                }),
             })
             .collect()
+    }
+}
+
+/// One resource's pressure in the report's form.
+fn psi_stats(p: &status::Pressure) -> PsiStats {
+    let data = |avg10, avg60, avg300, total| PsiData {
+        avg10,
+        avg60,
+        avg300,
+        total,
+    };
+    let s = &p.some;
+    PsiStats {
+        some: data(s.avg10, s.avg60, s.avg300, s.total_us),
+        full: p.full.map(|f| data(f.avg10, f.avg60, f.avg300, f.total_us)),
     }
 }

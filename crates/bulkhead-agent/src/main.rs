@@ -79,6 +79,10 @@ enum Cmd {
         name: String,
         #[arg(long, default_value = "50")]
         index: String,
+        /// Serve /healthz and /readyz on this address (e.g. 0.0.0.0:9651): ready once the
+        /// runtime accepted the plugin's registration, the container's readiness probe
+        #[arg(long)]
+        health_listen: Option<std::net::SocketAddr>,
     },
     /// The chart's pre-delete hook: delete the agents' DaemonSet so that its pods undo what
     /// they made (foreground: the DaemonSet stays until its pods are gone), wait for that,
@@ -188,6 +192,7 @@ fn main() {
             on_refused,
             name,
             index,
+            health_listen,
         } => {
             use bulkhead_agent::nri::{stub, OnRefused, Policy};
             let o = stub::Options {
@@ -195,6 +200,7 @@ fn main() {
                 socket,
                 name,
                 index,
+                health: health_listen,
                 policy: Policy {
                     allow: allow.into_iter().collect(),
                     slices: slices.into_iter().collect(),

@@ -5,7 +5,7 @@
 
 use crate::conditions::{condition, find, APPLIED, DEGRADED, DRIFTED};
 use crate::convert;
-use crate::crd::{BulkheadNodeStatus, BulkheadPlan, Condition, PlanReport};
+use crate::crd::{BulkheadNodeStatus, BulkheadPlan, Condition, PlanReport, SliceFigures, Stall};
 use crate::decide::{self, PlanView};
 use crate::kubelet::{self, KubeletConfig};
 use crate::logging::log;
@@ -61,6 +61,14 @@ fn view(p: &BulkheadPlan) -> PlanView {
         selector: p.spec.node_selector.clone(),
         deleting: p.metadata.deletion_timestamp.is_some(),
     }
+}
+
+/// The worst stall of the plan's protected slice (its `[guard] protect`), from its figures.
+fn protected_stall(figures: &[SliceFigures], pending: &Pending) -> Option<Stall> {
+    let guard = pending.plan.resolved.plan.guard.as_ref()?;
+    let name = guard.protect.to_string();
+    let f = figures.iter().find(|f| f.name == name)?;
+    f.psi.as_ref()?.worst(&f.name)
 }
 
 fn previous(last: &BulkheadNodeStatus, plan: &str) -> PlanReport {
@@ -268,6 +276,7 @@ impl Agent {
             ],
             warnings: vec![],
             slices: vec![],
+            stall: None,
         }
     }
 
@@ -400,6 +409,7 @@ impl Agent {
         let cannot =
             warnings.len() - from_kubelet.len() - usize::from(cx.kubelet.problem.is_some());
         let (g, t, generation) = (a.g(), &a.t, a.generation);
+        let figures = self.machine.figures(&slices);
         PlanReport {
             plan: a.name.clone(),
             applied_revision: Some(generation),
@@ -420,7 +430,8 @@ impl Agent {
                 a.degraded("AsExpected", ok_message(cannot, from_kubelet.len())),
             ],
             warnings,
-            slices: self.machine.figures(&slices),
+            stall: protected_stall(&figures, pending),
+            slices: figures,
         }
     }
 
@@ -544,6 +555,7 @@ impl<'a> Attempt<'a> {
             ],
             warnings: vec![],
             slices: vec![],
+            stall: None,
         }
     }
 

@@ -25,7 +25,11 @@ pub fn summary(
 ) -> BulkheadNodeStatus {
     let state = state_word(&reports, applied.map(|a| a.0));
     let warning_count = reports.values().map(|r| r.warnings.len()).sum::<usize>();
+    let stall = applied
+        .and_then(|a| reports.get(a.0))
+        .and_then(|r| r.stall.clone());
     BulkheadNodeStatus {
+        stall,
         plan: applied.map(|a| a.0.to_string()),
         applied_revision: applied.map(|a| a.1),
         state: state.into(),
@@ -49,11 +53,13 @@ fn state_word(reports: &BTreeMap<String, PlanReport>, applied: Option<&str>) -> 
     }
 }
 
-/// Equal but for the figures' values (they change all the time).
+/// Equal but for the figures' values, pressure included (they change all the time).
 pub fn same_but_figures(a: &BulkheadNodeStatus, b: &BulkheadNodeStatus) -> bool {
     let strip = |s: &BulkheadNodeStatus| {
         let mut s = s.clone();
+        s.stall = None;
         for r in &mut s.plans {
+            r.stall = None;
             r.slices = r
                 .slices
                 .iter()
@@ -195,7 +201,7 @@ impl Reporter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::Condition;
+    use crate::crd::{Condition, PsiData, PsiStats, SlicePsi};
 
     fn report(plan: &str, conds: &[(&str, &str)], warnings: usize) -> PlanReport {
         PlanReport {
@@ -211,7 +217,62 @@ mod tests {
                 .collect(),
             warnings: vec!["w".into(); warnings],
             slices: vec![],
+            stall: None,
         }
+    }
+
+    fn psi(cpu: f64, memory: f64, io: f64) -> SlicePsi {
+        let stats = |avg10: f64| PsiStats {
+            some: PsiData {
+                avg10,
+                ..Default::default()
+            },
+            full: Some(PsiData {
+                avg10: avg10 / 2.0,
+                ..Default::default()
+            }),
+        };
+        SlicePsi {
+            cpu: Some(stats(cpu)),
+            memory: Some(stats(memory)),
+            io: Some(stats(io)),
+        }
+    }
+
+    #[test]
+    fn the_node_shows_the_applied_plans_protected_slice_stall() {
+        let worst = psi(1.0, 0.5, 7.5).worst("db-server").unwrap();
+        assert_eq!(
+            (worst.resource.as_str(), worst.some_avg10, worst.full_avg10),
+            ("io", 7.5, Some(3.75))
+        );
+        assert_eq!(psi(9.0, 0.0, 2.0).worst("x").unwrap().resource, "cpu");
+        assert!(SlicePsi::default().worst("x").is_none());
+        let mut mine = report("a", &[("Applied", "True")], 0);
+        mine.stall = Some(worst.clone());
+        let mut other = report("b", &[("Degraded", "True")], 0);
+        other.stall = psi(50.0, 0.0, 0.0).worst("elsewhere");
+        let s = summary(map(vec![mine, other.clone()]), Some(("a", 1)));
+        assert_eq!(s.stall, Some(worst));
+        // Only the applied plan's slice counts: a conflicting plan's is not the node's.
+        assert_eq!(summary(map(vec![other]), None).stall, None);
+    }
+
+    #[test]
+    fn pressure_alone_is_no_change() {
+        let mut r = report("a", &[("Applied", "True")], 0);
+        r.slices = vec![SliceFigures {
+            name: "db-server".into(),
+            psi: Some(psi(1.0, 1.0, 1.0)),
+            ..Default::default()
+        }];
+        r.stall = r.slices[0].psi.as_ref().unwrap().worst("db-server");
+        let a = summary(map(vec![r.clone()]), Some(("a", 1)));
+        r.slices[0].psi = Some(psi(2.0, 3.0, 40.0));
+        r.stall = r.slices[0].psi.as_ref().unwrap().worst("db-server");
+        let b = summary(map(vec![r]), Some(("a", 1)));
+        assert_ne!(a, b);
+        assert!(same_but_figures(&a, &b));
     }
 
     fn map(rs: Vec<PlanReport>) -> BTreeMap<String, PlanReport> {

@@ -391,6 +391,7 @@ impl World {
                     "db-server": {"CPUWeight": 1000},
                     "db-helper": {"CPUWeight": 50, "MemoryMax": "100M"},
                 },
+                "guard": {"protect": "db-server", "sideloads": ["db-helper"]},
             },
         }))
         .unwrap();
@@ -665,6 +666,13 @@ async fn apply(w: &World) {
         e.slices.iter().all(|s| s.memory_current_bytes.is_some()),
         "{e:?}"
     );
+    // Pressure where the node has it (a cgroup2 hierarchy with PSI: pure v2, or hybrid's
+    // unified mount), and the protected slice's worst stall on the node's report.
+    let psi_here = bulkhead::actions::host::cgroup_version() != Some("v1")
+        && Path::new("/proc/pressure/cpu").exists();
+    assert_eq!(e.slices.iter().all(|s| s.psi.is_some()), psi_here, "{e:?}");
+    let stall = e.stall.as_ref().map(|s| s.slice.as_str());
+    assert_eq!(stall, psi_here.then_some("db-server"), "{e:?}");
     let l = wait("node labels", 30, move || async move {
         let l = labels(nodes, node).await;
         (l.get("bulkhead.io/plan").map(String::as_str) == Some("redis")).then_some(l)

@@ -375,6 +375,11 @@ async fn scenario() {
         uninstall(&k, &chart, &plan, &agent_name, &state_host),
     )
     .await;
+    step(
+        "5b. a pod requiring the plugin, without it",
+        required_without_plugin(pods),
+    )
+    .await;
     // 6. Each privilege the chart grants, taken away: what breaks. The plan stays (helm
     //    keeps CRDs and their objects) and each install applies it again.
     step(
@@ -581,6 +586,30 @@ async fn uninstall(
     .await;
     let state = read(&state_host.join("agent/state.json"));
     assert!(state.contains("\"plan\": null"), "{state}");
+}
+
+/// NRI's annotation naming the plugins a pod's containers may not be created without.
+const REQUIRED: &str = "required-plugins.noderesource.dev/pod";
+
+/// With the plugin gone (the chart uninstalled), a pod that requires it is not created:
+/// its container waits with the validator's reason, which names the plugin.
+async fn required_without_plugin(pods: &Api<Pod>) {
+    pods.create(
+        &PostParams::default(),
+        &pause_pod("required", json!({REQUIRED: "[bulkhead]"})),
+    )
+    .await
+    .unwrap();
+    let why = wait("the pod requiring the plugin refused", 60, || async {
+        let p = pods.get("required").await.ok()?;
+        let st = p.status?.container_statuses?;
+        let waiting = st.first()?.state.as_ref()?.waiting.clone()?;
+        waiting.message.filter(|m| m.contains("required plugin"))
+    })
+    .await;
+    eprintln!("    without the plugin: {why}");
+    assert!(why.contains("\"bulkhead\" not present"), "{why}");
+    delete_pods(pods, &["required"]).await;
 }
 
 /// The planned CPUSchedulingSliceSec (5ms), in ns.
@@ -856,6 +885,10 @@ async fn nri(
     pods.create(&pp, &pause_pod("plain", json!({})))
         .await
         .unwrap();
+    // A pod that may not run without the plugin (NRI's default validator): it does here.
+    pods.create(&pp, &pause_pod("required", json!({REQUIRED: "[bulkhead]"})))
+        .await
+        .unwrap();
     pods.create(
         &pp,
         &pause_pod("greedy", json!({"bulkhead.io/MemoryMax": "1G"})),
@@ -874,6 +907,20 @@ async fn nri(
     };
     let helper = wait("the helper pod Running", 60, || running("helper")).await;
     let plain = wait("the plain pod Running", 60, || running("plain")).await;
+    wait("the pod requiring the plugin Running", 60, || {
+        running("required")
+    })
+    .await;
+    // The plugin's readiness is its registration with the runtime (the chart's probe).
+    let agent = agents.list(&Default::default()).await.unwrap().items;
+    let nri_ready = agent.iter().flat_map(|p| {
+        let st = p.status.as_ref().and_then(|s| s.container_statuses.clone());
+        st.unwrap_or_default()
+            .into_iter()
+            .filter(|c| c.name == "nri")
+            .map(|c| c.ready)
+    });
+    assert_eq!(nri_ready.collect::<Vec<_>>(), [true]);
     // Fail-safe: the refused pod runs, with nothing applied, and says why.
     wait("the refused pod Running (onRefused: log)", 60, || {
         running("greedy")
@@ -985,7 +1032,7 @@ async fn nri(
         event("server", "BulkheadApplied", "").await.is_none(),
         "nothing applied to the pod taking db-server"
     );
-    delete_pods(pods, &["helper", "plain", "greedy", "server"]).await;
+    delete_pods(pods, &["helper", "plain", "greedy", "server", "required"]).await;
 
     // Fail closed, the operator's explicit choice.
     chart.upgrade(agents, &["nri.onRefused=fail"]).await;

@@ -15,7 +15,9 @@
 use crate::env::Env;
 use crate::stats;
 use bulkhead_agent::conditions::{condition, APPLIED, DEGRADED, DRIFTED};
-use bulkhead_agent::crd::{BulkheadNode, BulkheadNodeStatus, PlanReport, SliceFigures};
+use bulkhead_agent::crd::{
+    BulkheadNode, BulkheadNodeStatus, PlanReport, PsiData, PsiStats, SliceFigures, SlicePsi,
+};
 use bulkhead_agent::report::{meta_body, status_body, summary, MANAGER};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -171,7 +173,8 @@ pub fn bulkhead_series(line: &str) -> bool {
         .any(|r| line.contains(&format!("resource=\"{r}\"")))
 }
 
-/// A node's report as the agent makes it: one Applied plan, 3 conditions, 3 slices' figures.
+/// A node's report as the agent makes it on a v2 node: one Applied plan, 3 conditions, 3
+/// slices' figures with their pressure, the protected slice's stall.
 pub fn node_status(round: u64, i: usize) -> BulkheadNodeStatus {
     let now = "2026-01-01T00:00:00Z";
     let g = Some(1);
@@ -189,16 +192,38 @@ pub fn node_status(round: u64, i: usize) -> BulkheadNodeStatus {
             cpu_usage_seconds: Some(1000.0 * round as f64 + x as f64 / 7.0 + k as f64),
             memory_current_bytes: Some(100_000_000 + x * 4096 + k as u64),
             processes: Some(3 + k as u64),
+            psi: Some(psi(x, k)),
         })
-        .collect();
+        .collect::<Vec<_>>();
+    let stall = slices[1].psi.as_ref().and_then(|p| p.worst("db-server"));
     let r = PlanReport {
         plan: "fleet".into(),
         applied_revision: Some(1),
         conditions,
         warnings: vec![],
+        stall,
         slices,
     };
     summary(BTreeMap::from([(r.plan.clone(), r)]), Some(("fleet", 1)))
+}
+
+/// A slice's pressure as a v2 node reports it: all three resources, "full" but for cpu.
+fn psi(x: u64, k: usize) -> SlicePsi {
+    let d = |base: f64| PsiData {
+        avg10: base + (x % 97) as f64 / 10.0,
+        avg60: base,
+        avg300: base / 2.0,
+        total: x * 1000 + k as u64,
+    };
+    let stats = |base: f64, full: bool| PsiStats {
+        some: d(base),
+        full: full.then(|| d(base / 2.0)),
+    };
+    SlicePsi {
+        cpu: Some(stats(1.5, false)),
+        memory: Some(stats(0.25, true)),
+        io: Some(stats(3.0, true)),
+    }
 }
 
 // ---- the machine ----

@@ -152,6 +152,16 @@ func (p *plugin) ask(r *request) (*answer, error) {
 	return &a, nil
 }
 
+// Synchronize comes once the runtime accepted the registration (and again after a
+// reconnect): the policy is told, which makes its readiness.
+func (p *plugin) Synchronize(_ context.Context, _ []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
+	a, err := p.ask(&request{Event: "synchronized"})
+	if err == nil && a.Error != "" {
+		err = errors.New(a.Error)
+	}
+	return nil, err
+}
+
 func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	annots := map[string]string{}
 	for k, v := range pod.GetAnnotations() {

@@ -13,8 +13,11 @@ use bulkhead::actions::container;
 use bulkhead::actions::host::{hierarchy_of, write_control, Host};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write as _};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The longest request line read (pod annotations are at most 256 KiB in Kubernetes).
@@ -88,11 +91,15 @@ pub struct Options {
     pub name: String,
     pub index: String,
     pub policy: Policy,
+    /// Serve /healthz and /readyz here; ready once the runtime has synchronized with the
+    /// plugin (it accepted the registration).
+    pub health: Option<SocketAddr>,
 }
 
 /// The stub's request: a container being created (`create`), about to start (`start`:
 /// created by the runtime, its cgroup exists) or removed (`remove`: one the plugin asked to
-/// see at its start, removed before it, or after).
+/// see at its start, removed before it, or after); or `synchronized`: the runtime accepted
+/// the plugin's registration (sent again after a reconnect).
 #[derive(serde::Deserialize)]
 pub(crate) struct Envelope {
     #[serde(default)]
@@ -123,6 +130,10 @@ pub fn serve(o: Options) -> Result<(), String> {
     });
     let node = container::node().map_err(|e| crate::machine::error_text(&e))?;
     let host = Host::detect();
+    let ready = Arc::new(AtomicBool::new(false));
+    if let Some(addr) = o.health {
+        serve_health(addr, ready.clone())?;
+    }
     let events = Events::start(&o.name, std::env::var("NODE_NAME").ok());
     let mut child = Command::new(&o.stub)
         .arg("-socket")
@@ -169,6 +180,12 @@ pub fn serve(o: Options) -> Result<(), String> {
             ));
         }
         let answer = match serde_json::from_str::<Envelope>(&line) {
+            Ok(env) if env.event == "synchronized" => {
+                if !ready.swap(true, Ordering::Relaxed) {
+                    log("nri: the runtime accepted the plugin (synchronized): ready");
+                }
+                serde_json::json!({ "seq": env.request.seq })
+            }
             Ok(env) => handle(&o.policy, &events, env, &mut pending, Instant::now(), |r| {
                 // The node is read at each creation: a disk switched to BFQ, or io.cost the
                 // agent's plan enabled, counts from the next container on.
@@ -187,6 +204,28 @@ pub fn serve(o: Options) -> Result<(), String> {
             .write_all(text.as_bytes())
             .map_err(|e| format!("writing to the stub: {e}"))?;
     }
+}
+
+/// /healthz and /readyz on `addr` (bound here, so a taken port fails the start), answered
+/// by a thread of their own: ready once the runtime synchronized with the plugin.
+fn serve_health(addr: SocketAddr, ready: Arc<AtomicBool>) -> Result<(), String> {
+    let listener = std::net::TcpListener::bind(addr)
+        .and_then(|l| l.set_nonblocking(true).map(|_| l))
+        .map_err(|e| format!("--health-listen {addr}: {e}"))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("--health-listen: {e}"))?;
+    std::thread::spawn(move || {
+        rt.block_on(async move {
+            match tokio::net::TcpListener::from_std(listener) {
+                Ok(l) => crate::health::serve(l, ready).await,
+                Err(e) => log(format!("nri: --health-listen {addr}: {e}")),
+            }
+        })
+    });
+    log(format!("nri: health on http://{addr}/healthz and /readyz"));
+    Ok(())
 }
 
 /// One request's answer (exactly one per request). `decide` is the policy's decision for a
