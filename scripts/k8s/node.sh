@@ -168,7 +168,7 @@ cgroupDriver: cgroupfs
 cgroupRoot: $(<"$n/cgroup-root")
 cgroupsPerQOS: true
 # Hybrid hosts count as cgroup v1 for the kubelet and runc; v1 is deprecated since 1.31 and
-# would refuse to start with failCgroupV1 (default false in 1.34).
+# would refuse to start with failCgroupV1 (default true since 1.35, KEP-5573).
 failCgroupV1: false
 containerRuntimeEndpoint: unix://$n/containerd.sock
 imageServiceEndpoint: unix://$n/containerd.sock

@@ -592,13 +592,13 @@ impl<'a> Attempt<'a> {
     }
 }
 
-/// Degraded's message of an applied plan: what this node cannot honour (`cannot`) and what
-/// disagrees with the kubelet (`kubelet`), counted.
 /// What Kubernetes 1.35+ makes of this node's cgroups, where they are not pure v2.
 fn node_cgroups_notice(cfg: Option<&KubeletConfig>) -> Option<String> {
     kubelet::cgroup_v1_notice(bulkhead::actions::host::cgroup_version()?, cfg)
 }
 
+/// Degraded's message of an applied plan: what this node cannot honour (`cannot`) and what
+/// disagrees with the kubelet (`kubelet`), counted.
 fn ok_message(cannot: usize, kubelet: usize) -> String {
     match (cannot, kubelet) {
         (0, 0) => "the plan applies as written".to_string(),

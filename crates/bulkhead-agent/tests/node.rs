@@ -1,6 +1,6 @@
 //! The chart on a real node, no mocks: scripts/k8s-testenv starts etcd, kube-apiserver,
 //! kube-controller-manager, kube-scheduler, containerd 2.x + runc + the CNI bridge and a kubelet
-//! (all v1.34.4 / v2.4.2, built from source), the agent's image is built from this test's
+//! (v1.35.4 / v2.4.2, built from source), the agent's image is built from this test's
 //! `bulkhead-agent` binary as an OCI archive and imported, and the real `helm install` puts
 //! the chart's DaemonSet there with the NRI plugin on. Then, through the pod: a plan applied
 //! to the node's real cgroups, drift repaired, the report, pods isolated by annotation
@@ -345,6 +345,26 @@ async fn scenario() {
         t0.elapsed().as_millis()
     );
     let agent_name = agent_pod.metadata.name.clone().unwrap();
+    // Kubernetes 1.35+ on this node: on a hybrid or v1 host the kubelet runs only because its
+    // configuration sets failCgroupV1: false (scripts/k8s/node.sh); the agent says so when
+    // it first reads that configuration (step 1).
+    let info = nodes
+        .get(node)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .node_info
+        .unwrap();
+    let minor: u32 = info
+        .kubelet_version
+        .split('.')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(minor >= 35, "kubelet {}", info.kubelet_version);
+
     let spec = agent_pod.spec.as_ref().unwrap();
     assert_eq!(spec.node_name.as_deref(), Some(node));
     assert_eq!(spec.host_pid, Some(true));
@@ -359,6 +379,14 @@ async fn scenario() {
         root: &root,
     };
     let (plan, server_cpu, shares) = step("1. apply through the pod", apply(&k, &state_host)).await;
+    if bulkhead::actions::host::cgroup_version() != Some("v2") {
+        wait("the agent's notice of failCgroupV1: false", 30, || async {
+            pod_logs(&env)
+                .contains("sets failCgroupV1: false, so it starts here")
+                .then_some(())
+        })
+        .await;
+    }
     step(
         "2. drift repaired by the pod; the report",
         drift_and_report(&k, &server_cpu, shares),

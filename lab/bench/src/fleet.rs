@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub const K8S_VERSION: &str = "v1.34.4";
+pub const K8S_VERSION: &str = "v1.35.4";
 pub const ETCD_VERSION: &str = "v3.6.8";
 /// The comparison CRD's group and plural (the previous design).
 const SHARED_GROUP: &str = "bench.bulkhead.io";
