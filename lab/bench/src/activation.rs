@@ -408,23 +408,12 @@ fn start(spec: &Spec) -> Result<Rig, String> {
     // The frozen targets' slice, under a cgroup root of the bench's own.
     crate::env::clean_stale();
     let env = Env::create()?;
-    let scope = ["--backend", "cgroupfs", "--cgroup-root", &env.cgroup_root];
-    let out = Command::new(&spec.bulkhead)
-        .args(scope)
-        .arg("-c")
-        .arg(&plan_path)
-        .args(["apply", "-q"])
-        .output()
-        .map_err(|e| format!("bulkhead apply: {e}"))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("bulkhead apply of the bench's plan failed: {err}"));
-    }
+    crate::sockets::apply(&spec.bulkhead, &plan_path, &env.cgroup_root)?;
     let log = std::fs::File::create(dir.join("serve.log")).map_err(|e| e.to_string())?;
     setup.children.push(
         with_pdeathsig(
             Command::new(&spec.bulkhead)
-                .args(scope)
+                .args(crate::sockets::scope(&env.cgroup_root))
                 .arg("-c")
                 .arg(&plan_path)
                 .arg("serve")

@@ -1,9 +1,33 @@
-//! What the activation benches read and do at `bulkhead serve`'s sockets: the state file a
-//! socket's status is in, waiting for a state (stopped or frozen), and one timed GET.
+//! What the activation benches read and do at `bulkhead serve`'s sockets: the plan's slices
+//! applied under the bench's cgroup root, the state file a socket's status is in, waiting for
+//! a state (stopped or frozen), and one timed GET.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+/// bulkhead's global options for a plan under the bench's own cgroup root.
+pub fn scope(cgroup_root: &str) -> [&str; 4] {
+    ["--backend", "cgroupfs", "--cgroup-root", cgroup_root]
+}
+
+/// `bulkhead apply` of `plan` under `cgroup_root` (the slices its frozen targets need).
+pub fn apply(bulkhead: &Path, plan: &Path, cgroup_root: &str) -> Result<(), String> {
+    let out = Command::new(bulkhead)
+        .args(scope(cgroup_root))
+        .arg("-c")
+        .arg(plan)
+        .args(["apply", "-q"])
+        .output()
+        .map_err(|e| format!("bulkhead apply: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("bulkhead apply of {}: {err}", plan.display()));
+    }
+    Ok(())
+}
 
 /// How long a socket may take to reach the state a wait asks for.
 const WITHIN: Duration = Duration::from_secs(30);

@@ -108,22 +108,14 @@ fn start(bulkhead: &Path, root: &Path, dir: &Path, cgroup_root: &str) -> Result<
         socket_text(&frozen, frozen_port, web, &root, &units, true)
     );
     std::fs::write(&plan, text).map_err(|e| format!("{}: {e}", plan.display()))?;
-    let scope = ["--backend", "cgroupfs", "--cgroup-root", cgroup_root];
-    let applied = Command::new(bulkhead)
-        .args(scope)
-        .arg("-c")
-        .arg(&plan)
-        .args(["apply", "-q"])
-        .output()
-        .map_err(|e| format!("bulkhead apply: {e}"))?;
-    if !applied.status.success() {
-        let err = String::from_utf8_lossy(&applied.stderr);
-        return Err(format!("bulkhead apply of {}: {err}", plan.display()));
-    }
+    crate::sockets::apply(bulkhead, &plan, cgroup_root)?;
     let log = dir.join("boot-serve.log");
     let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
     let mut cmd = Command::new(bulkhead);
-    cmd.args(scope).arg("-c").arg(&plan).arg("serve");
+    cmd.args(crate::sockets::scope(cgroup_root))
+        .arg("-c")
+        .arg(&plan)
+        .arg("serve");
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(out);
     bulkhead_sys::process::pdeathsig_before_exec(&mut cmd, libc::SIGTERM);
     let serve = cmd.spawn().map_err(|e| format!("bulkhead serve: {e}"))?;
