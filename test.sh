@@ -28,6 +28,8 @@ system_tests=(
   --test system
   # bulkhead-agent: `bulkhead agent ...` execs the agent
   --test agent_exec
+  # bulkhead-agent: the NRI plugin's process, its readiness over HTTP
+  --test nri_ready
   # bulkhead-cgroups: the backends' fixtures on real cgroupfs
   --test fixtures
   # bulkhead-agent: a real etcd + kube-apiserver, a real kubelet node
