@@ -111,6 +111,9 @@ pub struct Use {
     pub cpu: f64,
     /// Bytes/s read and written.
     pub io_bps: f64,
+    /// Bytes/s in its busier direction (read or write): what a limit, written per
+    /// direction, acts on.
+    pub io_dir_bps: f64,
     /// The share of the period some of its tasks waited for a CPU (its cpu.pressure `some`;
     /// `None`: not measurable here).
     pub wait: Option<f64>,
@@ -180,10 +183,15 @@ struct Side {
     frozen_at: Option<Duration>,
     /// No freezing before this (after a thaw).
     refreeze_at: Duration,
-    /// The most I/O seen from it while not limited.
+    /// The most I/O seen from it while not limited: in all, and in its busier direction.
     io_peak: f64,
-    /// Its I/O limit when the current I/O episode began, and the harm then.
+    io_peak_dir: f64,
+    /// Its I/O limit when the current I/O episode began, and the worst I/O harm since.
     io_episode: Option<(Option<u64>, f64)>,
+    /// The I/O harm when its limit was last reverted, and whether a rise after that proved
+    /// the cuts help (revert.rs): both until the I/O calms.
+    io_reverted_at: Option<f64>,
+    io_proven: bool,
     /// Since when its I/O limit is at its floor.
     io_floor_since: Option<Duration>,
     /// Its I/O, smoothed over a few seconds (keep.rs), and when its quota may next be raised
@@ -376,6 +384,7 @@ impl Controller {
         for (side, u) in self.sides.iter_mut().zip(&r.sideloads) {
             if side.t.io_bps.is_none() {
                 side.io_peak = side.io_peak.max(u.io_bps);
+                side.io_peak_dir = side.io_peak_dir.max(u.io_dir_bps);
             }
         }
     }
@@ -395,6 +404,8 @@ impl Controller {
                 if side.io_episode.take().is_some() {
                     self.io_backoff = BACKOFF_MIN;
                 }
+                side.io_reverted_at = None;
+                side.io_proven = false;
             }
         }
     }
@@ -541,29 +552,37 @@ impl Controller {
         }
     }
 
-    /// A sideload's I/O floor: the settings' floor, or [`IO_KEEP`] of its peak if more.
+    /// A sideload's I/O floor, per direction as the limit is written: the settings' floor,
+    /// or `io_keep` of its busier direction's peak if more. A mix of reads and writes at
+    /// that floor in both directions keeps about `io_keep` of its peak in all; the peak in
+    /// all, per direction, would let it keep up to twice that.
     fn io_floor_of(&self, i: usize) -> u64 {
-        (self.sides[i].io_peak * self.s.io_keep).max(self.s.io_floor as f64) as u64
+        (self.sides[i].io_peak_dir * self.s.io_keep).max(self.s.io_floor as f64) as u64
     }
 
     fn cut_io(&mut self, r: &Reading, acts: &mut Vec<Action>) {
         let drive = self.fast.io_side();
-        if !self.s.can_io
-            || drive.0 < ENTER
-            || self.now < self.next_io_cut
-            || self.now < self.io_backoff_until
-        {
+        if !self.s.can_io || drive.0 < ENTER || self.now < self.next_io_cut {
             return;
         }
-        let why = format!(
-            "{} stall {:.1}x the allowance above baseline",
-            drive.1, drive.0
-        );
+        let proof = self.io_proven_by_revert(drive.0);
+        if self.now < self.io_backoff_until {
+            return;
+        }
+        let why = proof.unwrap_or_else(|| {
+            format!(
+                "{} stall {:.1}x the allowance above baseline",
+                drive.1, drive.0
+            )
+        });
         let mut cut = false;
         for i in 0..self.sides.len() {
-            let rate = r.sideloads.get(i).map_or(0.0, |u| u.io_bps);
+            let (all, rate) = r
+                .sideloads
+                .get(i)
+                .map_or((0.0, 0.0), |u| (u.io_bps, u.io_dir_bps));
             let limit = self.sides[i].t.io_bps;
-            if rate < IO_ACTIVE && limit.is_none() {
+            if all < IO_ACTIVE && limit.is_none() {
                 continue;
             }
             let floor = self.io_floor_of(i);
@@ -581,45 +600,6 @@ impl Controller {
         if cut {
             self.last_cut = self.now;
             self.next_io_cut = self.now + self.s.period * CUT_GAP;
-        }
-    }
-
-    /// PARTIES for I/O: a sideload held at its I/O floor for [`JUDGE`] periods while the I/O
-    /// harm has not come down is not what the protected slice waits for (or throttling it
-    /// holds the protected slice up: a journal commit waiting for the throttled writer's
-    /// data), so its I/O limit goes back to where the episode began and I/O cuts back off.
-    fn judge_io(&mut self, acts: &mut Vec<Action>) {
-        let harm = self.fast.io_side().0;
-        for i in 0..self.sides.len() {
-            let at_floor = self.sides[i]
-                .t
-                .io_bps
-                .is_some_and(|b| b <= self.io_floor_of(i));
-            if !at_floor {
-                self.sides[i].io_floor_since = None;
-                continue;
-            }
-            let since = *self.sides[i].io_floor_since.get_or_insert(self.now);
-            let Some((before, at_start)) = self.sides[i].io_episode else {
-                continue;
-            };
-            if self.now < since + self.s.period * JUDGE
-                || harm < ENTER * 0.9
-                || harm < 0.8 * at_start
-            {
-                continue;
-            }
-            let side = &mut self.sides[i];
-            side.t.io_bps = before;
-            side.io_episode = None;
-            side.io_floor_since = None;
-            self.io_backoff_until = self.now + self.io_backoff;
-            let why = format!(
-                "holding its I/O at the floor did not lower the I/O stall ({harm:.1}x): it is not the cause; no I/O cuts for {:?}",
-                self.io_backoff
-            );
-            self.io_backoff = (self.io_backoff * 2).min(BACKOFF_MAX);
-            self.act(acts, i, "revert", (harm, "judge"), why);
         }
     }
 
@@ -795,5 +775,8 @@ impl Controller {
 
 mod keep;
 mod lift;
+mod revert;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_io;

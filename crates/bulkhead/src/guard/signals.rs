@@ -44,7 +44,8 @@ pub struct Sample {
     threads: usize,
     service_us: Option<u64>,
     side_cpu_us: Vec<Option<u64>>,
-    side_io: Vec<Option<u64>>,
+    /// Bytes read and written, per sideload.
+    side_io: Vec<Option<(u64, u64)>>,
     side_wait: Vec<Option<Totals>>,
     cpu: Option<CpuTimes>,
 }
@@ -126,7 +127,7 @@ impl Sources {
             side_io: self
                 .sideloads
                 .iter()
-                .map(|s| io_bytes(&self.reader, s).map(|(r, w)| r + w))
+                .map(|s| io_bytes(&self.reader, s))
                 .collect(),
             side_wait: self
                 .side_psi
@@ -171,10 +172,17 @@ pub fn period(prev: &Sample, cur: &Sample, probe_ms: Option<f64>) -> Period {
         .zip(&cur.side_cpu_us)
         .zip(prev.side_io.iter().zip(&cur.side_io))
         .zip(prev.side_wait.iter().zip(&cur.side_wait))
-        .map(|(((a, b), (x, y)), (p, q))| Use {
-            cpu: rate(*a, *b, secs).map_or(0.0, |r| r / 1e6),
-            io_bps: rate(*x, *y, secs).unwrap_or(0.0),
-            wait: share(*p, *q),
+        .map(|(((a, b), (x, y)), (p, q))| {
+            let dir = |f: fn(&(u64, u64)) -> u64| {
+                rate(x.as_ref().map(f), y.as_ref().map(f), secs).unwrap_or(0.0)
+            };
+            let (read, write) = (dir(|t| t.0), dir(|t| t.1));
+            Use {
+                cpu: rate(*a, *b, secs).map_or(0.0, |r| r / 1e6),
+                io_bps: read + write,
+                io_dir_bps: read.max(write),
+                wait: share(*p, *q),
+            }
         })
         .collect();
     let of_host = |f: fn(&CpuTimes) -> u64| match (prev.cpu, cur.cpu) {

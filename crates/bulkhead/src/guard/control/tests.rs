@@ -6,7 +6,7 @@ use super::*;
 /// The plan's default `io_keep`.
 const IO_KEEP: f64 = 0.40;
 
-fn settings() -> Settings {
+pub(super) fn settings() -> Settings {
     Settings {
         period: Duration::from_millis(100),
         cpus: 2.0,
@@ -60,6 +60,7 @@ impl Host {
             sideloads: vec![Use {
                 cpu: got,
                 io_bps: io,
+                io_dir_bps: io,
                 ..Default::default()
             }],
             host_idle: None,
@@ -67,7 +68,7 @@ impl Host {
     }
 }
 
-fn base() -> Baseline {
+pub(super) fn base() -> Baseline {
     Baseline {
         cpu: 0.02,
         io: 0.01,
@@ -295,6 +296,7 @@ impl IoHost {
             sideloads: vec![Use {
                 cpu: 0.1,
                 io_bps: io,
+                io_dir_bps: io,
                 ..Default::default()
             }],
             host_idle: None,
@@ -352,6 +354,7 @@ fn a_slow_service_with_cpu_stall_is_not_answered_with_io_cuts() {
         sideloads: vec![Use {
             cpu: 1.0,
             io_bps: 300e6,
+            io_dir_bps: 300e6,
             ..Default::default()
         }],
         host_idle: None,
