@@ -188,10 +188,9 @@ struct Side {
     io_peak_dir: f64,
     /// Its I/O limit when the current I/O episode began, and the worst I/O harm since.
     io_episode: Option<(Option<u64>, f64)>,
-    /// The I/O harm when its limit was last reverted, and whether a rise after that proved
-    /// the cuts help (revert.rs): both until the I/O calms.
-    io_reverted_at: Option<f64>,
-    io_proven: bool,
+    /// Where its I/O cuts stand with the judge in this episode (revert.rs), until the I/O
+    /// calms.
+    io_verdict: revert::Verdict,
     /// Since when its I/O limit is at its floor.
     io_floor_since: Option<Duration>,
     /// Its I/O, smoothed over a few seconds (keep.rs), and when its quota may next be raised
@@ -404,8 +403,7 @@ impl Controller {
                 if side.io_episode.take().is_some() {
                     self.io_backoff = BACKOFF_MIN;
                 }
-                side.io_reverted_at = None;
-                side.io_proven = false;
+                side.io_verdict = revert::Verdict::Open;
             }
         }
     }

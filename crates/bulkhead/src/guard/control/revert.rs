@@ -15,6 +15,18 @@ use super::*;
 /// How much the I/O harm must rise after a revert to prove the cuts helped.
 const PROOF: f64 = 1.5;
 
+/// Where a sideload's I/O cuts stand with the judge in this I/O episode.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) enum Verdict {
+    /// Not judged yet, or judged and kept.
+    #[default]
+    Open,
+    /// Reverted when the I/O harm was this.
+    Reverted(f64),
+    /// A rise after a revert proved that throttling it helps: not judged again.
+    Proven,
+}
+
 impl Controller {
     /// PARTIES for I/O: a sideload held at its I/O floor for [`JUDGE`] periods while the I/O
     /// harm has not come down is not what the protected slice waits for (or throttling it
@@ -37,7 +49,7 @@ impl Controller {
                 .t
                 .io_bps
                 .is_some_and(|b| b <= self.io_floor_of(i));
-            if !at_floor || self.sides[i].io_proven {
+            if !at_floor || self.sides[i].io_verdict == Verdict::Proven {
                 self.sides[i].io_floor_since = None;
                 continue;
             }
@@ -53,7 +65,7 @@ impl Controller {
             side.t.io_bps = before;
             side.io_episode = None;
             side.io_floor_since = None;
-            side.io_reverted_at = Some(harm);
+            side.io_verdict = Verdict::Reverted(harm);
             self.io_backoff_until = self.now + self.io_backoff;
             let why = format!(
                 "holding its I/O at the floor did not lower the I/O stall ({harm:.1}x): it is not the cause; no I/O cuts for {:?}",
@@ -70,12 +82,11 @@ impl Controller {
     pub(super) fn io_proven_by_revert(&mut self, harm: f64) -> Option<String> {
         let mut why = None;
         for side in &mut self.sides {
-            let Some(at) = side.io_reverted_at else {
+            let Verdict::Reverted(at) = side.io_verdict else {
                 continue;
             };
             if harm >= (PROOF * at).max(2.0 * ENTER) {
-                side.io_reverted_at = None;
-                side.io_proven = true;
+                side.io_verdict = Verdict::Proven;
                 why = Some(format!(
                     "the I/O stall rose from {at:.1}x to {harm:.1}x after its limit was given back: throttling it helps"
                 ));
