@@ -7,7 +7,7 @@ use clap::Args;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-#[derive(Args)]
+#[derive(Args, Debug)]
 #[command(
     long_about = "Run a command in a sandbox: new mount, PID, UTS, IPC, cgroup and network \
 namespaces, pivoted into ROOTFS, with a minimal /dev, a read-only /sys, a private /tmp, the \

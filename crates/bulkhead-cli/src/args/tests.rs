@@ -69,3 +69,131 @@ fn global_options_are_one_short_block_in_commands_and_explained_once() {
         assert!(!help.contains("over D-Bus"), "{name}: {help}");
     }
 }
+
+fn argv(line: &[&str]) -> Vec<OsString> {
+    line.iter().map(OsString::from).collect()
+}
+
+#[test]
+fn the_command_is_found_after_the_global_options_before_it() {
+    use super::leading_command;
+    let cases: &[(&[&str], Option<&str>)] = &[
+        (&["bulkhead", "run", "--slice", "s", "id"], Some("run")),
+        (
+            &[
+                "bulkhead",
+                "-c",
+                "p.toml",
+                "--cgroup-root=/t",
+                "-q",
+                "--backend",
+                "cgroupfs",
+                "spawn",
+            ],
+            Some("spawn"),
+        ),
+        (&["bulkhead", "--config", "run", "status"], Some("status")),
+        (&["bulkhead", "--quiet", "apply"], Some("apply")),
+        // Not a global option, a value stuck to a short one, a missing value: the full
+        // parser decides.
+        (&["bulkhead", "--slice", "s", "run"], None),
+        (&["bulkhead", "-cplan.toml", "run"], None),
+        (&["bulkhead", "-c"], None),
+        (&["bulkhead"], None),
+    ];
+    for (line, want) in cases {
+        assert_eq!(leading_command(&argv(line)), *want, "{line:?}");
+    }
+}
+
+#[test]
+fn the_one_command_parsers_read_what_the_full_parser_reads() {
+    use clap::Parser;
+    let lines: &[&[&str]] = &[
+        &["bulkhead", "run", "--slice", "db-helper", "id"],
+        &[
+            "bulkhead",
+            "-c",
+            "p.toml",
+            "run",
+            "-s",
+            "db-helper.slice",
+            "-E",
+            "A=b",
+            "--",
+            "ls",
+            "-l",
+        ],
+        &[
+            "bulkhead",
+            "run",
+            "--uid",
+            "nobody",
+            "--cwd",
+            "/tmp",
+            "--listen-fds",
+            "2",
+            "--cgroup-root",
+            "/t",
+            "--",
+            "x",
+        ],
+        &[
+            "bulkhead",
+            "run",
+            "--hugepages",
+            "thp",
+            "--no-verify",
+            "-q",
+            "id",
+        ],
+        &[
+            "bulkhead",
+            "spawn",
+            "-D",
+            "/srv/root",
+            "--slice",
+            "db-helper",
+            "--",
+            "/bin/sh",
+        ],
+        &[
+            "bulkhead",
+            "--backend=cgroupfs",
+            "spawn",
+            "--ephemeral",
+            "-D",
+            "busybox",
+            "--",
+            "true",
+        ],
+    ];
+    for line in lines {
+        let fast = try_parse_from(argv(line)).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        let full =
+            super::Cli::try_parse_from(argv(line)).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        assert_eq!(
+            format!("{:?}", fast.globals),
+            format!("{:?}", full.globals),
+            "{line:?}"
+        );
+        match (&fast.command, &full.command) {
+            (Command::Run(a), Command::Run(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}")),
+            (Command::Spawn(a), Command::Spawn(b)) => {
+                assert_eq!(format!("{a:?}"), format!("{b:?}"))
+            }
+            _ => panic!("{line:?}: not the same command"),
+        }
+    }
+    // A mistake is told by the full parser, as without the fast path.
+    for line in [
+        &["bulkhead", "run", "--slise", "x", "--", "id"][..],
+        &["bulkhead", "spawn", "--bogus"],
+    ] {
+        let fast = try_parse_from(argv(line)).err().expect("an error");
+        let full = super::Cli::try_parse_from(argv(line))
+            .err()
+            .expect("an error");
+        assert_eq!(fast.to_string(), full.to_string(), "{line:?}");
+    }
+}

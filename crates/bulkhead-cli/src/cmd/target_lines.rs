@@ -1,6 +1,6 @@
 //! serve's targets start through a typed command line ([`TargetCommand`]): the CLI's own
-//! parser must read each rendered line back to the same value, and a sandboxed target's
-//! line must take the spawn-only parser (the cold-start fast path).
+//! parser must read each rendered line back to the same value, and each line must take its
+//! one-command parser (`spawn` or `run`: the cold-start fast path).
 
 use crate::args::{self, Cli, Command};
 use bulkhead::actions::serve::{GlobalArgs, How, TargetCommand, TargetLauncher};
@@ -78,7 +78,7 @@ fn a_sandboxed_target_reads_back_through_the_spawn_fast_path() {
             panic!("{t:?}")
         };
         let argv = args::target::argv(&t);
-        assert!(args::spawn_fast_path(&argv), "{argv:?}");
+        assert_eq!(args::leading_command(&argv), Some("spawn"), "{argv:?}");
         let cli = read_back(&t);
         let Command::Spawn(a) = &cli.command else {
             panic!("{argv:?}")
@@ -113,7 +113,7 @@ fn a_plain_target_reads_back_as_run() {
         };
         assert_eq!(want.scope, scope);
         let argv = args::target::argv(&t);
-        assert!(!args::spawn_fast_path(&argv), "{argv:?}");
+        assert_eq!(args::leading_command(&argv), Some("run"), "{argv:?}");
         let Command::Run(a) = &read_back(&t).command else {
             panic!("{argv:?}")
         };
@@ -163,7 +163,7 @@ fn a_booted_target_reads_back_as_spawn_boot_with_the_notify_socket_outside() {
         Some(notify.join("notify").as_path())
     );
     let argv = args::target::argv(&t);
-    assert!(args::spawn_fast_path(&argv), "{argv:?}");
+    assert_eq!(args::leading_command(&argv), Some("spawn"), "{argv:?}");
     let Command::Spawn(a) = &read_back(&t).command else {
         panic!("{argv:?}")
     };
