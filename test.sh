@@ -31,6 +31,8 @@ system_tests=(
   --test agent_exec
   # bulkhead-agent: the NRI plugin's process, its readiness over HTTP
   --test nri_ready
+  # bulkhead-agent: a pod's stall read from its real cgroup (PSI of busy loops)
+  --test pod_psi
   # bulkhead-cgroups: the backends' fixtures on real cgroupfs
   --test fixtures
   # bulkhead-agent: a real etcd + kube-apiserver, a real kubelet node

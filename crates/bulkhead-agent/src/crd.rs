@@ -94,6 +94,27 @@ pub struct BulkheadNodeStatus {
     /// fleet's view of which nodes' databases wait (absent: no guard, or no PSI here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall: Option<Stall>,
+    /// The pods that stall most on this node, worst first: at most 5, only those whose
+    /// tasks waited in the last 10 s (their pod cgroups' pressure, by pod UID).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_stalls: Vec<PodStall>,
+}
+
+/// A pod's worst pressure (PSI "some" of its pod cgroup, CPU, memory or I/O).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStall {
+    /// The pod's UID (its cgroup's name carries no namespace or name).
+    pub uid: String,
+    /// guaranteed, burstable or besteffort (the kubelet's QoS cgroup it is in); empty
+    /// where the kubelet keeps no QoS cgroups.
+    pub qos: String,
+    /// cpu, memory or io.
+    pub resource: String,
+    /// Percent over the last 10 s.
+    pub some_avg10: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_avg10: Option<f64>,
 }
 
 /// The worst of a slice's CPU, memory and I/O pressure (PSI "some": the share of time at
@@ -215,6 +236,32 @@ impl SlicePsi {
             some_avg10: s.some.avg10,
             full_avg10: s.full.as_ref().map(|f| f.avg10),
         })
+    }
+}
+
+/// A cgroup's pressure as `bulkhead status` reads it, in the report's form.
+impl From<&bulkhead::actions::status::Psi> for SlicePsi {
+    fn from(p: &bulkhead::actions::status::Psi) -> SlicePsi {
+        SlicePsi {
+            cpu: p.cpu.as_ref().map(PsiStats::from),
+            memory: p.memory.as_ref().map(PsiStats::from),
+            io: p.io.as_ref().map(PsiStats::from),
+        }
+    }
+}
+
+impl From<&bulkhead::actions::status::Pressure> for PsiStats {
+    fn from(p: &bulkhead::actions::status::Pressure) -> PsiStats {
+        let data = |a: &bulkhead::actions::status::Avg| PsiData {
+            avg10: a.avg10,
+            avg60: a.avg60,
+            avg300: a.avg300,
+            total: a.total_us,
+        };
+        PsiStats {
+            some: data(&p.some),
+            full: p.full.as_ref().map(data),
+        }
     }
 }
 

@@ -16,6 +16,7 @@ pub mod kubelet;
 pub mod logging;
 pub mod machine;
 pub mod nri;
+pub mod pods;
 pub mod reconcile;
 pub mod report;
 pub mod run;

@@ -2,8 +2,9 @@
 //! `destroy`) on the plan text a resource gives, and the slices' figures from its status
 //! reading. Errors come back as one line of text, for a condition's message.
 
-use crate::crd::{PsiData, PsiStats, SliceFigures, SlicePsi};
+use crate::crd::{PodStall, SliceFigures, SlicePsi};
 use crate::kubelet::{self, KubeletConfig, NodeFacts, PlanFacts};
+use crate::pods;
 use bulkhead::actions::{apply, destroy, host, hugepages, status, Context};
 use bulkhead::error::{Error, Severity};
 use bulkhead::plan::SliceName;
@@ -163,27 +164,13 @@ impl Machine {
                 cpu_usage_seconds: st.cpu_usage_us.map(|us| us as f64 / 1e6),
                 memory_current_bytes: st.memory_current,
                 processes: Some(st.processes as u64),
-                psi: st.psi.map(|p| SlicePsi {
-                    cpu: p.cpu.as_ref().map(psi_stats),
-                    memory: p.memory.as_ref().map(psi_stats),
-                    io: p.io.as_ref().map(psi_stats),
-                }),
+                psi: st.psi.as_ref().map(SlicePsi::from),
             })
             .collect()
     }
-}
 
-/// One resource's pressure in the report's form.
-fn psi_stats(p: &status::Pressure) -> PsiStats {
-    let data = |avg10, avg60, avg300, total| PsiData {
-        avg10,
-        avg60,
-        avg300,
-        total,
-    };
-    let s = &p.some;
-    PsiStats {
-        some: data(s.avg10, s.avg60, s.avg300, s.total_us),
-        full: p.full.map(|f| data(f.avg10, f.avg60, f.avg300, f.total_us)),
+    /// The pods that stall most on this node (see [`crate::pods`]); none without cgroup2.
+    pub fn pod_stalls(&self, cfg: &KubeletConfig) -> Vec<PodStall> {
+        host::unified_mount().map_or_else(Vec::new, |m| pods::stalls(&m, cfg))
     }
 }

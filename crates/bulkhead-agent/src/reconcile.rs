@@ -185,9 +185,10 @@ impl Agent {
         }
         let applied = applied.as_ref().map(|(n, g)| (n.as_str(), *g));
         self.label(node, applied).await;
-        self.reporter
-            .publish(node, report::summary(reports, applied))
-            .await;
+        let mut status = report::summary(reports, applied);
+        let kubelet = self.kubelet_config();
+        status.pod_stalls = self.machine.pod_stalls(&kubelet.cfg);
+        self.reporter.publish(node, status).await;
     }
 
     /// The chart is being uninstalled: remove what the applied plan made (slices, huge page

@@ -329,18 +329,20 @@ pub fn read_slice(fs: &CgroupFs, name: &SliceName) -> SliceStatus {
         s.tasks_current = parse_u64(p.read("pids.current"));
         s.tasks_max = parse_limit(p.read("pids.max")).flatten();
     }
-    if let Some(u) = d.unified() {
-        let p = |f: &str| u.read(f).and_then(|t| parse_pressure(&t));
-        let psi = Psi {
-            cpu: p("cpu.pressure"),
-            memory: p("memory.pressure"),
-            io: p("io.pressure"),
-        };
-        if psi.cpu.is_some() || psi.memory.is_some() || psi.io.is_some() {
-            s.psi = Some(psi);
-        }
-    }
+    s.psi = d.unified().and_then(psi_of);
     s
+}
+
+/// A cgroup2 directory's pressure (its `cpu.pressure`, `memory.pressure` and `io.pressure`);
+/// None when it has none of them.
+pub fn psi_of(dir: &CgroupDir) -> Option<Psi> {
+    let p = |f: &str| dir.read(f).and_then(|t| parse_pressure(&t));
+    let psi = Psi {
+        cpu: p("cpu.pressure"),
+        memory: p("memory.pressure"),
+        io: p("io.pressure"),
+    };
+    (psi.cpu.is_some() || psi.memory.is_some() || psi.io.is_some()).then_some(psi)
 }
 
 /// CPU time, and throttling by the CPU quota. Where the cpu controller is the unified

@@ -27,6 +27,12 @@ pub fn hierarchy_of(controller: &str) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("no {controller} hierarchy is mounted here"))
 }
 
+/// The cgroup2 mount (`/sys/fs/cgroup` on pure v2, `/sys/fs/cgroup/unified` on a hybrid
+/// host), where every cgroup has its pressure files; None without one.
+pub fn unified_mount() -> Option<PathBuf> {
+    Layout::detect().ok()?.unified.map(|h| h.mount)
+}
+
 /// The cgroup layout's short name: `v2` (unified), `hybrid` or `v1` (legacy); None when the
 /// layout cannot be read.
 pub fn cgroup_version() -> Option<&'static str> {

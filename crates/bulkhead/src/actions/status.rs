@@ -5,7 +5,7 @@ use super::Context;
 pub use crate::activate::state::SocketStatus;
 pub use bulkhead_cgroups::fs::Held;
 use bulkhead_cgroups::stats;
-pub use bulkhead_cgroups::stats::{Pressure, SliceStatus, Status};
+pub use bulkhead_cgroups::stats::{Avg, Pressure, Psi, SliceStatus, Status};
 use bulkhead_cgroups::{Chosen, Placement};
 use bulkhead_plan::{ResolvedPlan, SliceName};
 use bulkhead_sys::error::{Diagnostic, Error, Result};
@@ -132,4 +132,10 @@ pub fn slices_now(cx: &Context, names: &[SliceName]) -> Vec<SliceStatus> {
         .filter(|n| chosen.slice_exists(n))
         .map(|n| stats::read_slice(chosen.reader(), n))
         .collect()
+}
+
+/// The pressure of any cgroup2 directory (a pod's, for the agent): its cpu, memory and io
+/// pressure files; None when it has none (or is not there).
+pub fn pressure_of(dir: &std::path::Path) -> Option<Psi> {
+    stats::psi_of(&bulkhead_sys::cgdir::CgroupDir::open(dir)?)
 }
