@@ -1,6 +1,7 @@
 //! Which cgroup hierarchy holds which controller: pure v2 (unified), pure v1 (legacy), or
 //! hybrid (v1 controllers plus a v2 mount), read from /proc/self/mountinfo.
 
+use bulkhead_sys::error::Diagnostic;
 use bulkhead_sys::host::kernel_at_least;
 use bulkhead_sys::mountinfo::{self, Mount};
 use std::fs;
@@ -80,6 +81,26 @@ pub struct Caps {
 }
 
 impl Caps {
+    /// The finding for an I/O weight directive (`IOWeight`, `IODeviceWeight`) of `slice` when
+    /// nothing here weighs I/O: no disk uses BFQ and io.cost is not enabled. Both backends
+    /// say it (systemd records the weight all the same); None where a weight can act.
+    pub fn weight_finding(
+        &self,
+        directive: &str,
+        slice: impl std::fmt::Display,
+    ) -> Option<Diagnostic> {
+        if !self.bfq_devices.is_empty() || self.io_cost {
+            return None;
+        }
+        Some(
+            Diagnostic::warning(format!(
+                "{directive} has no effect here: no disk uses the BFQ scheduler and io.cost is not enabled"
+            ))
+            .context(format!("[slice.{slice}]"))
+            .hint(self.weight_hint("DISK")),
+        )
+    }
+
     /// What can make I/O weights act on `disk` here, and only that: BFQ where this kernel has
     /// it (loaded, or a module to load), io.cost where the io controller is on v2, and
     /// otherwise the limits every kernel has.
@@ -364,6 +385,35 @@ mod tests {
     fn this_machine_is_detected() {
         let l = Layout::detect().unwrap();
         assert!(l.primary().is_some(), "{l:?}");
+    }
+
+    #[test]
+    fn an_io_weight_is_a_finding_only_where_nothing_weighs_io() {
+        let none = Caps {
+            io_v2: true,
+            ..Caps::default()
+        };
+        let d = none.weight_finding("IOWeight", "db-helper").unwrap();
+        assert!(
+            d.message.starts_with("IOWeight has no effect here"),
+            "{d:?}"
+        );
+        let text = format!("{d:?}");
+        assert!(
+            text.contains("[slice.db-helper]") && text.contains("io.cost"),
+            "{text}"
+        );
+        let bfq = Caps {
+            bfq: true,
+            bfq_devices: vec!["vda".into()],
+            ..Caps::default()
+        };
+        assert!(bfq.weight_finding("IOWeight", "x").is_none());
+        let cost = Caps {
+            io_cost: true,
+            ..Caps::default()
+        };
+        assert!(cost.weight_finding("IODeviceWeight", "x").is_none());
     }
 
     #[test]

@@ -28,11 +28,19 @@ impl Systemd {
             .layout
             .hierarchy("io")
             .is_none_or(|h| h.version == CgVersion::V1);
-        let latency = plan.slices.iter().any(|s| !s.io_latency.is_empty())
-            && !io_v1
-            && !self.reader.layout.caps().io_latency;
+        let caps = self.reader.layout.caps();
+        let latency =
+            plan.slices.iter().any(|s| !s.io_latency.is_empty()) && !io_v1 && !caps.io_latency;
         for s in &plan.slices {
             let ctx = format!("[slice.{}]", s.name());
+            // systemd records an I/O weight whatever the disks' schedulers: said as the
+            // cgroupfs backend says it.
+            if s.io_weight.is_some() {
+                out.extend(caps.weight_finding("IOWeight", s.name()));
+            }
+            if !s.io_device_weight.is_empty() {
+                out.extend(caps.weight_finding("IODeviceWeight", s.name()));
+            }
             for (d, set) in [
                 ("MemoryMin", s.memory_min.is_some()),
                 ("MemoryLow", s.memory_low.is_some()),

@@ -14,16 +14,8 @@ impl Mapper<'_> {
     }
 
     pub(super) fn weight_effective(&mut self, directive: &str) {
-        if self.caps.bfq_devices.is_empty() && !self.caps.io_cost {
-            let hint = self.weight_hint("DISK");
-            self.warnings.push(
-                Diagnostic::warning(format!(
-                    "{directive} has no effect here: no disk uses the BFQ scheduler and io.cost is not enabled"
-                ))
-                .context(format!("[slice.{}]", self.slice.name()))
-                .hint(hint),
-            );
-        }
+        let finding = self.caps.weight_finding(directive, self.slice.name());
+        self.warnings.extend(finding);
     }
 
     /// Whether the disk uses BFQ: `bfq_devices` names it (its kernel name, or `MAJ:MIN`).
