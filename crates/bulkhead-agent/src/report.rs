@@ -256,6 +256,10 @@ mod tests {
         other.stall = psi(50.0, 0.0, 0.0).worst("elsewhere");
         let s = summary(map(vec![mine, other.clone()]), Some(("a", 1)));
         assert_eq!(s.stall, Some(worst));
+        // Written once, as the node's: not again in its plan's report.
+        let json = serde_json::to_value(&s).unwrap();
+        assert!(json["stall"].is_object(), "{json}");
+        assert!(json["plans"][0].get("stall").is_none(), "{json}");
         // Only the applied plan's slice counts: a conflicting plan's is not the node's.
         assert_eq!(summary(map(vec![other]), None).stall, None);
     }
