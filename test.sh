@@ -183,7 +183,7 @@ check_lane() {
 
 # The executables of the test targets named by `--test NAME` arguments, built as part of the
 # workspace (the same features as the lane's build, so nothing is built again).
-agent_test_exes() {
+test_exes() {
   cargo test --locked --workspace "$@" --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json, sys
 for line in sys.stdin:
@@ -200,7 +200,7 @@ root_tests() {
   cargo test --locked --workspace "${system_tests[@]}" "${suite_tests[@]}" "${beside_tests[@]}" --no-run -q
   cargo_test --workspace "${system_tests[@]}" || return
   local exes beside_log=$log_dir/beside.log beside_rc=0 rc=0 pid exe
-  mapfile -t exes < <(agent_test_exes "${beside_tests[@]}")
+  mapfile -t exes < <(test_exes "${beside_tests[@]}")
   if [ ${#exes[@]} -ne $((${#beside_tests[@]} / 2)) ]; then
     echo "test.sh: found ${#exes[@]} executables for ${beside_tests[*]}" >&2
     return 1
