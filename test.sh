@@ -44,6 +44,10 @@ suite_tests=(
   # binary, a module per area (escape::, hosts::, spawn::, boot::, ...)
   --test system
 )
+# Its tests run two per CPU: most of their time they wait (on daemons, sandboxes, timeouts;
+# the suite used 1.4 of 2 CPUs with libtest's one per CPU), and a test waiting its turn in the
+# suite's admission (tests/system/main.rs `suite`) holds a libtest thread, idle, meanwhile.
+suite_threads=$((2 * $(nproc)))
 
 # Root too, run beside suite_tests (after the others, which include the timing-sensitive
 # isolation bench): they wait on daemons most of their time and touch nothing the suite
@@ -213,7 +217,7 @@ root_tests() {
     done
   ) >"$beside_log" 2>&1 &
   pid=$!
-  cargo_test --workspace "${suite_tests[@]}" || rc=$?
+  cargo_test --workspace "${suite_tests[@]}" -- --test-threads="$suite_threads" || rc=$?
   wait "$pid" || beside_rc=$?
   echo "== ${beside_tests[*]}, run beside the above:"
   cat "$beside_log"
